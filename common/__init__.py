@@ -1,0 +1,1 @@
+"""Code shared by every epochfs service and frontend."""

@@ -1,0 +1,30 @@
+"""Settings shared by every service (pydantic-settings; each service adds its own env prefix)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_SECRET = "epochfs-dev-cluster-secret"
+
+
+class ServiceSettings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore")
+
+    host: str = "127.0.0.1"
+    """Address the service's HTTP port (/healthz, /metrics, APIs) binds to."""
+    port: int = 0
+    """HTTP port."""
+    rpc_port: int = 0
+    """Internal RPC port (NameNode, DataNode)."""
+    data_dir: Path = Path("./epochfs-data")
+    cluster_secret: str = DEFAULT_SECRET
+    """Shared secret every internal RPC connection must present."""
+    log_level: str = "info"
+
+
+def parse_addr(addr: str, default_port: int = 0) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    if not host:
+        return addr, default_port
+    return host.strip("[]"), int(port)

@@ -1,0 +1,162 @@
+"""Internal RPC between epochfs services: length-prefixed frames over persistent TCP connections.
+
+Why not HTTP: measured on this machine (bench/rpc_style.py), one 128 KiB request/response costs 133 us of CPU over a raw
+asyncio stream with this framing, and 1,473 us with httpx against uvicorn -- 11x. Block data crosses two such hops on
+every S3 read and write, so the hot path uses these frames; services still serve HTTP for /healthz and /metrics.
+
+Frame (both directions): 8-byte header  >II  (json_len, payload_len), then a JSON object (orjson), then the raw payload.
+A request's JSON carries "op" and its arguments; a reply carries its results, or {"err": ClassName, "msg": text} for a
+DomainError (re-raised by name on the caller's side). The first frame on a connection is {"op": "hello", "secret": ...}:
+a connection that does not present the cluster secret is closed.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import struct
+from typing import Any, Awaitable, Callable
+
+import orjson
+
+from . import errors
+
+log = logging.getLogger("epochfs.rpc")
+
+_HDR = struct.Struct(">II")
+MAX_JSON = 64 << 20
+MAX_PAYLOAD = 1 << 30
+
+Handler = Callable[[dict, bytes], Awaitable[tuple[dict, Any] | dict]]
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> tuple[dict, bytes]:
+    jl, pl = _HDR.unpack(await reader.readexactly(8))
+    if jl > MAX_JSON or pl > MAX_PAYLOAD:
+        raise ConnectionError("frame too large")
+    head = orjson.loads(await reader.readexactly(jl))
+    payload = await reader.readexactly(pl) if pl else b""
+    return head, payload
+
+
+def _write_frame(writer: asyncio.StreamWriter, head: dict, payload=b"") -> None:
+    j = orjson.dumps(head)
+    n = len(payload)
+    if n and n < 65536:
+        writer.write(_HDR.pack(len(j), n) + j + payload)
+    else:
+        writer.write(_HDR.pack(len(j), n) + j)
+        if n:
+            writer.write(payload)
+
+
+class RpcServer:
+    """Serves a table of handlers: `async def handler(args: dict, payload: bytes) -> dict | (dict, payload)`."""
+
+    def __init__(self, handlers: dict[str, Handler], secret: str) -> None:
+        self.handlers = handlers
+        self.secret = secret.encode()
+        self._server: asyncio.base_events.Server | None = None
+        self._conns: set[asyncio.StreamWriter] = set()
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._serve_conn, host, port, limit=8 << 20, reuse_address=True)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for w in list(self._conns):
+                w.close()
+            await self._server.wait_closed()
+
+    async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._conns.add(writer)
+        try:
+            head, _ = await _read_frame(reader)
+            if head.get("op") != "hello" or not hmac.compare_digest(str(head.get("secret", "")).encode(), self.secret):
+                _write_frame(writer, {"err": "Unauthorized", "msg": "bad cluster secret"})
+                await writer.drain()
+                return
+            _write_frame(writer, {})
+            while True:
+                head, payload = await _read_frame(reader)
+                op = head.pop("op", None)
+                handler = self.handlers.get(op)
+                out_payload = b""
+                try:
+                    if handler is None:
+                        raise errors.InvalidInput(f"unknown rpc op {op!r}")
+                    res = await handler(head, payload)
+                    if isinstance(res, tuple):
+                        res, out_payload = res
+                except errors.DomainError as e:
+                    res = {"err": type(e).__name__, "msg": e.message}
+                except Exception as e:  # a bug: report it to the caller, keep serving
+                    log.exception("rpc %s failed", op)
+                    res = {"err": "DomainError", "msg": f"internal error in {op}: {e!r}"}
+                _write_frame(writer, res, out_payload)
+                if len(out_payload) >= 65536 or writer.transport.get_write_buffer_size() > (1 << 20):
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self._conns.discard(writer)
+            writer.close()
+
+
+class RpcClient:
+    """A pool of connections to one peer. `call` raises the peer's DomainError, or Unavailable if it can't be reached."""
+
+    def __init__(self, host: str, port: int, secret: str, *, timeout: float = 30.0, connect_timeout: float = 3.0,
+                 max_idle: int = 32) -> None:
+        self.host, self.port = host, port
+        self.secret = secret
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.max_idle = max_idle
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    def __repr__(self) -> str:
+        return f"RpcClient({self.host}:{self.port})"
+
+    async def _connect(self):
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                reader, writer = await asyncio.open_connection(self.host, self.port, limit=8 << 20)
+                _write_frame(writer, {"op": "hello", "secret": self.secret})
+                head, _ = await _read_frame(reader)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
+            raise errors.Unavailable(f"cannot reach {self.host}:{self.port}: {e!r}") from None
+        if "err" in head:
+            writer.close()
+            raise errors.by_name(head["err"])(head.get("msg", ""))
+        return reader, writer
+
+    async def call(self, op: str, payload=b"", *, timeout: float | None = None, **args) -> tuple[dict, bytes]:
+        conn = self._idle.pop() if self._idle else await self._connect()
+        reader, writer = conn
+        args["op"] = op
+        try:
+            async with asyncio.timeout(timeout or self.timeout):
+                _write_frame(writer, args, payload)
+                if len(payload) >= 65536:
+                    await writer.drain()
+                head, out = await _read_frame(reader)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError, ConnectionError) as e:
+            writer.close()
+            raise errors.Unavailable(f"{op} to {self.host}:{self.port} failed: {e!r}") from None
+        except BaseException:
+            writer.close()  # cancelled mid-call: the connection is in an unknown state
+            raise
+        if len(self._idle) < self.max_idle:
+            self._idle.append(conn)
+        else:
+            writer.close()
+        if "err" in head:
+            raise errors.by_name(head["err"])(head.get("msg", ""))
+        return head, out
+
+    async def close(self) -> None:
+        while self._idle:
+            _, w = self._idle.pop()
+            w.close()

@@ -1,0 +1,1 @@
+"""epochfs datanode."""

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import logging
+import uuid as uuidlib
+from contextlib import asynccontextmanager
+
+import anyio
+from fastapi import FastAPI
+
+from epochfs.common.config import parse_addr
+from epochfs.common.kv import RocksKV
+from epochfs.common.metrics import mount_metrics
+from epochfs.common.peers import Peers
+from epochfs.common.rpc import RpcClient, RpcServer
+
+from .api import make_handlers
+from .blockstore import BlockStore
+from .config import DataNodeSettings
+from .heartbeat import Heartbeat
+from .replicator import Replicator
+
+
+def node_uuid(data_dir) -> str:
+    """The node's identity, kept in its data directory so that it survives restarts."""
+    f = data_dir / "node-uuid"
+    if not f.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        f.write_text(uuidlib.uuid4().hex)
+    return f.read_text().strip()
+
+
+def create_app(settings: DataNodeSettings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        kv = RocksKV.open(settings.data_dir / "blocks")
+        store = BlockStore(kv)
+        peers = Peers(settings.cluster_secret)
+        replicator = Replicator(store, peers, interval_s=settings.replication_interval_s,
+                                concurrency=settings.replication_concurrency)
+        wake = anyio.Event()
+
+        def replicator_wake() -> None:
+            wake.set()
+
+        async def replicate_loop():
+            nonlocal wake
+            while True:
+                try:
+                    stats = await replicator.run_once()
+                except Exception:
+                    logging.getLogger("epochfs.datanode").exception("replication pass failed")
+                    stats = None
+                if stats is not None and stats.ok and not stats.failed:
+                    continue
+                with anyio.move_on_after(settings.replication_interval_s):
+                    await wake.wait()
+                wake = anyio.Event()
+
+        nn_host, nn_port = parse_addr(settings.namenode)
+        nn = RpcClient(nn_host, nn_port, settings.cluster_secret, timeout=10.0)
+        hb = Heartbeat(store, nn, uuid=node_uuid(settings.data_dir), host=settings.advertise_host or settings.host,
+                       rpc_port=settings.rpc_port, http_port=settings.port, capacity=settings.capacity_bytes,
+                       data_dir=settings.data_dir, interval_s=settings.heartbeat_interval_s)
+        app.state.store, app.state.heartbeat = store, hb
+        rpc = RpcServer(make_handlers(store, replicator, replicator_wake), settings.cluster_secret)
+        await rpc.start(settings.host, settings.rpc_port)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hb.run_forever)
+            tg.start_soon(replicate_loop)
+            yield
+            tg.cancel_scope.cancel()
+        await rpc.stop()
+        await peers.close()
+        await nn.close()
+        kv.close()
+
+    app = FastAPI(title="epochfs DataNode", lifespan=lifespan)
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "ok", "node_id": app.state.heartbeat.node_id, "blocks": app.state.store.count,
+                "used": app.state.store.used}
+
+    mount_metrics(app)
+    return app

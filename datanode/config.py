@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from pydantic_settings import SettingsConfigDict
+
+from epochfs.common.config import ServiceSettings
+
+
+class DataNodeSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="DN_", extra="ignore")
+
+    port: int = 9864
+    rpc_port: int = 9866
+    namenode: str = "127.0.0.1:9871"
+    """NameNode RPC address host:port."""
+    advertise_host: str = ""
+    """Address peers and the gateway use to reach this node's RPC port (default: host)."""
+    capacity_bytes: int = 0
+    """Space this node offers; 0 = the free space of the data directory's file system."""
+    heartbeat_interval_s: float = 1.0
+    replication_interval_s: float = 0.2
+    replication_concurrency: int = 4

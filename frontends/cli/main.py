@@ -1,0 +1,233 @@
+"""The `epochfs` command: run one service (namenode, datanode, gateway) or a whole local cluster (up / down)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+DEFAULT_PORT = 9000
+N_DATANODES = 3
+
+
+def _service(module: str):
+    def run(args) -> int:
+        import importlib
+        importlib.import_module(f"epochfs.{module}.__main__").main()
+        return 0
+    return run
+
+
+def cluster_ports(port: int) -> dict:
+    """Ports of a local cluster, all derived from the gateway's so that several clusters can run side by side."""
+    return {"gateway": port, "nn_http": port + 1, "nn_rpc": port + 2,
+            "dn": [(port + 10 + 2 * i, port + 11 + 2 * i) for i in range(N_DATANODES)]}
+
+
+def _load_or_create(path: Path, make) -> dict:
+    if path.exists():
+        return json.loads(path.read_text())
+    val = make()
+    path.write_text(json.dumps(val, indent=2))
+    path.chmod(0o600)
+    return val
+
+
+def _root_credentials(data_dir: Path) -> dict:
+    env_ak, env_sk = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    saved = _load_or_create(data_dir / "credentials.json", lambda: {
+        "access_key": env_ak or "EPOCH" + secrets.token_hex(8).upper(),
+        "secret_key": env_sk or secrets.token_urlsafe(30),
+    })
+    if env_ak and env_sk:
+        return {"access_key": env_ak, "secret_key": env_sk}
+    return saved
+
+
+def _wait_ready(url: str, check, deadline: float, procs: dict) -> None:
+    while time.monotonic() < deadline:
+        for name, p in procs.items():
+            if p.poll() is not None:
+                raise RuntimeError(f"{name} exited with code {p.returncode} during start-up")
+        try:
+            r = httpx.get(url, timeout=1.0)
+            if r.status_code == 200 and check(r.json()):
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"timed out waiting for {url}")
+
+
+def cmd_up(args) -> int:
+    if args.detach:
+        return _up_detached(args)
+    data_dir = Path(args.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "logs").mkdir(exist_ok=True)
+    ports = cluster_ports(args.port)
+    host = args.host
+    root = _root_credentials(data_dir)
+    secret = _load_or_create(data_dir / "cluster.json", lambda: {"secret": secrets.token_urlsafe(32)})["secret"]
+    users = [f"{root['access_key']}:{root['secret_key']}:{root.get('owner_id', '')}:{root.get('name', 'root')}"]
+    users += list(args.user or [])
+    base_env = {**os.environ, "EPOCHFS_CLUSTER_SECRET": secret}
+    common = {"CLUSTER_SECRET": secret, "HOST": host, "LOG_LEVEL": args.log_level}
+
+    def env(prefix: str, **kw) -> dict:
+        e = dict(base_env)
+        for k, v in {**common, **kw}.items():
+            e[f"{prefix}{k.upper()}"] = str(v)
+        return e
+
+    specs = [("namenode", "epochfs.namenode",
+              env("NN_", port=ports["nn_http"], rpc_port=ports["nn_rpc"], data_dir=data_dir / "namenode",
+                  block_size=args.block_size, replication=args.replication))]
+    nn_addr = f"{host}:{ports['nn_rpc']}"
+    for i, (http, rpc) in enumerate(ports["dn"], 1):
+        specs.append((f"datanode{i}", "epochfs.datanode",
+                      env("DN_", port=http, rpc_port=rpc, data_dir=data_dir / f"datanode{i}", namenode=nn_addr)))
+    specs.append(("gateway", "epochfs.gateway",
+                  env("GW_", port=ports["gateway"], namenode=nn_addr, users=",".join(users))))
+
+    procs: dict[str, subprocess.Popen] = {}
+    stopping = False
+
+    def stop(*_):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    (data_dir / "up.pid").write_text(str(os.getpid()))
+    try:
+        for name, module, e in specs:
+            log = open(data_dir / "logs" / f"{name}.log", "ab")
+            procs[name] = subprocess.Popen([sys.executable, "-m", module], env=e, stdout=log, stderr=log,
+                                           stdin=subprocess.DEVNULL)
+            if name == "namenode":
+                _wait_ready(f"http://{host}:{ports['nn_http']}/healthz", lambda j: True, time.monotonic() + 30, procs)
+        _wait_ready(f"http://{host}:{ports['gateway']}/healthz", lambda j: True, time.monotonic() + 30, procs)
+        _wait_ready(f"http://{host}:{ports['nn_http']}/healthz", lambda j: j.get("nodes", 0) >= N_DATANODES,
+                    time.monotonic() + 30, procs)
+        endpoint = f"http://{host}:{ports['gateway']}"
+        print(f"export AWS_ENDPOINT_URL={endpoint} AWS_ACCESS_KEY_ID={root['access_key']} "
+              f"AWS_SECRET_ACCESS_KEY={root['secret_key']} AWS_DEFAULT_REGION=us-east-1", flush=True)
+        print(f"# epochfs is up: S3 endpoint {endpoint}, data in {data_dir}, logs in {data_dir / 'logs'}; "
+              "Ctrl-C stops it", file=sys.stderr, flush=True)
+        while not stopping:
+            for name, p in procs.items():
+                if p.poll() is not None and not stopping:
+                    print(f"# {name} exited with code {p.returncode}; stopping the cluster "
+                          f"(see {data_dir / 'logs' / (name + '.log')})", file=sys.stderr, flush=True)
+                    stopping = True
+            time.sleep(0.2)
+    except RuntimeError as e:
+        print(f"epochfs up: {e} (logs in {data_dir / 'logs'})", file=sys.stderr)
+        _stop_all(procs)
+        return 1
+    _stop_all(procs)
+    (data_dir / "up.pid").unlink(missing_ok=True)
+    print("# epochfs stopped", file=sys.stderr)
+    return 0
+
+
+def _stop_all(procs: dict) -> None:
+    # gateway first (no new requests), NameNode last
+    for name in reversed(list(procs)):
+        p = procs[name]
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for p in procs.values():
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _up_detached(args) -> int:
+    data_dir = Path(args.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    out = data_dir / "up.out"
+    argv = [a for a in sys.argv[1:] if a not in ("-d", "--detach")]
+    with open(out, "wb") as f:
+        p = subprocess.Popen([sys.executable, "-m", "epochfs.frontends.cli.main", *argv], stdout=f,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        text = out.read_text()
+        for line in text.splitlines():
+            if line.startswith("export AWS_ENDPOINT_URL="):
+                print(line)
+                print(f"# epochfs runs in the background (pid {p.pid}); stop it with: epochfs down --data-dir "
+                      f"{data_dir}", file=sys.stderr)
+                return 0
+        if p.poll() is not None:
+            print(text, file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    print("epochfs up: timed out waiting for the cluster", file=sys.stderr)
+    return 1
+
+
+def cmd_down(args) -> int:
+    pid_file = Path(args.data_dir).resolve() / "up.pid"
+    if not pid_file.exists():
+        print(f"epochfs down: no cluster running from {pid_file.parent}", file=sys.stderr)
+        return 1
+    pid = int(pid_file.read_text())
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pid_file.unlink(missing_ok=True)
+        return 0
+    for _ in range(300):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return 0
+        time.sleep(0.1)
+    print("epochfs down: the cluster did not stop within 30 s", file=sys.stderr)
+    return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="epochfs", description="epochfs: storage for deep-learning training data")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name, help_ in (("namenode", "run a NameNode (settings from NN_* variables)"),
+                        ("datanode", "run a DataNode (settings from DN_* variables)"),
+                        ("gateway", "run the S3 gateway (settings from GW_* variables)")):
+        sub.add_parser(name, help=help_).set_defaults(func=_service(name))
+    up = sub.add_parser("up", help="run a local cluster: NameNode, 3 DataNodes and the S3 gateway")
+    up.add_argument("--data-dir", default="./epochfs-data")
+    up.add_argument("--port", type=int, default=DEFAULT_PORT, help="S3 port; the services use the next ones")
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--user", action="append", metavar="ACCESS:SECRET[:OWNER_ID[:NAME]]",
+                    help="an extra S3 user (repeatable)")
+    up.add_argument("--block-size", type=int, default=4 << 20)
+    up.add_argument("--replication", type=int, default=3)
+    up.add_argument("--log-level", default="info")
+    up.add_argument("-d", "--detach", action="store_true", help="run in the background; print the exports and exit")
+    up.set_defaults(func=cmd_up)
+    down = sub.add_parser("down", help="stop a cluster started with `epochfs up --detach`")
+    down.add_argument("--data-dir", default="./epochfs-data")
+    down.set_defaults(func=cmd_down)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    sys.exit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

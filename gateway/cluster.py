@@ -1,0 +1,207 @@
+"""The gateway's view of the cluster: NameNode calls (retried while it restarts) and block I/O with DataNodes."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import AsyncIterator, Callable
+
+from epochfs.common import errors
+from epochfs.common.blocks import crc32c
+from epochfs.common.config import parse_addr
+from epochfs.common.peers import Peers
+from epochfs.common.rpc import RpcClient
+
+log = logging.getLogger("epochfs.gateway")
+
+# Hash blocks at least this large in a worker thread: hashlib and crc32c release the GIL, so the event loop keeps
+# serving while a 4 MiB block is hashed; below it the thread hand-off costs more than the hashing.
+THREAD_HASH_BYTES = 512 << 10
+
+
+class Cluster:
+    def __init__(self, namenode: str, secret: str, *, rpc_timeout_s: float = 30.0, nn_retry_s: float = 10.0) -> None:
+        host, port = parse_addr(namenode)
+        self._nn = RpcClient(host, port, secret, timeout=rpc_timeout_s)
+        self.peers = Peers(secret, timeout=rpc_timeout_s)
+        self.nn_retry_s = nn_retry_s
+        self._block_size: dict[str, int] = {}
+
+    async def close(self) -> None:
+        await self._nn.close()
+        await self.peers.close()
+
+    async def nn(self, op: str, **args) -> dict:
+        """Call the NameNode; while it is unreachable (a restart), retry for nn_retry_s before giving up."""
+        deadline = time.monotonic() + self.nn_retry_s
+        delay = 0.05
+        while True:
+            try:
+                res, _ = await self._nn.call(op, **args)
+                return res
+            except errors.Unavailable:
+                if time.monotonic() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def block_size(self, bucket: str) -> int:
+        bs = self._block_size.get(bucket)
+        if bs is None:
+            info = await self.nn("bucket_info", bucket=bucket)
+            bs = self._block_size[bucket] = int(info.get("bs") or (4 << 20))
+        return bs
+
+    def forget_bucket(self, bucket: str) -> None:
+        self._block_size.pop(bucket, None)
+
+    # ------------------------------------------------------------------ writes
+    async def write_stream(self, bucket: str, stream: AsyncIterator[bytes], update: Callable[[bytes], None],
+                           limit: int | None = None) -> tuple[list[list], int]:
+        """Cut `stream` into blocks, feed each to `update` (the request's hashers) and store it on DataNodes.
+
+        Returns (block list for the NameNode, total size). On any failure the blocks written so far are abandoned
+        (deleted by the NameNode's GC orders) and the error propagates: nothing becomes visible.
+        """
+        bs = await self.block_size(bucket)
+        blocks: list[list | None] = []
+        allocated: list[int] = []
+        inflight: list[asyncio.Task] = []
+        last_hashed: asyncio.Event | None = None
+        size = 0
+        buf = bytearray()
+
+        async def flush(slot: int, data: bytes, after: asyncio.Event | None, hashed: asyncio.Event) -> None:
+            """Store one block; hashing runs strictly in stream order (after `after`), the rest overlaps."""
+            try:
+                alloc = asyncio.ensure_future(self.nn("allocate", bucket=bucket, count=1))
+                if after is not None:
+                    await after.wait()
+                if len(data) >= THREAD_HASH_BYTES:
+                    crc = await asyncio.to_thread(_hash_block, data, update)
+                else:
+                    crc = _hash_block(data, update)
+            finally:
+                hashed.set()
+            res = await alloc
+            (bid, nodes), = res["blocks"]
+            allocated.append(bid)
+            used = await self._put_block(bid, data, crc, nodes, res["addrs"])
+            blocks[slot] = [bid, len(data), crc, used]
+
+        async def submit(data: bytes) -> None:
+            nonlocal inflight, last_hashed
+            hashed = asyncio.Event()
+            blocks.append(None)
+            inflight = [t for t in inflight if not t.done()]
+            inflight.append(asyncio.create_task(flush(len(blocks) - 1, data, last_hashed, hashed)))
+            last_hashed = hashed
+            if len(inflight) > 2:
+                await inflight[0]
+
+        try:
+            async for piece in stream:
+                size += len(piece)
+                if limit is not None and size > limit:
+                    raise errors.InvalidInput("Your proposed upload exceeds the maximum allowed size",
+                                              code="EntityTooLarge")
+                if not buf and len(piece) == bs:
+                    await submit(piece)
+                    continue
+                buf += piece
+                while len(buf) >= bs:
+                    data = bytes(buf[:bs])
+                    del buf[:bs]
+                    await submit(data)
+            if buf:
+                await submit(bytes(buf))
+            for t in inflight:
+                await t
+        except BaseException:
+            for t in inflight:
+                t.cancel()
+            await asyncio.gather(*inflight, return_exceptions=True)
+            if allocated:
+                try:
+                    await self.nn("abandon", blocks=allocated)
+                except errors.DomainError:
+                    pass  # the NameNode's pending-allocation expiry collects them later
+            raise
+        return blocks, size
+
+    async def write_bytes(self, bucket: str, data: bytes) -> list[list]:
+        async def one():
+            if data:
+                yield data
+        blocks, _ = await self.write_stream(bucket, one(), lambda b: None)
+        return blocks
+
+    async def _put_block(self, bid: int, data: bytes, crc: int, nodes: list[int], addrs: dict) -> list[int]:
+        """Write to the first reachable node of `nodes` as primary; it replicates to the others."""
+        last: Exception | None = None
+        for i, primary in enumerate(nodes):
+            rest = [n for n in nodes if n != primary]
+            try:
+                await self.peers.get(addrs[str(primary)]).call(
+                    "put", data, block_id=bid, crc=crc, secondaries=[[n, addrs[str(n)]] for n in rest])
+                return [primary] + rest
+            except errors.Unavailable as e:
+                last = e
+                log.warning("block %s: primary %s unreachable, trying the next replica", bid, primary)
+        raise errors.Unavailable(f"no DataNode accepted block {bid}: {last}")
+
+    # ------------------------------------------------------------------ reads
+    async def read_block(self, blk: list, addrs: dict, offset: int = 0, length: int = -1) -> bytes:
+        """Read (part of) a block from the first replica that answers with data passing its CRC."""
+        last: Exception | None = None
+        for node in blk[3]:
+            addr = addrs.get(str(node))
+            if addr is None:
+                continue
+            try:
+                _, data = await self.peers.get(addr).call("get", block_id=blk[0], offset=offset, length=length)
+                return data
+            except (errors.Unavailable, errors.CorruptBlock, errors.NoSuchBlock) as e:
+                last = e
+                log.warning("block %s on node %s: %s; trying another replica", blk[0], node, e)
+        raise errors.Unavailable(f"no replica of block {blk[0]} could be read: {last}")
+
+    async def read_range(self, blocks: list[list], addrs: dict, start: int, end: int,
+                         prefetch: int = 2) -> AsyncIterator[bytes]:
+        """Yield bytes [start, end) of a file, fetching up to `prefetch` blocks ahead."""
+        plan = []
+        pos = 0
+        for blk in blocks:
+            bstart, bend = pos, pos + blk[1]
+            pos = bend
+            if bend <= start or bstart >= end:
+                continue
+            off = max(start - bstart, 0)
+            plan.append((blk, off, min(end, bend) - bstart - off))
+        if len(plan) == 1:
+            blk, off, n = plan[0]
+            yield await self.read_block(blk, addrs, off, n)
+            return
+        tasks: list[asyncio.Task] = []
+        try:
+            it = iter(plan)
+            for blk, off, n in it:
+                tasks.append(asyncio.create_task(self.read_block(blk, addrs, off, n)))
+                if len(tasks) > prefetch:
+                    yield await tasks.pop(0)
+            while tasks:
+                yield await tasks.pop(0)
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def read_all(self, obj: dict, addrs: dict) -> bytes:
+        out = bytearray()
+        async for piece in self.read_range(obj.get("blk", []), addrs, 0, obj.get("size", 0)):
+            out += piece
+        return bytes(out)
+
+
+def _hash_block(data: bytes, update: Callable[[bytes], None]) -> int:
+    update(data)
+    return crc32c(data)

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from pydantic_settings import SettingsConfigDict
+
+from epochfs.common.config import ServiceSettings
+
+
+class GatewaySettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="GW_", extra="ignore")
+
+    port: int = 9000
+    namenode: str = "127.0.0.1:9871"
+    """NameNode RPC address host:port."""
+    region: str = "us-east-1"
+    users: str = ""
+    """S3 users: comma-separated ACCESS_KEY:SECRET_KEY[:OWNER_ID[:DISPLAY_NAME]]. The first one is the root user."""
+    admin_users: str = ""
+    """Access keys (comma-separated) with admin rights; default: the first user."""
+    max_skew_s: int = 900
+    """Largest accepted difference between a request's x-amz-date and the gateway's clock."""
+    rpc_timeout_s: float = 30.0
+    namenode_retry_s: float = 10.0
+    """How long a request waits for an unreachable NameNode before answering 503 ServiceUnavailable."""
+    max_object_size: int = 5 << 40

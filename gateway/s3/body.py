@@ -1,0 +1,235 @@
+"""Request bodies: plain or aws-chunked (signed chunks, unsigned with trailers), and the digests checked against them."""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from typing import AsyncIterator
+
+from epochfs.common.checksums import ALGORITHMS, Hasher, new_hasher
+
+from .errors import S3Error, invalid_argument, invalid_request
+from .sigv4 import (STREAMING_SIGNED, STREAMING_SIGNED_TRAILER, STREAMING_UNSIGNED_TRAILER, UNSIGNED, AuthResult,
+                    ChunkSigner)
+
+
+class ClientDisconnected(Exception):
+    pass
+
+
+async def raw_body(receive) -> AsyncIterator[bytes]:
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise ClientDisconnected()
+        body = msg.get("body", b"")
+        if body:
+            yield body
+        if not msg.get("more_body", False):
+            return
+
+
+async def read_all(receive, limit: int = 64 << 20) -> bytes:
+    out = bytearray()
+    async for piece in raw_body(receive):
+        out += piece
+        if len(out) > limit:
+            raise invalid_request("request body too large")
+    return bytes(out)
+
+
+def _incomplete() -> S3Error:
+    return S3Error("IncompleteBody", "You did not provide the number of bytes specified by the Content-Length "
+                   "HTTP header.", 400)
+
+
+class AwsChunkedDecoder:
+    """Decodes `aws-chunked` bodies: `<hex-size>[;chunk-signature=<sig>]\\r\\n<data>\\r\\n` ... `0...\\r\\n`, then
+    optional trailer lines `name:value\\r\\n` and a blank line. Checks the chunk signature chain when signed."""
+
+    def __init__(self, source: AsyncIterator[bytes], signer: ChunkSigner | None) -> None:
+        self.source = source
+        self.signer = signer
+        self.trailers: dict[str, str] = {}
+        self._buf = bytearray()
+        self._eof = False
+
+    async def _more(self) -> None:
+        try:
+            piece = await self.source.__anext__()
+        except StopAsyncIteration:
+            self._eof = True
+            raise _incomplete() from None
+        self._buf += piece
+
+    async def _line(self) -> bytes:
+        while True:
+            i = self._buf.find(b"\r\n")
+            if i >= 0:
+                line = bytes(self._buf[:i])
+                del self._buf[:i + 2]
+                return line
+            if len(self._buf) > 8192:
+                raise invalid_argument("aws-chunked: chunk header too long")
+            await self._more()
+
+    async def __aiter__(self):
+        while True:
+            header = await self._line()
+            size_s, _, ext = header.partition(b";")
+            try:
+                size = int(size_s, 16)
+            except ValueError:
+                raise invalid_argument("aws-chunked: bad chunk size") from None
+            sig = None
+            if ext.startswith(b"chunk-signature="):
+                sig = ext[len(b"chunk-signature="):].decode()
+            if self.signer is not None and sig is None:
+                raise S3Error("SignatureDoesNotMatch", "aws-chunked: missing chunk signature", 403)
+            sha = hashlib.sha256() if self.signer is not None else None
+            left = size
+            while left:
+                if not self._buf:
+                    await self._more()
+                n = min(left, len(self._buf))
+                data = bytes(self._buf[:n])
+                del self._buf[:n]
+                left -= n
+                if sha is not None:
+                    sha.update(data)
+                yield data
+            if self.signer is not None:
+                self.signer.check_chunk(sig, sha.hexdigest())
+            if size == 0:
+                break
+            if await self._line() != b"":
+                raise invalid_argument("aws-chunked: chunk data not followed by CRLF")
+        raw_trailer = bytearray()
+        trailer_sig = None
+        while True:
+            try:
+                line = await self._line()
+            except S3Error:
+                break  # no trailer and no final CRLF: tolerated
+            if line == b"":
+                break
+            name, _, value = line.decode().partition(":")
+            name = name.strip().lower()
+            if name == "x-amz-trailer-signature":
+                trailer_sig = value.strip()
+            else:
+                raw_trailer += line + b"\n"
+                self.trailers[name] = value.strip()
+        if self.signer is not None and trailer_sig is not None:
+            self.signer.check_trailer(trailer_sig, bytes(raw_trailer))
+
+
+class BodyCheck:
+    """The digests a request asks us to verify (Content-MD5, x-amz-content-sha256, x-amz-checksum-*), computed while
+    the body streams through `update`, and verified by `verify()` before anything is committed."""
+
+    def __init__(self, headers: dict[str, str], auth: AuthResult | None, *, default_alg: str | None = None) -> None:
+        self.headers = headers
+        self.md5 = hashlib.md5()
+        self.sha256 = None
+        self.want_sha256 = None
+        self.trailer_name = None
+        payload_hash = auth.payload_hash if auth else headers.get("x-amz-content-sha256", UNSIGNED)
+        if payload_hash and payload_hash not in (UNSIGNED, STREAMING_SIGNED, STREAMING_SIGNED_TRAILER,
+                                                 STREAMING_UNSIGNED_TRAILER, "STREAMING-AWS4-ECDSA-P256-SHA256-PAYLOAD"):
+            if len(payload_hash) != 64:
+                raise S3Error("InvalidArgument", "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, a STREAMING value "
+                              "or a SHA-256 hex digest", 400)
+            self.sha256 = hashlib.sha256()
+            self.want_sha256 = payload_hash
+        self.want_md5 = None
+        if "content-md5" in headers:
+            try:
+                self.want_md5 = base64.b64decode(headers["content-md5"], validate=True)
+            except (binascii.Error, ValueError):
+                raise S3Error("InvalidDigest", "The Content-MD5 you specified was invalid.", 400) from None
+            if len(self.want_md5) != 16:
+                raise S3Error("InvalidDigest", "The Content-MD5 you specified was invalid.", 400)
+        self.alg: str | None = None
+        self.want_cs: str | None = None
+        for alg in ALGORITHMS:
+            v = headers.get(f"x-amz-checksum-{alg}")
+            if v is not None:
+                if self.alg is not None:
+                    raise invalid_request("Expecting a single x-amz-checksum- header. Multiple checksum Types are "
+                                          "not allowed.")
+                self.alg, self.want_cs = alg, v
+        trailer = headers.get("x-amz-trailer", "").strip().lower()
+        if trailer:
+            if not trailer.startswith("x-amz-checksum-") or trailer[15:] not in ALGORITHMS:
+                raise invalid_request(f"unsupported trailer {trailer}")
+            self.alg, self.trailer_name = trailer[15:], trailer
+        sdk_alg = headers.get("x-amz-sdk-checksum-algorithm", "").lower()
+        if self.alg is None and sdk_alg:
+            if sdk_alg not in ALGORITHMS:
+                raise invalid_request(f"Checksum algorithm {sdk_alg} is not supported")
+            self.alg = sdk_alg
+        if self.alg is None and default_alg:
+            self.alg = default_alg
+        self.cs: Hasher | None = new_hasher(self.alg) if self.alg else None
+
+    def update(self, data) -> None:
+        self.md5.update(data)
+        if self.sha256 is not None:
+            self.sha256.update(data)
+        if self.cs is not None:
+            self.cs.update(data)
+
+    def verify(self, trailers: dict[str, str] | None = None) -> None:
+        md5 = self.md5.digest()
+        if self.want_md5 is not None and md5 != self.want_md5:
+            raise S3Error("BadDigest", "The Content-MD5 you specified did not match what we received.", 400)
+        if self.sha256 is not None and self.sha256.hexdigest() != self.want_sha256:
+            raise S3Error("XAmzContentSHA256Mismatch", "The provided 'x-amz-content-sha256' header does not match "
+                          "what was computed.", 400)
+        if self.trailer_name is not None:
+            self.want_cs = (trailers or {}).get(self.trailer_name)
+            if self.want_cs is None:
+                raise invalid_request(f"The trailer {self.trailer_name} was declared but not sent")
+        if self.cs is not None and self.want_cs is not None and self.cs.b64() != self.want_cs:
+            raise S3Error("BadDigest", f"The {self.alg.upper()} you specified did not match the calculated "
+                          "checksum.", 400)
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.md5.hexdigest()}"'
+
+    def checksums(self) -> dict:
+        return {self.alg: self.cs.b64()} if self.cs is not None else {}
+
+
+def body_stream(receive, headers: dict[str, str], auth: AuthResult | None) -> tuple[AsyncIterator[bytes], object]:
+    """The request's payload as a stream of bytes, and the decoder (for trailers) if the body is aws-chunked."""
+    src = raw_body(receive)
+    payload_hash = auth.payload_hash if auth else ""
+    chunked = payload_hash.startswith("STREAMING-") or "aws-chunked" in headers.get("content-encoding", "")
+    if not chunked:
+        return _counted(src, headers), None
+    signer = ChunkSigner(auth) if auth and payload_hash in (STREAMING_SIGNED, STREAMING_SIGNED_TRAILER) else None
+    dec = AwsChunkedDecoder(src, signer)
+    return _decoded(dec, headers), dec
+
+
+async def _counted(src: AsyncIterator[bytes], headers: dict[str, str]) -> AsyncIterator[bytes]:
+    want = headers.get("content-length")
+    n = 0
+    async for piece in src:
+        n += len(piece)
+        yield piece
+    if want is not None and n < int(want):
+        raise _incomplete()
+
+
+async def _decoded(dec: AwsChunkedDecoder, headers: dict[str, str]) -> AsyncIterator[bytes]:
+    want = headers.get("x-amz-decoded-content-length")
+    n = 0
+    async for piece in dec:
+        n += len(piece)
+        yield piece
+    if want is not None and n != int(want):
+        raise _incomplete()

@@ -1,0 +1,73 @@
+"""S3 errors: one table maps domain errors to S3 codes and statuses; S3Error carries codes only the S3 API knows."""
+from __future__ import annotations
+
+from xml.sax.saxutils import escape
+
+from epochfs.common import errors
+
+
+class S3Error(Exception):
+    def __init__(self, code: str, message: str, status: int = 400, **extra) -> None:
+        super().__init__(message)
+        self.code, self.message, self.status, self.extra = code, message, status, extra
+        self.headers: list[tuple[str, str]] = []
+
+
+S3_ERRORS: dict[type[errors.DomainError], tuple[str, int]] = {
+    errors.NoSuchBucket: ("NoSuchBucket", 404),
+    errors.NoSuchKey: ("NoSuchKey", 404),
+    errors.NoSuchUpload: ("NoSuchUpload", 404),
+    errors.BucketNotEmpty: ("BucketNotEmpty", 409),
+    errors.BucketAlreadyOwnedByYou: ("BucketAlreadyOwnedByYou", 409),
+    errors.BucketAlreadyExists: ("BucketAlreadyExists", 409),
+    errors.InvalidBucketName: ("InvalidBucketName", 400),
+    errors.KeyTooLong: ("KeyTooLongError", 400),
+    errors.InvalidKey: ("InvalidArgument", 400),
+    errors.InvalidPart: ("InvalidPart", 400),
+    errors.InvalidPartOrder: ("InvalidPartOrder", 400),
+    errors.EntityTooSmall: ("EntityTooSmall", 400),
+    errors.PreconditionFailed: ("PreconditionFailed", 412),
+    errors.NotEnoughReplicas: ("ServiceUnavailable", 503),
+    errors.Unavailable: ("ServiceUnavailable", 503),
+    errors.CorruptBlock: ("InternalError", 500),
+    errors.InvalidInput: ("InvalidArgument", 400),
+    errors.Conflict: ("OperationAborted", 409),
+}
+
+
+def from_domain(exc: errors.DomainError) -> S3Error:
+    for cls in type(exc).__mro__:
+        if cls in S3_ERRORS:
+            code, status = S3_ERRORS[cls]
+            code = exc.details.get("code", code)
+            return S3Error(code, exc.message, status)
+    return S3Error("InternalError", "We encountered an internal error. Please try again.", 500)
+
+
+def error_xml(err: S3Error, resource: str, request_id: str) -> bytes:
+    extra = "".join(f"<{k}>{escape(str(v))}</{k}>" for k, v in err.extra.items())
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{err.code}</Code>'
+            f"<Message>{escape(err.message)}</Message>{extra}<Resource>{escape(resource)}</Resource>"
+            f"<RequestId>{request_id}</RequestId><HostId>{request_id}</HostId></Error>").encode()
+
+
+# shorthands for errors raised by the S3 layer itself
+def access_denied(msg: str = "Access Denied") -> S3Error:
+    return S3Error("AccessDenied", msg, 403)
+
+
+def invalid_argument(msg: str, **extra) -> S3Error:
+    return S3Error("InvalidArgument", msg, 400, **extra)
+
+
+def invalid_request(msg: str) -> S3Error:
+    return S3Error("InvalidRequest", msg, 400)
+
+
+def malformed_xml() -> S3Error:
+    return S3Error("MalformedXML", "The XML you provided was not well-formed or did not validate against our "
+                   "published schema.", 400)
+
+
+def not_implemented(what: str) -> S3Error:
+    return S3Error("NotImplemented", f"{what} is not implemented", 501)

@@ -1,0 +1,134 @@
+"""ListObjects (v1), ListObjectsV2 and ListObjectVersions; the NameNode walks the tree, this module speaks XML."""
+from __future__ import annotations
+
+import base64
+
+from . import xml
+from .bucket import bucket_owned
+from .errors import S3Error, invalid_argument
+
+
+def _params(req) -> tuple[str, str, int, bool]:
+    q = req.query
+    enc = q.get("encoding-type")
+    if enc is not None and enc.lower() != "url":
+        raise invalid_argument("Invalid Encoding Method specified in Request", ArgumentName="encoding-type",
+                               ArgumentValue=enc)
+    try:
+        max_keys = int(q.get("max-keys", "1000"))
+    except ValueError:
+        raise invalid_argument("Provided max-keys not an integer or within integer range",
+                               ArgumentName="max-keys", ArgumentValue=q.get("max-keys")) from None
+    if max_keys < 0:
+        raise invalid_argument("Argument maxKeys must be an integer between 0 and 2147483647",
+                               ArgumentName="maxKeys", ArgumentValue=q.get("max-keys"))
+    return q.get("prefix", ""), q.get("delimiter", ""), min(max_keys, 1000), enc is not None
+
+
+async def _list(ctx, req, prefix, delimiter, after, max_keys):
+    if max_keys == 0:
+        return {"items": [], "truncated": False}
+    return await ctx.cluster.nn("list_objects", bucket=req.bucket, prefix=prefix, delimiter=delimiter, after=after,
+                                max_keys=max_keys)
+
+
+def _items_xml(items, url: bool, with_owner: bool, owners) -> tuple[str, str]:
+    contents, prefixes = [], []
+    for it in items:
+        if it[0] == "p":
+            prefixes.append(f"<CommonPrefixes><Prefix>{xml.enc_key(it[1], url)}</Prefix></CommonPrefixes>")
+        else:
+            _, key, size, etag, mt, owner, sc = it
+            o = xml.owner(owner, owners(owner)) if with_owner else ""
+            contents.append(f"<Contents><Key>{xml.enc_key(key, url)}</Key><LastModified>{xml.iso8601(mt)}"
+                            f"</LastModified><ETag>{xml.esc(etag)}</ETag><Size>{size}</Size>{o}"
+                            f"<StorageClass>{sc}</StorageClass></Contents>")
+    return "".join(contents), "".join(prefixes)
+
+
+def _opt(tag: str, value: str, url: bool = False) -> str:
+    return f"<{tag}>{xml.enc_key(value, url)}</{tag}>" if value else ""
+
+
+async def list_objects_v1(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    prefix, delimiter, max_keys, url = _params(req)
+    marker = req.query.get("marker", "")
+    res = await _list(ctx, req, prefix, delimiter, marker, max_keys)
+    contents, prefixes = _items_xml(res["items"], url, True, ctx.display_name)
+    next_marker = ""
+    if res["truncated"] and delimiter and res["items"]:
+        next_marker = f"<NextMarker>{xml.enc_key(res['items'][-1][1], url)}</NextMarker>"
+    body = xml.doc("ListBucketResult",
+                   f"<Name>{xml.esc(req.bucket)}</Name><Prefix>{xml.enc_key(prefix, url)}</Prefix>"
+                   f"<Marker>{xml.enc_key(marker, url)}</Marker>{next_marker}<MaxKeys>{max_keys}</MaxKeys>"
+                   f"{_opt('Delimiter', delimiter, url)}<IsTruncated>{str(res['truncated']).lower()}</IsTruncated>"
+                   f"{'<EncodingType>url</EncodingType>' if url else ''}{contents}{prefixes}")
+    return Response(200, [("content-type", "application/xml")], body)
+
+
+def _token(key: str) -> str:
+    return base64.urlsafe_b64encode(key.encode()).decode()
+
+
+def _untoken(tok: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(tok.encode()).decode()
+    except Exception:
+        raise invalid_argument("The continuation token provided is incorrect", ArgumentName="continuation-token") \
+            from None
+
+
+async def list_objects_v2(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    prefix, delimiter, max_keys, url = _params(req)
+    q = req.query
+    token = q.get("continuation-token")
+    start_after = q.get("start-after", "")
+    after = _untoken(token) if token is not None else start_after
+    if token == "":
+        raise invalid_argument("The continuation token provided is incorrect", ArgumentName="continuation-token")
+    res = await _list(ctx, req, prefix, delimiter, after, max_keys)
+    contents, prefixes = _items_xml(res["items"], url, q.get("fetch-owner") == "true", ctx.display_name)
+    nxt = ""
+    if res["truncated"] and res["items"]:
+        nxt = f"<NextContinuationToken>{_token(res['items'][-1][1])}</NextContinuationToken>"
+    body = xml.doc("ListBucketResult",
+                   f"<Name>{xml.esc(req.bucket)}</Name><Prefix>{xml.enc_key(prefix, url)}</Prefix>"
+                   f"<MaxKeys>{max_keys}</MaxKeys><KeyCount>{len(res['items'])}</KeyCount>"
+                   f"{_opt('Delimiter', delimiter, url)}<IsTruncated>{str(res['truncated']).lower()}</IsTruncated>"
+                   f"{_opt('ContinuationToken', token or '')}{nxt}{_opt('StartAfter', start_after, url)}"
+                   f"{'<EncodingType>url</EncodingType>' if url else ''}{contents}{prefixes}")
+    return Response(200, [("content-type", "application/xml")], body)
+
+
+async def list_versions(ctx, req):
+    """Versioning is never enabled, so every object has exactly one version, "null", and it is the latest."""
+    from .router import Response
+    await bucket_owned(ctx, req)
+    prefix, delimiter, max_keys, url = _params(req)
+    marker = req.query.get("key-marker", "")
+    res = await _list(ctx, req, prefix, delimiter, marker, max_keys)
+    parts = []
+    for it in res["items"]:
+        if it[0] == "p":
+            parts.append(f"<CommonPrefixes><Prefix>{xml.enc_key(it[1], url)}</Prefix></CommonPrefixes>")
+        else:
+            _, key, size, etag, mt, owner, sc = it
+            parts.append(f"<Version><Key>{xml.enc_key(key, url)}</Key><VersionId>null</VersionId>"
+                         f"<IsLatest>true</IsLatest><LastModified>{xml.iso8601(mt)}</LastModified>"
+                         f"<ETag>{xml.esc(etag)}</ETag><Size>{size}</Size>"
+                         f"{xml.owner(owner, ctx.display_name(owner))}<StorageClass>{sc}</StorageClass></Version>")
+    nxt = ""
+    if res["truncated"] and res["items"]:
+        nxt = (f"<NextKeyMarker>{xml.enc_key(res['items'][-1][1], url)}</NextKeyMarker>"
+               f"<NextVersionIdMarker>null</NextVersionIdMarker>")
+    body = xml.doc("ListVersionsResult",
+                   f"<Name>{xml.esc(req.bucket)}</Name><Prefix>{xml.enc_key(prefix, url)}</Prefix>"
+                   f"<KeyMarker>{xml.enc_key(marker, url)}</KeyMarker><VersionIdMarker></VersionIdMarker>{nxt}"
+                   f"<MaxKeys>{max_keys}</MaxKeys>{_opt('Delimiter', delimiter, url)}"
+                   f"<IsTruncated>{str(res['truncated']).lower()}</IsTruncated>"
+                   f"{'<EncodingType>url</EncodingType>' if url else ''}{''.join(parts)}")
+    return Response(200, [("content-type", "application/xml")], body)

@@ -1,0 +1,210 @@
+"""Multipart uploads. Parts are stored as blocks when uploaded; completing concatenates their block lists in one
+NameNode batch (no data is copied), so the object appears whole, or not at all."""
+from __future__ import annotations
+
+import hashlib
+
+from epochfs.common.checksums import ALGORITHMS
+
+from . import xml
+from .body import BodyCheck, body_stream, read_all
+from .bucket import bucket_owned
+from .errors import S3Error, invalid_argument, malformed_xml
+from .objects import check_key, object_attrs, read_copy_source
+
+
+def _part_number(req) -> int:
+    try:
+        n = int(req.query["partNumber"])
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 10000:
+        raise invalid_argument("Part number must be an integer between 1 and 10000, inclusive",
+                               ArgumentName="partNumber", ArgumentValue=req.query["partNumber"])
+    return n
+
+
+async def create(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    check_key(req.key)
+    attrs = object_attrs(req)
+    alg = req.headers.get("x-amz-checksum-algorithm", "").lower()
+    if alg:
+        if alg not in ALGORITHMS:
+            raise invalid_argument(f"Checksum algorithm {alg} is not supported")
+        attrs["csa"] = alg
+    res = await ctx.cluster.nn("mpu_create", bucket=req.bucket, key=req.key, attrs=attrs)
+    headers = [("content-type", "application/xml")]
+    if alg:
+        headers += [("x-amz-checksum-algorithm", alg.upper()),
+                    ("x-amz-checksum-type", "FULL_OBJECT" if alg == "crc64nvme" else "COMPOSITE")]
+    body = xml.doc("InitiateMultipartUploadResult", f"<Bucket>{xml.esc(req.bucket)}</Bucket><Key>{xml.esc(req.key)}"
+                                                    f"</Key><UploadId>{res['upload_id']}</UploadId>")
+    return Response(200, headers, body)
+
+
+async def upload_part(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    n = _part_number(req)
+    up = await ctx.cluster.nn("mpu_get", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
+    check = BodyCheck(req.headers, req.auth, default_alg=up["a"].get("csa"))
+    stream, dec = body_stream(req.receive, req.headers, req.auth)
+    blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update)
+    try:
+        check.verify(dec.trailers if dec else None)
+        part = {"size": size, "etag": check.etag, "blk": blocks, "cs": check.checksums()}
+        await ctx.cluster.nn("mpu_put_part", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"],
+                             number=n, part=part)
+    except BaseException:
+        await ctx.abandon(blocks)
+        raise
+    headers = [("etag", check.etag)]
+    for alg, v in check.checksums().items():
+        headers.append((f"x-amz-checksum-{alg}", v))
+    return Response(200, headers)
+
+
+async def upload_part_copy(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    n = _part_number(req)
+    up = await ctx.cluster.nn("mpu_get", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
+    _, _, stream, _ = await read_copy_source(ctx, req, req.headers.get("x-amz-copy-source-range"))
+    check = BodyCheck({}, None, default_alg=up["a"].get("csa"))
+    blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update)
+    try:
+        part = {"size": size, "etag": check.etag, "blk": blocks, "cs": check.checksums()}
+        await ctx.cluster.nn("mpu_put_part", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"],
+                             number=n, part=part)
+    except BaseException:
+        await ctx.abandon(blocks)
+        raise
+    import time
+    body = xml.doc("CopyPartResult", f"<LastModified>{xml.iso8601(time.time_ns())}</LastModified>"
+                                     f"<ETag>{xml.esc(check.etag)}</ETag>")
+    return Response(200, [("content-type", "application/xml")], body)
+
+
+async def complete(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    body = await read_all(req.receive, 4 << 20)
+    root = xml.parse(body)
+    if root.tag != "CompleteMultipartUpload":
+        raise malformed_xml()
+    parts = []
+    for p in root.findall("Part"):
+        try:
+            n = int(p.findtext("PartNumber") or "")
+        except ValueError:
+            raise malformed_xml() from None
+        cs = {a: p.findtext(f"Checksum{a.upper()}") for a in ALGORITHMS if p.findtext(f"Checksum{a.upper()}")}
+        parts.append({"n": n, "etag": (p.findtext("ETag") or "").strip(), "cs": cs})
+    if not parts:
+        raise malformed_xml()
+    res = await ctx.cluster.nn("mpu_complete", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"],
+                               parts=parts, if_match=req.headers.get("if-match"),
+                               if_none_match=req.headers.get("if-none-match"))
+    body = xml.doc("CompleteMultipartUploadResult",
+                   f"<Location>/{xml.esc(req.bucket)}/{xml.esc(req.key)}</Location><Bucket>{xml.esc(req.bucket)}"
+                   f"</Bucket><Key>{xml.esc(req.key)}</Key><ETag>{xml.esc(res['etag'])}</ETag>")
+    return Response(200, [("content-type", "application/xml")], body)
+
+
+async def abort(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    await ctx.cluster.nn("mpu_abort", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
+    return Response(204)
+
+
+def _int_arg(req, name: str, default: int, hi: int) -> int:
+    try:
+        v = int(req.query.get(name, default))
+    except ValueError:
+        raise invalid_argument(f"Provided {name} not an integer or within integer range", ArgumentName=name) from None
+    if v < 0:
+        raise invalid_argument(f"Argument {name} must be an integer between 0 and 2147483647", ArgumentName=name)
+    return min(v, hi)
+
+
+async def list_parts(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    max_parts = _int_arg(req, "max-parts", 1000, 1000)
+    marker = _int_arg(req, "part-number-marker", 0, 10000)
+    res = await ctx.cluster.nn("mpu_list_parts", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
+    parts = [p for p in res["parts"] if p["n"] > marker]
+    page, truncated = parts[:max_parts], len(parts) > max_parts
+    owner = res["upload"]["a"].get("owner", req.user.owner_id)
+    items = []
+    for p in page:
+        cs = "".join(f"<Checksum{a.upper()}>{v}</Checksum{a.upper()}>" for a, v in (p.get("cs") or {}).items())
+        items.append(f"<Part><PartNumber>{p['n']}</PartNumber><LastModified>{xml.iso8601(p['mt'])}</LastModified>"
+                     f"<ETag>{xml.esc(p['etag'])}</ETag><Size>{p['size']}</Size>{cs}</Part>")
+    nxt = page[-1]["n"] if page else 0
+    o = xml.owner(owner, ctx.display_name(owner))
+    body = xml.doc("ListPartsResult",
+                   f"<Bucket>{xml.esc(req.bucket)}</Bucket><Key>{xml.esc(req.key)}</Key>"
+                   f"<UploadId>{xml.esc(req.query['uploadId'])}</UploadId><Initiator>{o[7:-8]}</Initiator>{o}"
+                   f"<StorageClass>{res['upload']['a'].get('sc', 'STANDARD')}</StorageClass>"
+                   f"<PartNumberMarker>{marker}</PartNumberMarker><NextPartNumberMarker>{nxt}</NextPartNumberMarker>"
+                   f"<MaxParts>{max_parts}</MaxParts><IsTruncated>{str(truncated).lower()}</IsTruncated>"
+                   f"{''.join(items)}")
+    return Response(200, [("content-type", "application/xml")], body)
+
+
+async def list_uploads(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    q = req.query
+    prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
+    key_marker, id_marker = q.get("key-marker", ""), q.get("upload-id-marker", "")
+    max_uploads = _int_arg(req, "max-uploads", 1000, 1000)
+    url = q.get("encoding-type") == "url"
+    res = await ctx.cluster.nn("mpu_list", bucket=req.bucket)
+    items, prefixes, truncated = [], [], False
+    seen_prefixes = set()
+    last_key, last_id = "", ""
+    for u in res["uploads"]:
+        k = u["k"]
+        if not k.startswith(prefix):
+            continue
+        if key_marker and (k < key_marker or (k == key_marker and (not id_marker or u["id"] <= id_marker))):
+            continue
+        if delimiter:
+            i = k.find(delimiter, len(prefix))
+            if i >= 0:
+                cp = k[: i + len(delimiter)]
+                if cp not in seen_prefixes:
+                    if len(items) + len(prefixes) >= max_uploads:
+                        truncated = True
+                        break
+                    seen_prefixes.add(cp)
+                    prefixes.append(cp)
+                continue
+        if len(items) + len(prefixes) >= max_uploads:
+            truncated = True
+            break
+        items.append(u)
+        last_key, last_id = k, u["id"]
+    parts = []
+    for u in items:
+        owner = u["a"].get("owner", "")
+        o = xml.owner(owner, ctx.display_name(owner))
+        parts.append(f"<Upload><Key>{xml.enc_key(u['k'], url)}</Key><UploadId>{u['id']}</UploadId>"
+                     f"<Initiator>{o[7:-8]}</Initiator>{o}<StorageClass>{u['a'].get('sc', 'STANDARD')}"
+                     f"</StorageClass><Initiated>{xml.iso8601(u['t'])}</Initiated></Upload>")
+    cps = "".join(f"<CommonPrefixes><Prefix>{xml.enc_key(p, url)}</Prefix></CommonPrefixes>" for p in prefixes)
+    body = xml.doc("ListMultipartUploadsResult",
+                   f"<Bucket>{xml.esc(req.bucket)}</Bucket><KeyMarker>{xml.enc_key(key_marker, url)}</KeyMarker>"
+                   f"<UploadIdMarker>{xml.esc(id_marker)}</UploadIdMarker>"
+                   f"<NextKeyMarker>{xml.enc_key(last_key, url)}</NextKeyMarker>"
+                   f"<NextUploadIdMarker>{last_id}</NextUploadIdMarker>"
+                   f"{f'<Delimiter>{xml.esc(delimiter)}</Delimiter>' if delimiter else ''}"
+                   f"{f'<Prefix>{xml.enc_key(prefix, url)}</Prefix>' if prefix else '<Prefix></Prefix>'}"
+                   f"<MaxUploads>{max_uploads}</MaxUploads><IsTruncated>{str(truncated).lower()}</IsTruncated>"
+                   f"{''.join(parts)}{cps}{'<EncodingType>url</EncodingType>' if url else ''}")
+    return Response(200, [("content-type", "application/xml")], body)

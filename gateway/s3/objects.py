@@ -1,0 +1,380 @@
+"""Object operations: PutObject, GetObject, HeadObject, DeleteObject(s), CopyObject, object ACLs."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from email.utils import parsedate_to_datetime
+from urllib.parse import unquote
+
+from epochfs.common import errors
+from epochfs.common.paths import split_key
+
+from . import xml
+from .body import BodyCheck, body_stream, read_all
+from .bucket import acl_xml, bucket_owned
+from .errors import S3Error, access_denied, invalid_argument, invalid_request, malformed_xml
+
+STD_HEADERS = ("cache-control", "content-disposition", "content-encoding", "content-language", "expires")
+STORAGE_CLASSES = ("STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER",
+                   "DEEP_ARCHIVE", "GLACIER_IR", "OUTPOSTS", "SNOW", "EXPRESS_ONEZONE")
+MAX_META_BYTES = 2048
+
+
+def check_key(key: str) -> None:
+    try:
+        split_key(key)
+    except errors.KeyTooLong:
+        raise S3Error("KeyTooLongError", "Your key is too long", 400, Size=len(key.encode()),
+                      MaxSizeAllowed=1024) from None
+
+
+def object_attrs(req) -> dict:
+    """Stored attributes of a new object, from the request headers."""
+    h = req.headers
+    meta = {k[11:]: v for k, v in h.items() if k.startswith("x-amz-meta-")}
+    if sum(len(k) + len(v) for k, v in meta.items()) > MAX_META_BYTES:
+        raise S3Error("MetadataTooLarge", "Your metadata headers exceed the maximum allowed metadata size.", 400)
+    hdr = {k: h[k] for k in STD_HEADERS if k in h}
+    if "content-encoding" in hdr:
+        enc = ",".join(e for e in (x.strip() for x in hdr["content-encoding"].split(",")) if e and e != "aws-chunked")
+        if enc:
+            hdr["content-encoding"] = enc
+        else:
+            del hdr["content-encoding"]
+    sc = h.get("x-amz-storage-class", "STANDARD")
+    if sc not in STORAGE_CLASSES:
+        raise S3Error("InvalidStorageClass", "The storage class you specified is not valid", 400)
+    attrs = {"ctype": h.get("content-type", "binary/octet-stream"), "meta": meta, "hdr": hdr,
+             "owner": req.user.owner_id}
+    if sc != "STANDARD":
+        attrs["sc"] = sc
+    return attrs
+
+
+def object_headers(obj: dict, req, *, with_checksum: bool | None = None) -> list[tuple[str, str]]:
+    h = [("etag", obj.get("etag", "")), ("last-modified", xml.http_date(obj.get("mt", 0))),
+         ("content-type", obj.get("ctype", "binary/octet-stream")), ("accept-ranges", "bytes")]
+    for k, v in (obj.get("hdr") or {}).items():
+        h.append((k, v))
+    for k, v in (obj.get("meta") or {}).items():
+        h.append((f"x-amz-meta-{k}", v))
+    if obj.get("sc"):
+        h.append(("x-amz-storage-class", obj["sc"]))
+    if obj.get("ps") and len(obj["ps"]) > 1 and "partNumber" in req.query:
+        h.append(("x-amz-mp-parts-count", str(len(obj["ps"]))))
+    if with_checksum is None:
+        with_checksum = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
+    if with_checksum:
+        cs = obj.get("cs") or {}
+        for alg, v in cs.items():
+            if alg != "type":
+                h.append((f"x-amz-checksum-{alg}", v))
+        if cs:
+            h.append(("x-amz-checksum-type", cs.get("type", "FULL_OBJECT")))
+    return h
+
+
+def _parse_http_date(v: str) -> int | None:
+    try:
+        return int(parsedate_to_datetime(v).timestamp())
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def _etag_matches(etag: str, header: str) -> bool:
+    e = etag.strip('"')
+    return any(x.strip().strip('"') in (e, "*") for x in header.split(","))
+
+
+def check_read_conditions(obj: dict, h: dict, prefix: str = "if-", copy: bool = False) -> None:
+    """RFC 7232 as S3 applies it: If-Match beats If-Unmodified-Since, If-None-Match beats If-Modified-Since."""
+    etag = obj.get("etag", "")
+    mtime = obj.get("mt", 0) // 1_000_000_000
+    im, inm = h.get(prefix + "match"), h.get(prefix + "none-match")
+    ims, ius = h.get(prefix + "modified-since"), h.get(prefix + "unmodified-since")
+    failed = S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold", 412,
+                     Condition=f"{prefix}{'match' if im else 'unmodified-since'}")
+    not_modified = S3Error("NotModified", "Not Modified", 304)
+    if not copy:
+        not_modified.headers = [("etag", etag), ("last-modified", xml.http_date(obj.get("mt", 0)))]
+    if im is not None:
+        if not _etag_matches(etag, im):
+            raise failed
+    elif ius is not None:
+        t = _parse_http_date(ius)
+        if t is not None and mtime > t:
+            raise failed
+    if inm is not None:
+        if _etag_matches(etag, inm):
+            raise failed if copy else not_modified
+    elif ims is not None:
+        t = _parse_http_date(ims)
+        if t is not None and mtime <= t and t <= time.time():
+            raise failed if copy else not_modified
+
+
+def parse_range(spec: str, size: int) -> tuple[int, int] | None:
+    """[start, end) for a single `bytes=` range; None to ignore the header (as S3 does for syntax it can't parse)."""
+    spec = spec.strip()
+    if not spec.startswith("bytes=") or "," in spec:
+        return None
+    a, sep, b = spec[6:].strip().partition("-")
+    if not sep:
+        return None
+    try:
+        if a == "":
+            n = int(b)
+            if n <= 0:
+                raise _invalid_range(size)
+            return max(size - n, 0), size
+        start = int(a)
+        end = int(b) + 1 if b else size
+    except ValueError:
+        return None
+    if start >= size or (b and int(b) < start):
+        if b and int(b) < start:
+            return None
+        raise _invalid_range(size)
+    return start, min(end, size)
+
+
+def _invalid_range(size: int) -> S3Error:
+    e = S3Error("InvalidRange", "The requested range is not satisfiable", 416, ActualObjectSize=size)
+    e.headers = [("content-range", f"bytes */{size}")]
+    return e
+
+
+async def _stat(ctx, bucket: str, key: str) -> tuple[dict, dict]:
+    res = await ctx.cluster.nn("stat", bucket=bucket, key=key)
+    return res["obj"], res["addrs"]
+
+
+async def put_object(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    check_key(req.key)
+    attrs = object_attrs(req)
+    if "content-length" not in req.headers and "x-amz-decoded-content-length" not in req.headers \
+            and "chunked" not in req.headers.get("transfer-encoding", ""):
+        raise S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.", 411)
+    check = BodyCheck(req.headers, req.auth)
+    stream, dec = body_stream(req.receive, req.headers, req.auth)
+    blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update,
+                                                  limit=ctx.settings.max_object_size)
+    try:
+        check.verify(dec.trailers if dec else None)
+        obj = {**attrs, "size": size, "etag": check.etag, "blk": blocks}
+        cs = check.checksums()
+        if cs:
+            obj["cs"] = {**cs, "type": "FULL_OBJECT"}
+        res = await ctx.cluster.nn("put_object", bucket=req.bucket, key=req.key, obj=obj,
+                                   if_match=req.headers.get("if-match"), if_none_match=req.headers.get("if-none-match"))
+    except BaseException:
+        await ctx.abandon(blocks)
+        raise
+    headers = [("etag", res["etag"])]
+    for alg, v in check.checksums().items():
+        headers.append((f"x-amz-checksum-{alg}", v))
+        headers.append(("x-amz-checksum-type", "FULL_OBJECT"))
+    return Response(200, headers)
+
+
+def _part_range(obj: dict, req) -> tuple[int, int] | None:
+    pn = req.query.get("partNumber")
+    if pn is None:
+        return None
+    try:
+        n = int(pn)
+    except ValueError:
+        raise invalid_argument("Part number must be an integer between 1 and 10000, inclusive") from None
+    sizes = obj.get("ps") or [obj.get("size", 0)]
+    if not 1 <= n <= len(sizes):
+        raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable", 416)
+    start = sum(sizes[: n - 1])
+    return start, start + sizes[n - 1]
+
+
+async def get_object(ctx, req, head: bool = False):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    check_key(req.key)
+    obj, addrs = await _stat(ctx, req.bucket, req.key)
+    check_read_conditions(obj, req.headers)
+    size = obj.get("size", 0)
+    rng = _part_range(obj, req)
+    whole = rng is None and "range" not in req.headers
+    if rng is None and "range" in req.headers:
+        rng = parse_range(req.headers["range"], size)
+    headers = object_headers(obj, req, with_checksum=None if whole else False)
+    for q, hname in (("response-content-type", "content-type"), ("response-content-language", "content-language"),
+                     ("response-expires", "expires"), ("response-cache-control", "cache-control"),
+                     ("response-content-disposition", "content-disposition"),
+                     ("response-content-encoding", "content-encoding")):
+        if q in req.query:
+            headers = [(k, v) for k, v in headers if k != hname] + [(hname, req.query[q])]
+    status = 200
+    start, end = 0, size
+    if rng is not None:
+        start, end = rng
+        status = 206
+        headers.append(("content-range", f"bytes {start}-{end - 1}/{size}" if end > start else f"bytes */{size}"))
+    n = end - start
+    if head or n == 0:
+        return Response(status, headers, b"", length=n)
+    blocks = obj.get("blk", [])
+    stream = ctx.cluster.read_range(blocks, addrs, start, end)
+    if n <= (4 << 20) and len(blocks) == 1:
+        data = b"".join([p async for p in stream])
+        return Response(status, headers, data)
+    return Response(status, headers, stream, length=n)
+
+
+async def head_object(ctx, req):
+    return await get_object(ctx, req, head=True)
+
+
+async def delete_object(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    check_key(req.key)
+    await ctx.cluster.nn("delete_object", bucket=req.bucket, key=req.key)
+    return Response(204)
+
+
+async def delete_objects(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    body = await read_all(req.receive, 2 << 20)
+    if "content-md5" in req.headers:
+        if base64.b64encode(hashlib.md5(body).digest()).decode() != req.headers["content-md5"]:
+            raise S3Error("BadDigest", "The Content-MD5 you specified did not match what we received.", 400)
+    check = BodyCheck({k: v for k, v in req.headers.items() if k.startswith("x-amz-checksum-")}, None)
+    check.update(body)
+    check.verify()
+    root = xml.parse(body)
+    if root.tag != "Delete":
+        raise malformed_xml()
+    objs = root.findall("Object")
+    if not objs or len(objs) > 1000:
+        raise malformed_xml()
+    quiet = (root.findtext("Quiet") or "").strip().lower() == "true"
+    out = []
+    for o in objs:
+        key = o.findtext("Key")
+        if key is None:
+            raise malformed_xml()
+        vid = o.findtext("VersionId")
+        try:
+            check_key(key)
+            if vid not in (None, "null"):
+                raise S3Error("NoSuchVersion", "The specified version does not exist.", 404)
+            await ctx.cluster.nn("delete_object", bucket=req.bucket, key=key)
+            if not quiet:
+                v = f"<VersionId>{xml.esc(vid)}</VersionId>" if vid else ""
+                out.append(f"<Deleted><Key>{xml.esc(key)}</Key>{v}</Deleted>")
+        except (S3Error, errors.DomainError) as e:
+            from .errors import from_domain
+            err = e if isinstance(e, S3Error) else from_domain(e)
+            out.append(f"<Error><Key>{xml.esc(key)}</Key><Code>{err.code}</Code>"
+                       f"<Message>{xml.esc(err.message)}</Message></Error>")
+    return Response(200, [("content-type", "application/xml")], xml.doc("DeleteResult", "".join(out)))
+
+
+def parse_copy_source(req) -> tuple[str, str]:
+    src = unquote(req.headers["x-amz-copy-source"])
+    src, _, qs = src.partition("?")
+    if qs.startswith("versionId=") and qs[10:] not in ("", "null"):
+        raise S3Error("NoSuchVersion", "The specified version does not exist.", 404)
+    src = src.lstrip("/")
+    b, _, k = src.partition("/")
+    if not b or not k:
+        raise invalid_argument("Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
+                               ArgumentName="x-amz-copy-source")
+    return b, k
+
+
+async def read_copy_source(ctx, req, rng_header: str | None = None):
+    """The source object of a copy (after access and x-amz-copy-source-if-* checks) and a stream of its bytes."""
+    sb, sk = parse_copy_source(req)
+    info = await ctx.bucket(sb)
+    if info.get("owner") != req.user.owner_id and not ctx.is_admin(req.user):
+        raise access_denied()
+    check_key(sk)
+    obj, addrs = await _stat(ctx, sb, sk)
+    check_read_conditions(obj, req.headers, prefix="x-amz-copy-source-if-", copy=True)
+    size = obj.get("size", 0)
+    start, end = 0, size
+    if rng_header is not None:
+        spec = rng_header.strip()
+        try:
+            a, _, b = spec[6:].partition("-")
+            start, end = int(a), int(b) + 1
+        except ValueError:
+            raise invalid_argument("The x-amz-copy-source-range value must be of the form bytes=first-last") from None
+        if not spec.startswith("bytes=") or start >= size or end > size or end <= start:
+            raise S3Error("InvalidRange", "The requested range is not satisfiable", 416)
+    return (sb, sk), obj, ctx.cluster.read_range(obj.get("blk", []), addrs, start, end), end - start
+
+
+async def copy_object(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    check_key(req.key)
+    (sb, sk), src, stream, _ = await read_copy_source(ctx, req)
+    directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
+    if directive not in ("COPY", "REPLACE"):
+        raise invalid_argument("Unknown metadata directive.")
+    if directive == "REPLACE":
+        attrs = object_attrs(req)
+    else:
+        attrs = {k: src[k] for k in ("ctype", "meta", "hdr", "sc") if k in src}
+        attrs["owner"] = req.user.owner_id
+        if "x-amz-storage-class" in req.headers:
+            attrs["sc"] = object_attrs(req).get("sc", "STANDARD")
+    if (sb, sk) == (req.bucket, req.key) and directive == "COPY" and "x-amz-storage-class" not in req.headers:
+        raise invalid_request("This copy request is illegal because it is trying to copy an object to itself "
+                              "without changing the object's metadata, storage class, website redirect location or "
+                              "encryption attributes.")
+    md5 = hashlib.md5()
+    alg = req.headers.get("x-amz-checksum-algorithm", "").lower() or \
+        next((a for a in (src.get("cs") or {}) if a != "type"), None)
+    check = BodyCheck({"x-amz-sdk-checksum-algorithm": alg} if alg else {}, None)
+
+    def update(data):
+        md5.update(data)
+        check.update(data)
+
+    blocks, size = await ctx.cluster.write_stream(req.bucket, stream, update)
+    try:
+        obj = {**attrs, "size": size, "etag": f'"{md5.hexdigest()}"', "blk": blocks}
+        if check.checksums():
+            obj["cs"] = {**check.checksums(), "type": "FULL_OBJECT"}
+        res = await ctx.cluster.nn("put_object", bucket=req.bucket, key=req.key, obj=obj,
+                                   if_match=req.headers.get("if-match"), if_none_match=req.headers.get("if-none-match"))
+    except BaseException:
+        await ctx.abandon(blocks)
+        raise
+    cs = "".join(f"<Checksum{a.upper()}>{v}</Checksum{a.upper()}>" for a, v in check.checksums().items())
+    body = xml.doc("CopyObjectResult", f"<LastModified>{xml.iso8601(res['mt'])}</LastModified>"
+                                       f"<ETag>{xml.esc(res['etag'])}</ETag>{cs}")
+    return Response(200, [("content-type", "application/xml")], body)
+
+
+async def get_acl(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    obj, _ = await _stat(ctx, req.bucket, req.key)
+    owner = obj.get("owner") or req.user.owner_id
+    return Response(200, [("content-type", "application/xml")], acl_xml(owner, ctx.display_name(owner)))
+
+
+async def put_acl(ctx, req):
+    from .router import Response
+    from .errors import not_implemented
+    await bucket_owned(ctx, req)
+    await _stat(ctx, req.bucket, req.key)
+    await read_all(req.receive, 1 << 20)
+    if req.headers.get("x-amz-acl", "private") != "private":
+        raise not_implemented("ACLs other than private")
+    return Response(200)

@@ -1,0 +1,50 @@
+"""S3 XML: response documents built from strings (fast, exact shapes) and request bodies parsed with ElementTree."""
+from __future__ import annotations
+
+import datetime as dt
+from email.utils import formatdate
+from urllib.parse import quote
+from xml.etree import ElementTree as ET
+from xml.sax.saxutils import escape
+
+from .errors import malformed_xml
+
+NS = "http://s3.amazonaws.com/doc/2006-03-01/"
+HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
+
+
+def iso8601(ns: int) -> str:
+    t = dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def http_date(ns: int) -> str:
+    return formatdate(ns // 1_000_000_000, usegmt=True)
+
+
+def esc(s) -> str:
+    return escape(str(s))
+
+
+def enc_key(s: str, url: bool) -> str:
+    """Keys in listings: XML-escaped, or URL-encoded with encoding-type=url."""
+    return quote(s, safe="/") if url else escape(s)
+
+
+def doc(root: str, inner: str) -> bytes:
+    return f'{HEAD}<{root} xmlns="{NS}">{inner}</{root}>'.encode()
+
+
+def owner(owner_id: str, display: str) -> str:
+    return f"<Owner><ID>{esc(owner_id)}</ID><DisplayName>{esc(display)}</DisplayName></Owner>"
+
+
+def parse(body: bytes) -> ET.Element:
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError:
+        raise malformed_xml() from None
+    for el in root.iter():  # drop namespaces: clients send them or not
+        if "}" in el.tag:
+            el.tag = el.tag.split("}", 1)[1]
+    return root

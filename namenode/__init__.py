@@ -1,0 +1,1 @@
+"""The NameNode: namespace (inodes + directory entries), block maps, placement and membership."""

@@ -1,0 +1,116 @@
+"""The NameNode's RPC handlers: each validates its arguments, calls one domain method and returns plain data."""
+from __future__ import annotations
+
+import dataclasses
+
+from epochfs.common import errors
+
+from .membership import Membership
+from .metastore import MetaStore
+from .placement import choose_targets
+from .config import NameNodeSettings
+
+
+def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettings) -> dict:
+    async def register(a, _):
+        st = members.register(a["uuid"], a["host"], int(a["rpc_port"]), int(a.get("http_port", 0)),
+                              int(a.get("capacity", 0)), int(a.get("used", 0)))
+        return {"node_id": st.id}
+
+    async def heartbeat(a, _):
+        nid = int(a["node_id"])
+        if not members.heartbeat(nid, int(a.get("used", 0)), int(a.get("capacity", 0)), int(a.get("blocks", 0)),
+                                 a.get("extra") or {}):
+            return {"reregister": True}
+        if a.get("deleted"):
+            meta.garbage_done(nid, a["deleted"])
+        return {"delete": meta.garbage_for(nid)}
+
+    async def bucket_create(a, _):
+        return meta.create_bucket(a["bucket"], a.get("owner", ""),
+                                  {"bs": int(a.get("block_size") or settings.block_size),
+                                   "rf": int(a.get("replication") or settings.replication)})
+
+    async def bucket_delete(a, _):
+        meta.delete_bucket(a["bucket"])
+        return {}
+
+    async def bucket_info(a, _):
+        return meta.bucket_info(a["bucket"])
+
+    async def bucket_list(a, _):
+        return {"buckets": meta.list_buckets()}
+
+    async def allocate(a, _):
+        info = meta.bucket_info(a["bucket"])
+        rf = int(info.get("rf", settings.replication))
+        view = members.view()
+        placed = meta.allocate(int(a.get("count", 1)), lambda bid: choose_targets(view, bid, rf))
+        if any(not nodes for _, nodes in placed):
+            meta.abandon([bid for bid, _ in placed])
+            raise errors.NotEnoughReplicas("no live DataNode with free space")
+        ids = {n for _, nodes in placed for n in nodes}
+        return {"block_size": int(info.get("bs", settings.block_size)), "blocks": placed, "addrs": members.addrs(ids)}
+
+    async def abandon(a, _):
+        meta.abandon([int(b) for b in a["blocks"]])
+        return {}
+
+    async def put_object(a, _):
+        return meta.put_object(a["bucket"], a["key"], a["obj"], if_match=a.get("if_match"),
+                               if_none_match=a.get("if_none_match"))
+
+    async def stat(a, _):
+        rec = meta.stat(a["bucket"], a["key"])
+        ids = {n for blk in rec.get("blk", []) for n in blk[3]}
+        return {"obj": rec, "addrs": members.addrs(ids)}
+
+    async def delete_object(a, _):
+        return {"existed": meta.delete_object(a["bucket"], a["key"])}
+
+    async def list_objects(a, _):
+        return meta.list_objects(a["bucket"], a.get("prefix", ""), a.get("delimiter", ""), a.get("after", ""),
+                                 int(a.get("max_keys", 1000)))
+
+    async def mpu_create(a, _):
+        return {"upload_id": meta.create_upload(a["bucket"], a["key"], a.get("attrs") or {})}
+
+    async def mpu_get(a, _):
+        return meta.get_upload(a["bucket"], a["key"], a["upload_id"])
+
+    async def mpu_put_part(a, _):
+        meta.put_part(a["bucket"], a["key"], a["upload_id"], int(a["number"]), a["part"])
+        return {}
+
+    async def mpu_list_parts(a, _):
+        up, parts = meta.list_parts(a["bucket"], a["key"], a["upload_id"])
+        return {"upload": up, "parts": parts}
+
+    async def mpu_complete(a, _):
+        return meta.complete_upload(a["bucket"], a["key"], a["upload_id"], a["parts"],
+                                    min_part_size=settings.min_part_size, if_match=a.get("if_match"),
+                                    if_none_match=a.get("if_none_match"))
+
+    async def mpu_abort(a, _):
+        meta.abort_upload(a["bucket"], a["key"], a["upload_id"])
+        return {}
+
+    async def mpu_list(a, _):
+        return {"uploads": meta.list_uploads(a["bucket"])}
+
+    async def nodes(a, _):
+        return {"nodes": [{**dataclasses.asdict(n), "alive": members.alive(n)} for n in members.nodes.values()]}
+
+    async def gc_once(a, _):
+        return {"expired": meta.expire_pending()}
+
+    async def stats(a, _):
+        return {"garbage": meta.garbage_count(), "pending": meta.pending_count()}
+
+    async def referenced(a, _):
+        return {"blocks": sorted(meta.referenced_blocks())}
+
+    return {f.__name__: f for f in (
+        register, heartbeat, bucket_create, bucket_delete, bucket_info, bucket_list, allocate, abandon, put_object,
+        stat, delete_object, list_objects, mpu_create, mpu_get, mpu_put_part, mpu_list_parts, mpu_complete,
+        mpu_abort, mpu_list, nodes, gc_once, stats, referenced)}

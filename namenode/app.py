@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+import anyio
+from fastapi import FastAPI
+
+from epochfs.common.kv import RocksKV
+from epochfs.common.metrics import mount_metrics
+from epochfs.common.rpc import RpcServer
+from epochfs.common.worker import PassStats, Worker
+
+from .api import make_handlers
+from .config import NameNodeSettings
+from .membership import Membership
+from .metastore import MetaStore
+
+
+class PendingExpiry(Worker):
+    """Turns allocations of uploads that never committed into garbage after the grace period."""
+
+    def __init__(self, meta: MetaStore, interval_s: float) -> None:
+        self.meta, self.interval_s = meta, interval_s
+
+    async def run_once(self) -> PassStats:
+        self.meta.expire_pending()
+        return PassStats()
+
+
+def create_app(settings: NameNodeSettings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        kv = RocksKV.open(settings.data_dir / "meta")
+        meta = MetaStore(kv, pending_grace_s=settings.pending_grace_s)
+        members = Membership(meta, settings.heartbeat_timeout_s)
+        app.state.meta, app.state.members = meta, members
+        rpc = RpcServer(make_handlers(meta, members, settings), settings.cluster_secret)
+        await rpc.start(settings.host, settings.rpc_port)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(PendingExpiry(meta, settings.gc_interval_s).run_forever)
+            yield
+            tg.cancel_scope.cancel()
+        await rpc.stop()
+        kv.close()
+
+    app = FastAPI(title="epochfs NameNode", lifespan=lifespan)
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "ok", "nodes": len(app.state.members.nodes)}
+
+    mount_metrics(app)
+    return app

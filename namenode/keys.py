@@ -1,0 +1,82 @@
+"""RocksDB key layout of the NameNode. Integers are big-endian so that range scans come back sorted.
+
+  I <ino:8>                     -> inode (JSON)
+  E <parent:8> <name>           -> child ino (8 bytes) for a file or symlink named `name`
+  E <parent:8> <name> /         -> child ino for a directory: the trailing slash makes a depth-first walk of
+                                   entries yield full keys in S3's lexicographic order ("a-b" < "a/x" < "a0")
+  N <counter>                   -> next value of a counter (b"ino", b"blk", b"node")
+  P <block:8>                   -> allocated, not yet committed block (JSON: time, nodes)
+  G <node:4> <block:8>          -> block to be deleted from that node (garbage)
+  U <upload id>                 -> multipart upload (JSON)
+  Q <upload id> / <part:4>      -> uploaded part (JSON)
+  D <node:4>                    -> DataNode record (JSON)
+  X <uuid>                      -> node id (4 bytes) registered under that DataNode uuid
+"""
+from __future__ import annotations
+
+ROOT_INO = 1
+
+
+def u64(n: int) -> bytes:
+    return n.to_bytes(8, "big")
+
+
+def u32(n: int) -> bytes:
+    return n.to_bytes(4, "big")
+
+
+def inode(ino: int) -> bytes:
+    return b"I" + u64(ino)
+
+
+def entry(parent: int, name: str, is_dir: bool = False) -> bytes:
+    return b"E" + u64(parent) + name.encode() + (b"/" if is_dir else b"")
+
+
+def entries(parent: int) -> bytes:
+    return b"E" + u64(parent)
+
+
+def counter(name: bytes) -> bytes:
+    return b"N" + name
+
+
+def pending(block: int) -> bytes:
+    return b"P" + u64(block)
+
+
+PENDING = b"P"
+
+
+def garbage(node: int, block: int) -> bytes:
+    return b"G" + u32(node) + u64(block)
+
+
+def garbage_of(node: int) -> bytes:
+    return b"G" + u32(node)
+
+
+def upload(upload_id: str) -> bytes:
+    return b"U" + upload_id.encode()
+
+
+UPLOADS = b"U"
+
+
+def part(upload_id: str, number: int) -> bytes:
+    return b"Q" + upload_id.encode() + b"/" + u32(number)
+
+
+def parts(upload_id: str) -> bytes:
+    return b"Q" + upload_id.encode() + b"/"
+
+
+def node(node_id: int) -> bytes:
+    return b"D" + u32(node_id)
+
+
+NODES = b"D"
+
+
+def node_uuid(uuid: str) -> bytes:
+    return b"X" + uuid.encode()

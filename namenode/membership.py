@@ -1,0 +1,66 @@
+"""DataNode membership: registration, heartbeats, liveness, and the cluster snapshot placement works on."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .metastore import MetaStore
+from .placement import ClusterView, NodeView
+
+
+@dataclass
+class NodeState:
+    id: int
+    uuid: str
+    host: str
+    rpc_port: int
+    http_port: int
+    capacity: int = 0
+    used: int = 0
+    blocks: int = 0
+    last_seen: float = 0.0  # monotonic; 0 = not heard from since the NameNode started
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.rpc_port}"
+
+
+class Membership:
+    def __init__(self, meta: MetaStore, timeout_s: float) -> None:
+        self.meta = meta
+        self.timeout_s = timeout_s
+        self.nodes: dict[int, NodeState] = {}
+        for nid, rec in meta.load_nodes().items():
+            self.nodes[nid] = NodeState(id=nid, **{k: rec[k] for k in ("uuid", "host", "rpc_port", "http_port")},
+                                        capacity=rec.get("capacity", 0), used=rec.get("used", 0))
+
+    def register(self, uuid: str, host: str, rpc_port: int, http_port: int, capacity: int, used: int) -> NodeState:
+        nid = self.meta.node_id_for(uuid)
+        st = NodeState(id=nid, uuid=uuid, host=host, rpc_port=rpc_port, http_port=http_port, capacity=capacity,
+                       used=used, last_seen=time.monotonic())
+        self.nodes[nid] = st
+        self.meta.save_node(nid, {"uuid": uuid, "host": host, "rpc_port": rpc_port, "http_port": http_port,
+                                  "capacity": capacity, "used": used})
+        return st
+
+    def heartbeat(self, node_id: int, used: int, capacity: int, blocks: int, extra: dict) -> bool:
+        st = self.nodes.get(node_id)
+        if st is None:
+            return False  # unknown: the DataNode must register again
+        st.used, st.capacity, st.blocks, st.extra = used, capacity, blocks, extra
+        st.last_seen = time.monotonic()
+        return True
+
+    def alive(self, st: NodeState, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        return st.last_seen > 0 and now - st.last_seen <= self.timeout_s
+
+    def view(self) -> ClusterView:
+        now = time.monotonic()
+        return ClusterView(nodes=tuple(
+            NodeView(id=n.id, alive=self.alive(n, now), free_bytes=max(n.capacity - n.used, 0))
+            for n in self.nodes.values()))
+
+    def addrs(self, ids) -> dict[str, str]:
+        return {str(i): self.nodes[i].addr for i in ids if i in self.nodes}

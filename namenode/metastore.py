@@ -1,0 +1,559 @@
+"""The namespace: a POSIX tree of inodes and directory entries in RocksDB, seen by S3 as buckets and keys.
+
+A bucket is a top-level directory; the S3 key "a/b/c" is the file c in directory b in directory a. A name may be a
+file and a directory at once ("a/b" and "a/b/c" are both valid S3 keys): their entries differ by the directory's
+trailing slash. Directories created only to hold keys are "implicit" and vanish when they become empty; a directory
+with a marker (PUT "a/b/", or mkdir) is itself listed as the key "a/b/".
+
+Every method here runs synchronously on the NameNode's event loop and writes one RocksDB batch, so each operation is
+atomic with respect to every other one and to a crash.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid as uuidlib
+from typing import Iterator
+
+import orjson
+
+from epochfs.common import errors
+from epochfs.common.kv import KV, prefix_end
+from epochfs.common.paths import split_key
+
+from . import keys
+from .keys import ROOT_INO
+
+S_IFDIR = 0o040000
+S_IFREG = 0o100000
+S_IFLNK = 0o120000
+
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+class MetaStore:
+    def __init__(self, kv: KV, *, pending_grace_s: float = 3600.0) -> None:
+        self.kv = kv
+        self.pending_grace_s = pending_grace_s
+        self._counters: dict[bytes, int] = {}
+        if self.kv.get(keys.inode(ROOT_INO)) is None:
+            t = now_ns()
+            self.kv.put(keys.inode(ROOT_INO), self._enc({"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0,
+                                                         "mt": t, "ct": t}))
+
+    # ---------------------------------------------------------------- helpers
+    @staticmethod
+    def _enc(d: dict) -> bytes:
+        return orjson.dumps(d)
+
+    @staticmethod
+    def _dec(b: bytes) -> dict:
+        return orjson.loads(b)
+
+    def _next(self, batch, name: bytes, n: int = 1) -> int:
+        """Reserve n consecutive values of a counter; the new high-water mark is written in the caller's batch."""
+        cur = self._counters.get(name)
+        if cur is None:
+            raw = self.kv.get(keys.counter(name))
+            cur = int.from_bytes(raw, "big") if raw else 2
+        self._counters[name] = cur + n
+        batch.put(keys.counter(name), keys.u64(cur + n))
+        return cur
+
+    def get_inode(self, ino: int) -> dict | None:
+        raw = self.kv.get(keys.inode(ino))
+        return self._dec(raw) if raw is not None else None
+
+    def _lookup(self, parent: int, name: str, is_dir: bool) -> int | None:
+        raw = self.kv.get(keys.entry(parent, name, is_dir))
+        return int.from_bytes(raw, "big") if raw is not None else None
+
+    def _is_empty(self, ino: int) -> bool:
+        p = keys.entries(ino)
+        return next(iter(self.kv.scan_keys(p, prefix_end(p))), None) is None
+
+    # ---------------------------------------------------------------- buckets
+    def bucket_ino(self, bucket: str) -> int:
+        ino = self._lookup(ROOT_INO, bucket, True)
+        if ino is None:
+            raise errors.NoSuchBucket("The specified bucket does not exist", bucket=bucket)
+        return ino
+
+    def create_bucket(self, bucket: str, owner: str, settings: dict | None = None) -> dict:
+        existing = self._lookup(ROOT_INO, bucket, True)
+        if existing is not None:
+            rec = self.get_inode(existing)
+            if rec and rec.get("bkt", {}).get("owner") == owner:
+                raise errors.BucketAlreadyOwnedByYou()
+            raise errors.BucketAlreadyExists()
+        t = now_ns()
+        with self.kv.batch() as b:
+            ino = self._next(b, b"ino")
+            rec = {"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0, "mt": t, "ct": t,
+                   "bkt": {"owner": owner, "created": t, **(settings or {})}}
+            b.put(keys.inode(ino), self._enc(rec))
+            b.put(keys.entry(ROOT_INO, bucket, True), keys.u64(ino))
+        return {"name": bucket, **rec["bkt"]}
+
+    def bucket_info(self, bucket: str) -> dict:
+        ino = self.bucket_ino(bucket)
+        return {"name": bucket, "ino": ino, **self.get_inode(ino).get("bkt", {})}
+
+    def list_buckets(self) -> list[dict]:
+        out = []
+        p = keys.entries(ROOT_INO)
+        for k, v in self.kv.scan(p, prefix_end(p)):
+            if not k.endswith(b"/"):
+                continue
+            rec = self.get_inode(int.from_bytes(v, "big")) or {}
+            out.append({"name": k[9:-1].decode(), **rec.get("bkt", {})})
+        return out
+
+    def delete_bucket(self, bucket: str) -> None:
+        ino = self.bucket_ino(bucket)
+        if not self._is_empty(ino):
+            raise errors.BucketNotEmpty("The bucket you tried to delete is not empty", bucket=bucket)
+        with self.kv.batch() as b:
+            for up_id, up in self._uploads():
+                if up["b"] == bucket:
+                    self._drop_upload(b, up_id)
+            b.delete(keys.entry(ROOT_INO, bucket, True))
+            b.delete(keys.inode(ino))
+
+    # ---------------------------------------------------------------- objects
+    def _resolve(self, bucket: str, key: str) -> tuple[int, str, bool]:
+        """(parent directory ino, last name, is a directory marker) for an existing key's parent; raises NoSuchKey."""
+        parts = split_key(key)
+        d = self.bucket_ino(bucket)
+        for p in parts[:-1]:
+            nxt = self._lookup(d, p, True)
+            if nxt is None:
+                raise errors.NoSuchKey("The specified key does not exist.", key=key)
+            d = nxt
+        if parts[-1] == "":
+            return d, "", True
+        return d, parts[-1], False
+
+    def stat(self, bucket: str, key: str) -> dict:
+        parent, name, marker = self._resolve(bucket, key)
+        if marker:
+            rec = self.get_inode(parent)
+            if rec is None or "mk" not in rec:
+                raise errors.NoSuchKey("The specified key does not exist.", key=key)
+            return {**rec["mk"], "ino": parent, "blk": []}
+        ino = self._lookup(parent, name, False)
+        if ino is None:
+            raise errors.NoSuchKey("The specified key does not exist.", key=key)
+        rec = self.get_inode(ino)
+        if rec is None or rec.get("t") != "f":
+            raise errors.NoSuchKey("The specified key does not exist.", key=key)
+        rec["ino"] = ino
+        return rec
+
+    def _stat_or_none(self, bucket: str, key: str) -> dict | None:
+        try:
+            return self.stat(bucket, key)
+        except errors.NoSuchKey:
+            return None
+
+    @staticmethod
+    def check_conditions(cur: dict | None, if_match: str | None, if_none_match: str | None) -> None:
+        if if_none_match is not None:
+            if cur is not None and (if_none_match.strip() == "*" or _etag_in(cur.get("etag"), if_none_match)):
+                raise errors.PreconditionFailed("At least one of the pre-conditions you specified did not hold")
+        if if_match is not None:
+            if cur is None:
+                raise errors.NoSuchKey("The specified key does not exist.")
+            if not (if_match.strip() == "*" or _etag_in(cur.get("etag"), if_match)):
+                raise errors.PreconditionFailed("At least one of the pre-conditions you specified did not hold")
+
+    def put_object(self, bucket: str, key: str, obj: dict, *, if_match: str | None = None,
+                   if_none_match: str | None = None, batch_extra=None) -> dict:
+        """Commit an object: `obj` holds size, etag, blocks ("blk") and headers. Atomic replace of any old version."""
+        parts = split_key(key)
+        cur = self._stat_or_none(bucket, key) if (if_match is not None or if_none_match is not None) else None
+        self.check_conditions(cur, if_match, if_none_match)
+        t = obj.get("mt") or now_ns()
+        obj = {**obj, "t": "f", "mt": t, "ct": t}
+        with self.kv.batch() as b:
+            d = self.bucket_ino(bucket)
+            for p in parts[:-1]:
+                nxt = self._lookup(d, p, True)
+                if nxt is None:
+                    nxt = self._next(b, b"ino")
+                    b.put(keys.inode(nxt), self._enc({"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0,
+                                                      "mt": t, "ct": t}))
+                    b.put(keys.entry(d, p, True), keys.u64(nxt))
+                d = nxt
+            if parts[-1] == "":  # directory marker: metadata only, on the directory inode
+                rec = self.get_inode(d)
+                mk = {k: v for k, v in obj.items() if k != "blk"}
+                self._garbage_blocks(b, obj.get("blk", []))
+                rec["mk"] = mk
+                rec["mt"] = t
+                b.put(keys.inode(d), self._enc(rec))
+                ino = d
+            else:
+                ino = self._lookup(d, parts[-1], False)
+                if ino is not None:
+                    old = self.get_inode(ino)
+                    if old is not None:
+                        self._garbage_blocks(b, old.get("blk", []))
+                        obj.setdefault("mode", old.get("mode", S_IFREG | 0o644))
+                        obj.setdefault("uid", old.get("uid", 0))
+                        obj.setdefault("gid", old.get("gid", 0))
+                else:
+                    ino = self._next(b, b"ino")
+                    b.put(keys.entry(d, parts[-1], False), keys.u64(ino))
+                obj.setdefault("mode", S_IFREG | 0o644)
+                obj.setdefault("uid", 0)
+                obj.setdefault("gid", 0)
+                b.put(keys.inode(ino), self._enc(obj))
+            for blk in obj.get("blk", []):
+                b.delete(keys.pending(blk[0]))
+            if batch_extra is not None:
+                batch_extra(b)
+        return {"ino": ino, "etag": obj.get("etag"), "mt": t}
+
+    def delete_object(self, bucket: str, key: str) -> bool:
+        """Delete a key; returns whether it existed. Empty implicit directories above it go too."""
+        try:
+            parent, name, marker = self._resolve(bucket, key)
+        except errors.NoSuchKey:
+            return False
+        with self.kv.batch() as b:
+            if marker:
+                rec = self.get_inode(parent)
+                if rec is None or "mk" not in rec:
+                    return False
+                del rec["mk"]
+                b.put(keys.inode(parent), self._enc(rec))
+                removed: set[bytes] = set()
+            else:
+                ino = self._lookup(parent, name, False)
+                if ino is None:
+                    return False
+                rec = self.get_inode(ino) or {}
+                self._garbage_blocks(b, rec.get("blk", []))
+                b.delete(keys.entry(parent, name, False))
+                b.delete(keys.inode(ino))
+                removed = {keys.entry(parent, name, False)}
+            self._prune(b, bucket, key, removed, marker_removed=marker)
+        return True
+
+    def _prune(self, b, bucket: str, key: str, removed: set[bytes], marker_removed: bool) -> None:
+        """Remove implicit directories on the key's path that the batch leaves empty (deepest first)."""
+        parts = split_key(key)[:-1]
+        chain = [(None, self.bucket_ino(bucket), "")]
+        for p in parts:
+            chain.append((chain[-1][1], self._lookup(chain[-1][1], p, True), p))
+        for i in range(len(chain) - 1, 0, -1):
+            parent, ino, name = chain[i]
+            rec = self.get_inode(ino) or {}
+            if "mk" in rec and not (marker_removed and i == len(chain) - 1):
+                return
+            p = keys.entries(ino)
+            left = [k for k in self.kv.scan_keys(p, prefix_end(p)) if k not in removed]
+            if left:
+                return
+            b.delete(keys.entry(parent, name, True))
+            b.delete(keys.inode(ino))
+            removed.add(keys.entry(parent, name, True))
+
+    def _garbage_blocks(self, b, blocks: list) -> None:
+        for blk in blocks:
+            for n in blk[3]:
+                b.put(keys.garbage(n, blk[0]), b"")
+
+    # ---------------------------------------------------------------- listing
+    def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", after: str = "",
+                     max_keys: int = 1000) -> dict:
+        """Keys and common prefixes in S3 order. Returns {"items": [...], "truncated": bool}; each item is
+        ["k", key, size, etag, mtime_ns, owner, storage_class] or ["p", common_prefix]."""
+        root = self.bucket_ino(bucket)
+        items: list = []
+        last_prefix = None
+        truncated = False
+        for kind, key, ino in self._walk(root, "", prefix, after, prune=delimiter == "/"):
+            if kind == "p":
+                entry = key
+            elif delimiter:
+                i = key.find(delimiter, len(prefix))
+                entry = key[: i + len(delimiter)] if i >= 0 else None
+            else:
+                entry = None
+            if entry is not None:
+                if entry == last_prefix or entry <= after:
+                    continue
+                if len(items) >= max_keys:
+                    truncated = True
+                    break
+                last_prefix = entry
+                items.append(["p", entry])
+                continue
+            if len(items) >= max_keys:
+                truncated = True
+                break
+            rec = self.get_inode(ino) or {}
+            if kind == "m":
+                rec = rec.get("mk", {})
+            items.append(["k", key, rec.get("size", 0), rec.get("etag", ""), rec.get("mt", 0),
+                          rec.get("owner", ""), rec.get("sc", "STANDARD")])
+        return {"items": items, "truncated": truncated}
+
+    def _walk(self, ino: int, base: str, prefix: str, after: str, prune: bool) -> Iterator[tuple[str, str, int]]:
+        """Depth-first walk of directory `ino`, whose keys all start with `base`: yields ("f" | "m" | "p", key, ino) for
+        keys that start with `prefix` and sort after `after`, in S3 order. "m" is a directory marker, "p" a
+        subdirectory rolled up whole (prune=True, delimiter "/")."""
+        rest = prefix[len(base):] if len(prefix) > len(base) else ""
+        if after and after > base and not after.startswith(base):
+            return  # every key under base sorts before `after`
+        if not rest and base and base > after:
+            rec = self.get_inode(ino)
+            if rec is not None and "mk" in rec:
+                yield "m", base, ino
+        if "/" in rest:
+            first = rest.split("/", 1)[0]
+            child = self._lookup(ino, first, True)
+            if child is not None:
+                yield from self._walk(child, base + first + "/", prefix, after, prune)
+            return
+        lo = rest
+        if after.startswith(base):
+            a_first = after[len(base):].split("/", 1)[0]
+            if a_first > lo:
+                lo = a_first
+        ep = keys.entries(ino)
+        end = prefix_end(ep + rest.encode())
+        for k, v in self.kv.scan(ep + lo.encode(), end):
+            name = k[9:].decode()
+            child = int.from_bytes(v, "big")
+            if name.endswith("/"):
+                cp = base + name
+                if after >= cp and not after.startswith(cp):
+                    continue
+                if prune:
+                    if cp > after:
+                        yield "p", cp, child
+                    continue
+                yield from self._walk(child, cp, prefix, after, prune)
+            else:
+                key = base + name
+                if key > after:
+                    yield "f", key, child
+
+    # ---------------------------------------------------------------- blocks
+    def allocate(self, count: int, choose) -> list[tuple[int, list[int]]]:
+        """Reserve `count` block ids, place each with `choose(block_id) -> nodes`, and record them as pending."""
+        out = []
+        t = now_ns()
+        with self.kv.batch() as b:
+            first = self._next(b, b"blk", count)
+            for i in range(count):
+                bid = first + i
+                nodes = choose(bid)
+                b.put(keys.pending(bid), self._enc({"t": t, "n": nodes}))
+                out.append((bid, nodes))
+        return out
+
+    def abandon(self, block_ids: list[int]) -> None:
+        """Blocks allocated for an upload that failed: delete them from their nodes now."""
+        with self.kv.batch() as b:
+            for bid in block_ids:
+                raw = self.kv.get(keys.pending(bid))
+                if raw is None:
+                    continue
+                for n in self._dec(raw)["n"]:
+                    b.put(keys.garbage(n, bid), b"")
+                b.delete(keys.pending(bid))
+
+    def expire_pending(self, now: int | None = None) -> int:
+        """Move allocations older than the grace period (uploads cut off mid-way) to garbage."""
+        now = now or now_ns()
+        cutoff = now - int(self.pending_grace_s * 1e9)
+        expired = []
+        for k, v in self.kv.scan(keys.PENDING, prefix_end(keys.PENDING)):
+            if self._dec(v)["t"] < cutoff:
+                expired.append(int.from_bytes(k[1:], "big"))
+        if expired:
+            self.abandon(expired)
+        return len(expired)
+
+    def garbage_for(self, node: int, limit: int = 1000) -> list[int]:
+        p = keys.garbage_of(node)
+        return [int.from_bytes(k[5:], "big") for k in self.kv.scan_keys(p, prefix_end(p))][:limit]
+
+    def garbage_done(self, node: int, block_ids: list[int]) -> None:
+        with self.kv.batch() as b:
+            for bid in block_ids:
+                b.delete(keys.garbage(node, bid))
+
+    def garbage_count(self) -> int:
+        return sum(1 for _ in self.kv.scan_keys(b"G", b"H"))
+
+    def pending_count(self) -> int:
+        return sum(1 for _ in self.kv.scan_keys(b"P", b"Q"))
+
+    def referenced_blocks(self) -> set[int]:
+        """Every block id a committed file, marker or uploaded part refers to (for GC checks)."""
+        out = set()
+        for _, v in self.kv.scan(b"I", b"J"):
+            for blk in self._dec(v).get("blk", []):
+                out.add(blk[0])
+        for _, v in self.kv.scan(b"Q", b"R"):
+            for blk in self._dec(v).get("blk", []):
+                out.add(blk[0])
+        return out
+
+    # ---------------------------------------------------------------- multipart uploads
+    def _uploads(self) -> Iterator[tuple[str, dict]]:
+        for k, v in self.kv.scan(keys.UPLOADS, prefix_end(keys.UPLOADS)):
+            yield k[1:].decode(), self._dec(v)
+
+    def _upload(self, upload_id: str) -> dict:
+        raw = self.kv.get(keys.upload(upload_id))
+        if raw is None:
+            raise errors.NoSuchUpload("The specified multipart upload does not exist.", upload_id=upload_id)
+        return self._dec(raw)
+
+    def create_upload(self, bucket: str, key: str, attrs: dict) -> str:
+        self.bucket_ino(bucket)
+        split_key(key)
+        upload_id = uuidlib.uuid4().hex + os.urandom(8).hex()
+        self.kv.put(keys.upload(upload_id), self._enc({"b": bucket, "k": key, "a": attrs, "t": now_ns()}))
+        return upload_id
+
+    def get_upload(self, bucket: str, key: str, upload_id: str) -> dict:
+        up = self._upload(upload_id)
+        if up["b"] != bucket or up["k"] != key:
+            raise errors.NoSuchUpload("The specified multipart upload does not exist.")
+        return up
+
+    def put_part(self, bucket: str, key: str, upload_id: str, number: int, part: dict) -> None:
+        self.get_upload(bucket, key, upload_id)
+        with self.kv.batch() as b:
+            old = self.kv.get(keys.part(upload_id, number))
+            if old is not None:
+                self._garbage_blocks(b, self._dec(old).get("blk", []))
+            for blk in part.get("blk", []):
+                b.delete(keys.pending(blk[0]))
+            b.put(keys.part(upload_id, number), self._enc({**part, "mt": now_ns()}))
+
+    def list_parts(self, bucket: str, key: str, upload_id: str) -> tuple[dict, list[dict]]:
+        up = self.get_upload(bucket, key, upload_id)
+        p = keys.parts(upload_id)
+        out = []
+        for k, v in self.kv.scan(p, prefix_end(p)):
+            rec = self._dec(v)
+            rec.pop("blk", None)
+            rec["n"] = int.from_bytes(k[-4:], "big")
+            out.append(rec)
+        return up, out
+
+    def _drop_upload(self, b, upload_id: str, keep: set[int] = frozenset()) -> None:
+        p = keys.parts(upload_id)
+        for k, v in self.kv.scan(p, prefix_end(p)):
+            if int.from_bytes(k[-4:], "big") not in keep:
+                self._garbage_blocks(b, self._dec(v).get("blk", []))
+            b.delete(k)
+        b.delete(keys.upload(upload_id))
+
+    def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
+        self.get_upload(bucket, key, upload_id)
+        with self.kv.batch() as b:
+            self._drop_upload(b, upload_id)
+
+    def complete_upload(self, bucket: str, key: str, upload_id: str, wanted: list[dict], *, min_part_size: int,
+                        if_match: str | None = None, if_none_match: str | None = None) -> dict:
+        """Concatenate the named parts' block lists (no data moves) and commit them as the object, atomically."""
+        up = self.get_upload(bucket, key, upload_id)
+        if not wanted:
+            raise errors.InvalidInput("You must specify at least one part", code="MalformedXML")
+        stored = {}
+        p = keys.parts(upload_id)
+        for k, v in self.kv.scan(p, prefix_end(p)):
+            stored[int.from_bytes(k[-4:], "big")] = self._dec(v)
+        last = 0
+        blocks, md5s, size, part_sizes = [], b"", 0, []
+        for i, w in enumerate(wanted):
+            n = int(w["n"])
+            if n <= last:
+                raise errors.InvalidPartOrder("The list of parts was not in ascending order.")
+            last = n
+            part = stored.get(n)
+            if part is None or _norm_etag(w.get("etag", "")) != _norm_etag(part["etag"]):
+                raise errors.InvalidPart("One or more of the specified parts could not be found.", part=n)
+            for alg, val in (w.get("cs") or {}).items():
+                if part.get("cs", {}).get(alg) not in (None, val):
+                    raise errors.InvalidPart(f"The {alg} checksum of part {n} did not match.", part=n)
+            if i < len(wanted) - 1 and part["size"] < min_part_size:
+                raise errors.EntityTooSmall("Your proposed upload is smaller than the minimum allowed size",
+                                            part=n, size=part["size"], min=min_part_size)
+            blocks.extend(part.get("blk", []))
+            md5s += bytes.fromhex(_norm_etag(part["etag"]))
+            size += part["size"]
+            part_sizes.append(part["size"])
+        etag = f'"{hashlib.md5(md5s).hexdigest()}-{len(wanted)}"'
+        obj = {**up["a"], "size": size, "etag": etag, "blk": blocks, "ps": part_sizes}
+        cs = _composite_checksums([stored[int(w["n"])] for w in wanted], up["a"].get("csa"))
+        if cs:
+            obj["cs"] = cs
+        used = {int(w["n"]) for w in wanted}
+        res = self.put_object(bucket, key, obj, if_match=if_match, if_none_match=if_none_match,
+                              batch_extra=lambda b: self._drop_upload(b, upload_id, keep=used))
+        return {**res, "size": size}
+
+    def list_uploads(self, bucket: str) -> list[dict]:
+        self.bucket_ino(bucket)
+        out = [{"id": uid, **up} for uid, up in self._uploads() if up["b"] == bucket]
+        out.sort(key=lambda u: (u["k"], u["t"]))
+        return out
+
+    # ---------------------------------------------------------------- DataNodes
+    def node_id_for(self, uuid: str) -> int:
+        raw = self.kv.get(keys.node_uuid(uuid))
+        if raw is not None:
+            return int.from_bytes(raw, "big")
+        with self.kv.batch() as b:
+            nid = self._next(b, b"node") - 1  # node ids start at 1
+            b.put(keys.node_uuid(uuid), keys.u32(nid))
+        return nid
+
+    def save_node(self, node_id: int, rec: dict) -> None:
+        self.kv.put(keys.node(node_id), self._enc(rec))
+
+    def load_nodes(self) -> dict[int, dict]:
+        return {int.from_bytes(k[1:], "big"): self._dec(v) for k, v in self.kv.scan(keys.NODES, prefix_end(keys.NODES))}
+
+
+def _norm_etag(etag: str) -> str:
+    return etag.strip().strip('"')
+
+
+def _etag_in(etag: str | None, header: str) -> bool:
+    if etag is None:
+        return False
+    want = _norm_etag(etag)
+    return any(_norm_etag(e) in (want, "*") for e in header.split(","))
+
+
+def _composite_checksums(parts: list[dict], alg: str | None) -> dict:
+    """S3's COMPOSITE multipart checksum: the checksum of the concatenated binary part checksums, then "-N"."""
+    import base64
+
+    from epochfs.common.checksums import new_hasher
+
+    if not alg or alg == "crc64nvme":
+        return {}
+    raw = b""
+    for p in parts:
+        v = p.get("cs", {}).get(alg)
+        if v is None:
+            return {}
+        raw += base64.b64decode(v)
+    h = new_hasher(alg)
+    h.update(raw)
+    return {alg: f"{h.b64()}-{len(parts)}", "type": "COMPOSITE"}
