@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import AsyncIterator, Callable
 
@@ -64,6 +65,7 @@ class Cluster:
         (deleted by the NameNode's GC orders) and the error propagates: nothing becomes visible.
         """
         bs = await self.block_size(bucket)
+        seed = int.from_bytes(os.urandom(8), "big") >> 1  # placement stripes this upload's blocks from here
         blocks: list[list | None] = []
         allocated: list[int] = []
         inflight: list[asyncio.Task] = []
@@ -74,7 +76,7 @@ class Cluster:
         async def flush(slot: int, data: bytes, after: asyncio.Event | None, hashed: asyncio.Event) -> None:
             """Store one block; hashing runs strictly in stream order (after `after`), the rest overlaps."""
             try:
-                alloc = asyncio.ensure_future(self.nn("allocate", bucket=bucket, count=1))
+                alloc = asyncio.ensure_future(self.nn("allocate", bucket=bucket, count=1, seed=seed, index=slot))
                 if after is not None:
                     await after.wait()
                 if len(data) >= THREAD_HASH_BYTES:

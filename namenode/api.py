@@ -45,7 +45,9 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
         info = meta.bucket_info(a["bucket"])
         rf = int(info.get("rf", settings.replication))
         view = members.view()
-        placed = meta.allocate(int(a.get("count", 1)), lambda bid: choose_targets(view, bid, rf))
+        seed, index = int(a.get("seed", 0)), int(a.get("index", 0))
+        placed = meta.allocate(int(a.get("count", 1)),
+                               lambda bid, i: choose_targets(view, seed or bid, index + i, rf))
         if any(not nodes for _, nodes in placed):
             meta.abandon([bid for bid, _ in placed])
             raise errors.NotEnoughReplicas("no live DataNode with free space")

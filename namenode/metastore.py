@@ -347,14 +347,14 @@ class MetaStore:
 
     # ---------------------------------------------------------------- blocks
     def allocate(self, count: int, choose) -> list[tuple[int, list[int]]]:
-        """Reserve `count` block ids, place each with `choose(block_id) -> nodes`, and record them as pending."""
+        """Reserve `count` block ids, place each with `choose(block_id, i) -> nodes`, and record them as pending."""
         out = []
         t = now_ns()
         with self.kv.batch() as b:
             first = self._next(b, b"blk", count)
             for i in range(count):
                 bid = first + i
-                nodes = choose(bid)
+                nodes = choose(bid, i)
                 b.put(keys.pending(bid), self._enc({"t": t, "n": nodes}))
                 out.append((bid, nodes))
         return out

@@ -18,16 +18,22 @@ class ClusterView:
     reserve_bytes: int = 0
 
 
-def _rank(block_id: int, node_id: int) -> bytes:
-    return blake2b(block_id.to_bytes(8, "big") + node_id.to_bytes(4, "big"), digest_size=8).digest()
+def _rank(seed: int, node_id: int) -> bytes:
+    return blake2b(seed.to_bytes(8, "big") + node_id.to_bytes(4, "big"), digest_size=8).digest()
 
 
-def choose_targets(view: ClusterView, block_id: int, replicas: int) -> list[int]:
-    """Distinct live nodes with room for the block, in rendezvous-hash order; the first is the primary.
+def choose_targets(view: ClusterView, seed: int, index: int, replicas: int) -> list[int]:
+    """Distinct live nodes with room for block `index` of a file whose blocks share `seed`; the first is the primary.
 
-    Rendezvous hashing stripes a file's blocks over the DataNodes (each block ranks the nodes differently), never
-    repeats a node, and moves few blocks when nodes come and go. Returns fewer than `replicas` nodes if fewer qualify.
+    The nodes are ranked by rendezvous hashing on the file's seed (so files spread evenly and few blocks move when
+    nodes come and go), then rotated by the block's index: consecutive blocks of one file get consecutive primaries,
+    which stripes the file over every DataNode. A node never appears twice; fewer than `replicas` nodes come back
+    when fewer qualify.
     """
     live = [n for n in view.nodes if n.alive and n.free_bytes > view.reserve_bytes]
-    live.sort(key=lambda n: _rank(block_id, n.id))
-    return [n.id for n in live[:replicas]]
+    live.sort(key=lambda n: _rank(seed, n.id))
+    if not live:
+        return []
+    r = index % len(live)
+    ranked = live[r:] + live[:r]
+    return [n.id for n in ranked[:replicas]]

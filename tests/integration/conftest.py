@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cluster import Cluster  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("cluster")).start()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def bucket(cluster):
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    cluster.s3().create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def s3(cluster):
+    return cluster.s3()
