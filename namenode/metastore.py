@@ -180,16 +180,17 @@ class MetaStore:
         obj = {**obj, "t": "f", "mt": t, "ct": t}
         with self.kv.batch() as b:
             d = self.bucket_ino(bucket)
+            created: dict[int, dict] = {}  # directories this batch creates (not readable from the KV yet)
             for p in parts[:-1]:
                 nxt = self._lookup(d, p, True)
                 if nxt is None:
                     nxt = self._next(b, b"ino")
-                    b.put(keys.inode(nxt), self._enc({"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0,
-                                                      "mt": t, "ct": t}))
+                    created[nxt] = {"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0, "mt": t, "ct": t}
+                    b.put(keys.inode(nxt), self._enc(created[nxt]))
                     b.put(keys.entry(d, p, True), keys.u64(nxt))
                 d = nxt
             if parts[-1] == "":  # directory marker: metadata only, on the directory inode
-                rec = self.get_inode(d)
+                rec = created.get(d) or self.get_inode(d)
                 mk = {k: v for k, v in obj.items() if k != "blk"}
                 self._garbage_blocks(b, obj.get("blk", []))
                 rec["mk"] = mk
