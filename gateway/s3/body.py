@@ -124,6 +124,20 @@ class AwsChunkedDecoder:
             self.signer.check_trailer(trailer_sig, bytes(raw_trailer))
 
 
+_CHECKSUM_BYTES = {"crc32": 4, "crc32c": 4, "crc64nvme": 8, "sha1": 20, "sha256": 32}
+
+
+def _checksum_value(alg: str, value: str, where: str) -> str:
+    """A checksum that can't be one (not base64, wrong length) is InvalidRequest in S3; BadDigest is for a mismatch."""
+    try:
+        ok = len(base64.b64decode(value, validate=True)) == _CHECKSUM_BYTES[alg]
+    except (binascii.Error, ValueError):
+        ok = False
+    if not ok:
+        raise invalid_request(f"Value for x-amz-checksum-{alg} {where} is invalid.")
+    return value
+
+
 class BodyCheck:
     """The digests a request asks us to verify (Content-MD5, x-amz-content-sha256, x-amz-checksum-*), computed while
     the body streams through `update`, and verified by `verify()` before anything is committed."""
@@ -158,7 +172,7 @@ class BodyCheck:
                 if self.alg is not None:
                     raise invalid_request("Expecting a single x-amz-checksum- header. Multiple checksum Types are "
                                           "not allowed.")
-                self.alg, self.want_cs = alg, v
+                self.alg, self.want_cs = alg, _checksum_value(alg, v, "header")
         trailer = headers.get("x-amz-trailer", "").strip().lower()
         if trailer:
             if not trailer.startswith("x-amz-checksum-") or trailer[15:] not in ALGORITHMS:
@@ -191,6 +205,7 @@ class BodyCheck:
             self.want_cs = (trailers or {}).get(self.trailer_name)
             if self.want_cs is None:
                 raise invalid_request(f"The trailer {self.trailer_name} was declared but not sent")
+            _checksum_value(self.alg, self.want_cs, "trailing header")
         if self.cs is not None and self.want_cs is not None and self.cs.b64() != self.want_cs:
             raise S3Error("BadDigest", f"The {self.alg.upper()} you specified did not match the calculated "
                           "checksum.", 400)

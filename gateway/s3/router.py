@@ -167,6 +167,10 @@ class S3App:
             log.exception("%s %s failed", method, raw_path)
             resp = self._error(S3Error("InternalError", "We encountered an internal error. Please try again.", 500),
                                req, raw_path, rid, method)
+        if resp.status >= 400 and (headers.get("content-length", "0") != "0" or "transfer-encoding" in headers):
+            # the body may be unread (a client that sent Expect: 100-continue and got this error never sends it,
+            # and botocore then reuses the connection): close it, as S3 does, so the next request isn't misparsed
+            resp.headers.append(("connection", "close"))
         self.ctx.metrics.observe(req, resp, time.perf_counter() - t0)
         await self._send(send, resp, rid, method == "HEAD")
 
