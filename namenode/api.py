@@ -29,7 +29,15 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
     async def bucket_create(a, _):
         return meta.create_bucket(a["bucket"], a.get("owner", ""),
                                   {"bs": int(a.get("block_size") or settings.block_size),
-                                   "rf": int(a.get("replication") or settings.replication)})
+                                   "rf": int(a.get("replication") or settings.replication),
+                                   "acl": a.get("acl") or "private", "loc": a.get("loc") or ""})
+
+    async def bucket_update(a, _):
+        return meta.update_bucket(a["bucket"], a["fields"])
+
+    async def object_update(a, _):
+        meta.update_object(a["bucket"], a["key"], a["fields"])
+        return {}
 
     async def bucket_delete(a, _):
         meta.delete_bucket(a["bucket"])
@@ -68,7 +76,8 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
         return {"obj": rec, "addrs": members.addrs(ids)}
 
     async def delete_object(a, _):
-        return {"existed": meta.delete_object(a["bucket"], a["key"])}
+        return {"existed": meta.delete_object(a["bucket"], a["key"], if_match=a.get("if_match"),
+                                              if_mtime=a.get("if_mtime"), if_size=a.get("if_size"))}
 
     async def list_objects(a, _):
         return meta.list_objects(a["bucket"], a.get("prefix", ""), a.get("delimiter", ""), a.get("after", ""),
@@ -113,6 +122,6 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
         return {"blocks": sorted(meta.referenced_blocks())}
 
     return {f.__name__: f for f in (
-        register, heartbeat, bucket_create, bucket_delete, bucket_info, bucket_list, allocate, abandon, put_object,
+        register, heartbeat, bucket_create, bucket_delete, bucket_info, bucket_update, object_update, bucket_list, allocate, abandon, put_object,
         stat, delete_object, list_objects, mpu_create, mpu_get, mpu_put_part, mpu_list_parts, mpu_complete,
         mpu_abort, mpu_list, nodes, gc_once, stats, referenced)}

@@ -102,6 +102,13 @@ class MetaStore:
         ino = self.bucket_ino(bucket)
         return {"name": bucket, "ino": ino, **self.get_inode(ino).get("bkt", {})}
 
+    def update_bucket(self, bucket: str, fields: dict) -> dict:
+        ino = self.bucket_ino(bucket)
+        rec = self.get_inode(ino)
+        rec["bkt"] = {**rec.get("bkt", {}), **fields}
+        self.kv.put(keys.inode(ino), self._enc(rec))
+        return {"name": bucket, **rec["bkt"]}
+
     def list_buckets(self) -> list[dict]:
         out = []
         p = keys.entries(ROOT_INO)
@@ -219,12 +226,35 @@ class MetaStore:
                 batch_extra(b)
         return {"ino": ino, "etag": obj.get("etag"), "mt": t}
 
-    def delete_object(self, bucket: str, key: str) -> bool:
-        """Delete a key; returns whether it existed. Empty implicit directories above it go too."""
+    def update_object(self, bucket: str, key: str, fields: dict) -> None:
+        """Change stored attributes (ACL, metadata) of an existing object without touching its data."""
+        cur = self.stat(bucket, key)
+        ino = cur.pop("ino")
+        if key.endswith("/"):
+            rec = self.get_inode(ino)
+            rec["mk"] = {**rec["mk"], **fields}
+        else:
+            rec = {**cur, **fields}
+        self.kv.put(keys.inode(ino), self._enc(rec))
+
+    def delete_object(self, bucket: str, key: str, *, if_match: str | None = None, if_mtime: int | None = None,
+                      if_size: int | None = None) -> bool:
+        """Delete a key; returns whether it existed. Empty implicit directories above it go too.
+
+        The conditions (ETag, last-modified second, size) apply only to an existing object: deleting a missing key
+        succeeds whatever they say, as in S3."""
         try:
             parent, name, marker = self._resolve(bucket, key)
         except errors.NoSuchKey:
             return False
+        if if_match is not None or if_mtime is not None or if_size is not None:
+            cur = self._stat_or_none(bucket, key)
+            if cur is not None:
+                if if_match is not None:
+                    self.check_conditions(cur, if_match, None)
+                if (if_mtime is not None and cur.get("mt", 0) // 1_000_000_000 != int(if_mtime)) or \
+                        (if_size is not None and cur.get("size", 0) != int(if_size)):
+                    raise errors.PreconditionFailed("At least one of the pre-conditions you specified did not hold")
         with self.kv.batch() as b:
             if marker:
                 rec = self.get_inode(parent)

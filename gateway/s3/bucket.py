@@ -8,7 +8,8 @@ from epochfs.common import errors
 
 from . import xml
 from .body import read_all
-from .errors import S3Error, access_denied, not_implemented
+from .access import acl_from_xml, acl_xml, bucket_access, canned_acl
+from .errors import S3Error, access_denied
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -27,16 +28,13 @@ def validate_bucket_name(name: str) -> None:
 
 
 async def bucket_owned(ctx, req) -> dict:
-    """The bucket's record, after checking the caller may use it (owner or admin)."""
-    info = await ctx.bucket(req.bucket)
-    if info.get("owner") != req.user.owner_id and not ctx.is_admin(req.user):
-        raise access_denied()
-    return info
+    """The bucket's record, after checking the caller owns it (or is an admin)."""
+    return await bucket_access(ctx, req)
 
 
 async def list_buckets(ctx, req):
     from .router import Response
-    res = await ctx.cluster.nn("bucket_list")
+    res = await ctx.cluster.nn("bucket_list") if req.auth is not None else {"buckets": []}
     mine = [b for b in res["buckets"] if b.get("owner") == req.user.owner_id]
     prefix = req.query.get("prefix")
     if prefix:
@@ -64,19 +62,17 @@ async def list_buckets(ctx, req):
 
 async def create_bucket(ctx, req):
     from .router import Response
+    if req.auth is None:
+        raise access_denied()
     validate_bucket_name(req.bucket)
     body = await read_all(req.receive, 1 << 20)
+    loc = ""
     if body.strip():
         root = xml.parse(body)
-        loc = root.findtext("LocationConstraint")
-        if loc and loc not in (ctx.settings.region,) and not (loc == "" or ctx.settings.region == "us-east-1"
-                                                                and loc in ("us-east-1", "EU")):
-            raise S3Error("InvalidLocationConstraint", "The specified location-constraint is not valid", 400)
-    acl = req.headers.get("x-amz-acl", "private")
-    if acl not in ("private", "public-read", "public-read-write", "authenticated-read"):
-        raise S3Error("InvalidArgument", f"unknown canned ACL {acl}", 400)
+        loc = (root.findtext("LocationConstraint") or "").strip()
+    acl = canned_acl(req)
     try:
-        await ctx.cluster.nn("bucket_create", bucket=req.bucket, owner=req.user.owner_id)
+        await ctx.cluster.nn("bucket_create", bucket=req.bucket, owner=req.user.owner_id, acl=acl, loc=loc)
     except errors.BucketAlreadyOwnedByYou:
         if ctx.settings.region == "us-east-1":
             return Response(200, [("location", f"/{req.bucket}")])  # us-east-1 answers 200 to a repeat create
@@ -101,8 +97,8 @@ async def head_bucket(ctx, req):
 
 async def get_location(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
-    region = "" if ctx.settings.region == "us-east-1" else ctx.settings.region
+    info = await bucket_owned(ctx, req)
+    region = info.get("loc") or ("" if ctx.settings.region == "us-east-1" else ctx.settings.region)
     return Response(200, [("content-type", "application/xml")],
                     f'{xml.HEAD}<LocationConstraint xmlns="{xml.NS}">{region}</LocationConstraint>'.encode())
 
@@ -113,25 +109,19 @@ async def get_versioning(ctx, req):
     return Response(200, [("content-type", "application/xml")], xml.doc("VersioningConfiguration", ""))
 
 
-def acl_xml(owner_id: str, display: str) -> bytes:
-    grant = (f'<Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="CanonicalUser">'
-             f"<ID>{xml.esc(owner_id)}</ID><DisplayName>{xml.esc(display)}</DisplayName></Grantee>"
-             f"<Permission>FULL_CONTROL</Permission></Grant>")
-    return xml.doc("AccessControlPolicy", f"{xml.owner(owner_id, display)}<AccessControlList>{grant}"
-                                          f"</AccessControlList>")
-
-
 async def get_acl(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
-    return Response(200, [("content-type", "application/xml")], acl_xml(req.user.owner_id, req.user.display_name))
+    info = await bucket_owned(ctx, req)
+    owner = info.get("owner", "")
+    return Response(200, [("content-type", "application/xml")],
+                    acl_xml(info.get("acl"), owner, ctx.display_name(owner)))
 
 
 async def put_acl(ctx, req):
-    """Only the private canned ACL exists here: access is decided by ownership (and, later, admin-granted keys)."""
     from .router import Response
-    await bucket_owned(ctx, req)
-    await read_all(req.receive, 1 << 20)
-    if req.headers.get("x-amz-acl", "private") != "private":
-        raise not_implemented("ACLs other than private")
+    info = await bucket_owned(ctx, req)
+    body = await read_all(req.receive, 1 << 20)
+    acl = acl_from_xml(body, info.get("owner", "")) if body.strip() else canned_acl(req)
+    await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"acl": acl})
+    ctx.forget_bucket(req.bucket)
     return Response(200)

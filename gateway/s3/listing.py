@@ -4,7 +4,7 @@ from __future__ import annotations
 import base64
 
 from . import xml
-from .bucket import bucket_owned
+from .access import bucket_access
 from .errors import S3Error, invalid_argument
 
 
@@ -52,7 +52,7 @@ def _opt(tag: str, value: str, url: bool = False) -> str:
 
 async def list_objects_v1(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "read")
     prefix, delimiter, max_keys, url = _params(req)
     marker = req.query.get("marker", "")
     res = await _list(ctx, req, prefix, delimiter, marker, max_keys)
@@ -82,7 +82,7 @@ def _untoken(tok: str) -> str:
 
 async def list_objects_v2(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "read")
     prefix, delimiter, max_keys, url = _params(req)
     q = req.query
     token = q.get("continuation-token")
@@ -107,7 +107,7 @@ async def list_objects_v2(ctx, req):
 async def list_versions(ctx, req):
     """Versioning is never enabled, so every object has exactly one version, "null", and it is the latest."""
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "read")
     prefix, delimiter, max_keys, url = _params(req)
     marker = req.query.get("key-marker", "")
     res = await _list(ctx, req, prefix, delimiter, marker, max_keys)

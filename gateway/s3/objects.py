@@ -12,7 +12,9 @@ from epochfs.common.paths import split_key
 
 from . import xml
 from .body import BodyCheck, body_stream, read_all
-from .bucket import acl_xml, bucket_owned
+from .access import (acl_from_xml, acl_xml, bucket_access, canned_acl, check_object_read, grants,
+                     is_owner)
+from .bucket import bucket_owned
 from .errors import S3Error, access_denied, invalid_argument, invalid_request, malformed_xml
 
 STD_HEADERS = ("cache-control", "content-disposition", "content-encoding", "content-language", "expires")
@@ -47,6 +49,9 @@ def object_attrs(req) -> dict:
         raise S3Error("InvalidStorageClass", "The storage class you specified is not valid", 400)
     attrs = {"ctype": h.get("content-type", "binary/octet-stream"), "meta": meta, "hdr": hdr,
              "owner": req.user.owner_id}
+    acl = canned_acl(req)
+    if acl != "private":
+        attrs["acl"] = acl
     if sc != "STANDARD":
         attrs["sc"] = sc
     return attrs
@@ -152,7 +157,7 @@ async def _stat(ctx, bucket: str, key: str) -> tuple[dict, dict]:
 
 async def put_object(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "write")
     check_key(req.key)
     attrs = object_attrs(req)
     if "content-length" not in req.headers and "x-amz-decoded-content-length" not in req.headers \
@@ -197,9 +202,14 @@ def _part_range(obj: dict, req) -> tuple[int, int] | None:
 
 async def get_object(ctx, req, head: bool = False):
     from .router import Response
-    await bucket_owned(ctx, req)
+    info = await bucket_access(ctx, req, "object")
     check_key(req.key)
-    obj, addrs = await _stat(ctx, req.bucket, req.key)
+    try:
+        obj, addrs = await _stat(ctx, req.bucket, req.key)
+    except errors.NoSuchKey:
+        check_object_read(ctx, req, info, None)
+        raise
+    check_object_read(ctx, req, info, obj)
     check_read_conditions(obj, req.headers)
     size = obj.get("size", 0)
     rng = _part_range(obj, req)
@@ -234,17 +244,46 @@ async def head_object(ctx, req):
     return await get_object(ctx, req, head=True)
 
 
+def _delete_conditions(etag: str | None, mtime: str | None, size: str | None, http_date: bool) -> dict:
+    """x-amz-if-match-* (DeleteObject) or the ETag/LastModifiedTime/Size elements (DeleteObjects) as NameNode args."""
+    out = {}
+    if etag is not None:
+        out["if_match"] = etag
+    if mtime is not None:
+        t = _parse_http_date(mtime) if http_date else _parse_iso(mtime)
+        if t is None:
+            raise invalid_argument("bad last-modified-time condition")
+        out["if_mtime"] = t
+    if size is not None:
+        try:
+            out["if_size"] = int(size)
+        except ValueError:
+            raise invalid_argument("bad size condition") from None
+    return out
+
+
+def _parse_iso(v: str) -> int | None:
+    import datetime as dt
+    try:
+        return int(dt.datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return None
+
+
 async def delete_object(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "write")
     check_key(req.key)
-    await ctx.cluster.nn("delete_object", bucket=req.bucket, key=req.key)
+    h = req.headers
+    cond = _delete_conditions(h.get("if-match"), h.get("x-amz-if-match-last-modified-time"),
+                              h.get("x-amz-if-match-size"), http_date=True)
+    await ctx.cluster.nn("delete_object", bucket=req.bucket, key=req.key, **cond)
     return Response(204)
 
 
 async def delete_objects(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "write")
     body = await read_all(req.receive, 2 << 20)
     if "content-md5" in req.headers:
         if base64.b64encode(hashlib.md5(body).digest()).decode() != req.headers["content-md5"]:
@@ -269,7 +308,9 @@ async def delete_objects(ctx, req):
             check_key(key)
             if vid not in (None, "null"):
                 raise S3Error("NoSuchVersion", "The specified version does not exist.", 404)
-            await ctx.cluster.nn("delete_object", bucket=req.bucket, key=key)
+            cond = _delete_conditions(o.findtext("ETag"), o.findtext("LastModifiedTime"), o.findtext("Size"),
+                                      http_date=False)
+            await ctx.cluster.nn("delete_object", bucket=req.bucket, key=key, **cond)
             if not quiet:
                 v = f"<VersionId>{xml.esc(vid)}</VersionId>" if vid else ""
                 out.append(f"<Deleted><Key>{xml.esc(key)}</Key>{v}</Deleted>")
@@ -298,10 +339,15 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
     """The source object of a copy (after access and x-amz-copy-source-if-* checks) and a stream of its bytes."""
     sb, sk = parse_copy_source(req)
     info = await ctx.bucket(sb)
-    if info.get("owner") != req.user.owner_id and not ctx.is_admin(req.user):
-        raise access_denied()
     check_key(sk)
-    obj, addrs = await _stat(ctx, sb, sk)
+    if not is_owner(ctx, req, info) and not grants(info.get("acl"), "read", req.auth is not None):
+        obj = None
+        try:
+            obj, addrs = await _stat(ctx, sb, sk)
+        finally:
+            check_object_read(ctx, req, info, obj)
+    else:
+        obj, addrs = await _stat(ctx, sb, sk)
     check_read_conditions(obj, req.headers, prefix="x-amz-copy-source-if-", copy=True)
     size = obj.get("size", 0)
     start, end = 0, size
@@ -319,7 +365,7 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
 
 async def copy_object(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "write")
     check_key(req.key)
     (sb, sk), src, stream, _ = await read_copy_source(ctx, req)
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
@@ -366,15 +412,15 @@ async def get_acl(ctx, req):
     await bucket_owned(ctx, req)
     obj, _ = await _stat(ctx, req.bucket, req.key)
     owner = obj.get("owner") or req.user.owner_id
-    return Response(200, [("content-type", "application/xml")], acl_xml(owner, ctx.display_name(owner)))
+    return Response(200, [("content-type", "application/xml")],
+                    acl_xml(obj.get("acl"), owner, ctx.display_name(owner)))
 
 
 async def put_acl(ctx, req):
     from .router import Response
-    from .errors import not_implemented
     await bucket_owned(ctx, req)
-    await _stat(ctx, req.bucket, req.key)
-    await read_all(req.receive, 1 << 20)
-    if req.headers.get("x-amz-acl", "private") != "private":
-        raise not_implemented("ACLs other than private")
+    obj, _ = await _stat(ctx, req.bucket, req.key)
+    body = await read_all(req.receive, 1 << 20)
+    acl = acl_from_xml(body, obj.get("owner", "")) if body.strip() else canned_acl(req)
+    await ctx.cluster.nn("object_update", bucket=req.bucket, key=req.key, fields={"acl": acl})
     return Response(200)

@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 from epochfs.common import errors
 
 from . import bucket, listing, multipart, objects
+from .access import ANONYMOUS
 from .body import ClientDisconnected
 from .errors import S3Error, error_xml, from_domain, not_implemented
 from .sigv4 import AuthResult, SigV4Verifier, User
@@ -45,7 +46,7 @@ class S3Request:
 
     @property
     def user(self) -> User:
-        return self.auth.user
+        return self.auth.user if self.auth is not None else ANONYMOUS
 
     @property
     def resource(self) -> str:
@@ -150,10 +151,7 @@ class S3App:
         t0 = time.perf_counter()
         try:
             req = self._parse(method, raw_path, scope.get("query_string", b""), headers, receive, rid)
-            req.auth = self.verifier.verify(method, raw_path, req.query_list, headers)
-            if req.auth is None:
-                raise S3Error("AccessDenied", "Anonymous access is not allowed; sign your requests with an access "
-                              "key.", 403)
+            req.auth = self.verifier.verify(method, raw_path, req.query_list, headers)  # None: anonymous
             handler = route(req)
             resp = await handler(self.ctx, req)
         except S3Error as e:

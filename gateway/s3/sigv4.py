@@ -125,9 +125,9 @@ class SigV4Verifier:
                               "Query-string authentication version 4 requires the X-Amz-Algorithm, X-Amz-Credential, "
                               "X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters.",
                               400) from None
-            if not 0 <= expires <= 604800:
+            if not 0 < expires <= 604800:
                 raise S3Error("AuthorizationQueryParametersError",
-                              "X-Amz-Expires must be less than a week (in seconds) that is 604800", 400)
+                              "X-Amz-Expires must be between 1 second and a week (604800 seconds)", 403)
             payload_hash = headers.get("x-amz-content-sha256", UNSIGNED)
             presigned = True
         elif "AWSAccessKeyId" in qd:

@@ -167,11 +167,11 @@ def test_anonymous_requests_denied(cluster, s3, bucket):
         for call in (lambda: anon.get_object(Bucket=bucket, Key="private"),
                      lambda: anon.list_objects_v2(Bucket=bucket),
                      lambda: anon.put_object(Bucket=bucket, Key="anon", Body=b"data"),
-                     lambda: anon.delete_object(Bucket=bucket, Key="private"),
-                     lambda: anon.list_buckets()):
+                     lambda: anon.delete_object(Bucket=bucket, Key="private")):
             with pytest.raises(ClientError) as e:
                 call()
             assert err(e) == (403, "AccessDenied")
+        assert anon.list_buckets()["Buckets"] == []  # as S3: an anonymous caller owns no bucket
         r = httpx.get(f"{cluster.endpoint}/{bucket}/private")
         assert r.status_code == 403 and b"<Code>AccessDenied</Code>" in r.content
     with pytest.raises(ClientError) as e:
@@ -329,3 +329,27 @@ def test_error_before_body_does_not_poison_the_connection(cluster, s3, bucket):
         assert err(e) == (404, "NoSuchBucket")
         s3.put_object(Bucket=bucket, Key="k", Body=b"y" * 5000)
         assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"y" * 5000
+
+
+def test_canned_acls_grant_anonymous_access(cluster, s3):
+    anon = cluster.s3(signature_version=botocore.UNSIGNED)
+    name = f"pub-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=name, ACL="public-read")
+    s3.put_object(Bucket=name, Key="open", Body=b"for all", ACL="public-read")
+    s3.put_object(Bucket=name, Key="closed", Body=b"owner only")
+    assert anon.get_object(Bucket=name, Key="open")["Body"].read() == b"for all"
+    assert [o["Key"] for o in anon.list_objects_v2(Bucket=name)["Contents"]] == ["closed", "open"]
+    with pytest.raises(ClientError) as e:
+        anon.get_object(Bucket=name, Key="closed")
+    assert err(e) == (403, "AccessDenied")
+    with pytest.raises(ClientError) as e:
+        anon.put_object(Bucket=name, Key="anon", Body=b"x")
+    assert err(e) == (403, "AccessDenied")
+    s3.put_bucket_acl(Bucket=name, ACL="public-read-write")
+    anon.put_object(Bucket=name, Key="anon", Body=b"x")
+    grants = s3.get_bucket_acl(Bucket=name)["Grants"]
+    assert {g["Permission"] for g in grants} == {"FULL_CONTROL", "READ", "WRITE"}
+    s3.put_object_acl(Bucket=name, Key="open", ACL="private")
+    with pytest.raises(ClientError) as e:
+        anon.get_object(Bucket=name, Key="open")
+    assert err(e) == (403, "AccessDenied")
