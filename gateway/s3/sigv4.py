@@ -5,6 +5,7 @@ work on the raw request as the ASGI server sees it (raw path, repeated query key
 """
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import hmac
@@ -75,6 +76,38 @@ class SigV4Verifier:
             self._keys[ck] = k
         return k
 
+    def _verify_v2(self, method, raw_path, query, headers, access_key: str, signature: str, expires: str | None,
+                   now: dt.datetime) -> AuthResult:
+        """Signature Version 2 (HMAC-SHA1), which boto3 still uses for presigned URLs unless told otherwise."""
+        user = self._user(access_key)
+        if expires is not None:  # query string auth
+            try:
+                exp = int(expires)
+            except ValueError:
+                raise access_denied("Invalid Expires") from None
+            if now.timestamp() > exp:
+                raise access_denied("Request has expired")
+            date = expires
+        else:
+            date = "" if "x-amz-date" in headers else headers.get("date", "")
+            stamp = headers.get("x-amz-date") or headers.get("date")
+            try:
+                from email.utils import parsedate_to_datetime
+                t = parsedate_to_datetime(stamp)
+            except (TypeError, ValueError):
+                raise access_denied("AWS authentication requires a valid Date or x-amz-date header") from None
+            if abs((now - t).total_seconds()) > self.max_skew_s:
+                raise S3Error("RequestTimeTooSkewed",
+                              "The difference between the request time and the current time is too large.", 403)
+        sts = _v2_string_to_sign(method, raw_path, query, headers, date)
+        expected = base64.b64encode(hmac.new(user.secret_key.encode(), sts.encode("utf-8", "surrogateescape"),
+                                             hashlib.sha1).digest()).decode()
+        if not hmac.compare_digest(expected, signature):
+            raise S3Error("SignatureDoesNotMatch", "The request signature we calculated does not match the signature "
+                          "you provided. Check your key and signing method.", 403, AWSAccessKeyId=access_key,
+                          StringToSign=sts)
+        return AuthResult(user, UNSIGNED, signature, "", "", b"")
+
     def _user(self, access_key: str) -> User:
         u = self.users.get(access_key)
         if u is None:
@@ -90,7 +123,8 @@ class SigV4Verifier:
         qd = dict(query)
         if auth is not None:
             if auth.startswith("AWS "):
-                raise S3Error("InvalidRequest", "Signature Version 2 is not supported; use AWS4-HMAC-SHA256.", 400)
+                akid, _, sig = auth[4:].strip().rpartition(":")
+                return self._verify_v2(method, raw_path, query, headers, akid, sig, None, now)
             if not auth.startswith("AWS4-HMAC-SHA256 "):
                 raise S3Error("InvalidArgument", "Unsupported Authorization Type", 400)
             fields = {}
@@ -130,8 +164,9 @@ class SigV4Verifier:
                               "X-Amz-Expires must be between 1 second and a week (604800 seconds)", 403)
             payload_hash = headers.get("x-amz-content-sha256", UNSIGNED)
             presigned = True
-        elif "AWSAccessKeyId" in qd:
-            raise S3Error("InvalidRequest", "Signature Version 2 is not supported; use AWS4-HMAC-SHA256.", 400)
+        elif "AWSAccessKeyId" in qd and "Signature" in qd:
+            return self._verify_v2(method, raw_path, query, headers, qd["AWSAccessKeyId"], qd["Signature"],
+                                   qd.get("Expires", ""), now)
         else:
             return None
 
@@ -175,6 +210,28 @@ class SigV4Verifier:
                           "you provided. Check your key and signing method.", 403,
                           AWSAccessKeyId=access_key, StringToSign=sts, CanonicalRequest=creq)
         return AuthResult(user, payload_hash, signature, amz_date, scope, key)
+
+
+# Query parameters that are part of a V2 signature's resource (the S3 "sub-resources").
+V2_SUBRESOURCES = frozenset((
+    "acl", "cors", "delete", "lifecycle", "location", "logging", "notification", "partNumber", "policy",
+    "requestPayment", "restore", "tagging", "torrent", "uploadId", "uploads", "versionId", "versioning", "versions",
+    "website", "response-content-type", "response-content-language", "response-expires", "response-cache-control",
+    "response-content-disposition", "response-content-encoding", "object-lock", "retention", "legal-hold",
+    "encryption", "replication", "accelerate", "attributes"))
+
+
+def _v2_string_to_sign(method: str, raw_path: bytes, query, headers: dict[str, str], date: str) -> str:
+    amz = {}
+    for name, value in headers.items():
+        if name.startswith("x-amz-"):
+            amz[name] = _SPACES.sub(" ", value.strip())
+    sub = sorted((k, v) for k, v in query if k in V2_SUBRESOURCES)
+    resource = raw_path.decode("latin-1")
+    if sub:
+        resource += "?" + "&".join(f"{k}={v}" if v != "" else k for k, v in sub)
+    return "\n".join([method, headers.get("content-md5", ""), headers.get("content-type", ""), date]) + "\n" + \
+        "".join(f"{k}:{amz[k]}\n" for k in sorted(amz)) + resource
 
 
 def _unquote_path(raw_path: bytes) -> str:

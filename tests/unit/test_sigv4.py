@@ -112,3 +112,22 @@ def test_bad_content_md5():
     with pytest.raises(S3Error) as e:
         check.verify()
     assert e.value.code == "BadDigest"
+
+
+def test_sigv2_header_and_presigned():
+    v = SigV4Verifier(USERS)
+    creds = botocore.credentials.Credentials("AKID", "secret1")
+    req = botocore.awsrequest.AWSRequest(method="PUT", url="http://h:1/bucket/k%20ey?acl",
+                                         headers={"Content-Type": "text/plain", "x-amz-meta-a": "b"})
+    botocore.auth.HmacV1Auth(creds).add_auth(req)
+    parts = urlsplit(req.url)
+    hdrs = {k.lower(): v for k, v in req.headers.items()}
+    assert v.verify("PUT", parts.path.encode(), parse_qsl(parts.query, keep_blank_values=True), hdrs).user.owner_id == "o1"
+    req = botocore.awsrequest.AWSRequest(method="GET", url="http://h:1/bucket/key")
+    botocore.auth.HmacV1QueryAuth(creds, expires=60).add_auth(req)
+    parts = urlsplit(req.url)
+    q = parse_qsl(parts.query, keep_blank_values=True)
+    assert v.verify("GET", parts.path.encode(), q, {"host": "h:1"}).user.access_key == "AKID"
+    with pytest.raises(S3Error) as e:
+        v.verify("GET", b"/bucket/other", q, {"host": "h:1"})
+    assert e.value.code == "SignatureDoesNotMatch"
