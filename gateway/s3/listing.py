@@ -22,6 +22,9 @@ def _params(req) -> tuple[str, str, int, bool]:
     if max_keys < 0:
         raise invalid_argument("Argument maxKeys must be an integer between 0 and 2147483647",
                                ArgumentName="maxKeys", ArgumentValue=q.get("max-keys"))
+    if q.get("allow-unordered", "").lower() == "true" and q.get("delimiter"):
+        # Ceph RGW's extension; listings here are always ordered, but the combination is refused as RGW does
+        raise invalid_argument("allow-unordered cannot be used with a delimiter", ArgumentName="allow-unordered")
     return q.get("prefix", ""), q.get("delimiter", ""), min(max_keys, 1000), enc is not None
 
 
@@ -87,9 +90,7 @@ async def list_objects_v2(ctx, req):
     q = req.query
     token = q.get("continuation-token")
     start_after = q.get("start-after", "")
-    after = _untoken(token) if token is not None else start_after
-    if token == "":
-        raise invalid_argument("The continuation token provided is incorrect", ArgumentName="continuation-token")
+    after = _untoken(token) if token else start_after  # an empty token means "from the start", as in S3
     res = await _list(ctx, req, prefix, delimiter, after, max_keys)
     contents, prefixes = _items_xml(res["items"], url, q.get("fetch-owner") == "true", ctx.display_name)
     nxt = ""
@@ -99,7 +100,7 @@ async def list_objects_v2(ctx, req):
                    f"<Name>{xml.esc(req.bucket)}</Name><Prefix>{xml.enc_key(prefix, url)}</Prefix>"
                    f"<MaxKeys>{max_keys}</MaxKeys><KeyCount>{len(res['items'])}</KeyCount>"
                    f"{_opt('Delimiter', delimiter, url)}<IsTruncated>{str(res['truncated']).lower()}</IsTruncated>"
-                   f"{_opt('ContinuationToken', token or '')}{nxt}{_opt('StartAfter', start_after, url)}"
+                   f"{'' if token is None else f'<ContinuationToken>{xml.esc(token)}</ContinuationToken>'}{nxt}{_opt('StartAfter', start_after, url)}"
                    f"{'<EncodingType>url</EncodingType>' if url else ''}{contents}{prefixes}")
     return Response(200, [("content-type", "application/xml")], body)
 

@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from epochfs.common import errors
 
-from . import bucket, listing, multipart, objects
+from . import bucket, cors, listing, multipart, objects
 from .access import ANONYMOUS
 from .body import ClientDisconnected
 from .errors import S3Error, error_xml, from_domain, not_implemented
@@ -61,16 +61,21 @@ _BUCKET_GET = {"location": bucket.get_location, "versioning": bucket.get_version
 
 def route(req: S3Request):
     m, q = req.method, req.query
+    if m == "OPTIONS":
+        return cors.preflight
     if req.bucket is None:
         if m in ("GET", "HEAD"):
             return bucket.list_buckets
         raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.", 405)
     if req.key is None:
+        if "cors" in q:
+            h = {"GET": cors.get_cors, "PUT": cors.put_cors, "DELETE": cors.delete_cors}.get(m)
+            return h if h is not None else _not_allowed()
         if m == "GET" or m == "HEAD" and q:
             for sub, h in _BUCKET_GET.items():
                 if sub in q:
                     return h
-            for sub in ("cors", "policy", "lifecycle", "tagging", "website", "logging", "notification",
+            for sub in ("policy", "lifecycle", "tagging", "website", "logging", "notification",
                         "replication", "encryption", "object-lock", "ownershipControls", "publicAccessBlock",
                         "requestPayment", "accelerate", "analytics", "metrics", "inventory",
                         "intelligent-tiering"):
@@ -125,6 +130,10 @@ def route(req: S3Request):
     raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.", 405)
 
 
+def _not_allowed():
+    raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.", 405)
+
+
 class S3App:
     """ASGI app for the S3 API. `ctx` carries the cluster client, the users and the settings."""
 
@@ -151,7 +160,8 @@ class S3App:
         t0 = time.perf_counter()
         try:
             req = self._parse(method, raw_path, scope.get("query_string", b""), headers, receive, rid)
-            req.auth = self.verifier.verify(method, raw_path, req.query_list, headers)  # None: anonymous
+            if method != "OPTIONS":  # CORS preflights carry no credentials
+                req.auth = self.verifier.verify(method, raw_path, req.query_list, headers)  # None: anonymous
             handler = route(req)
             resp = await handler(self.ctx, req)
         except S3Error as e:
@@ -169,6 +179,8 @@ class S3App:
             # the body may be unread (a client that sent Expect: 100-continue and got this error never sends it,
             # and botocore then reuses the connection): close it, as S3 does, so the next request isn't misparsed
             resp.headers.append(("connection", "close"))
+        if "origin" in headers and req is not None and method != "OPTIONS":
+            resp.headers += await cors.actual_request_headers(self.ctx, req)
         self.ctx.metrics.observe(req, resp, time.perf_counter() - t0)
         await self._send(send, resp, rid, method == "HEAD")
 

@@ -353,3 +353,44 @@ def test_canned_acls_grant_anonymous_access(cluster, s3):
     with pytest.raises(ClientError) as e:
         anon.get_object(Bucket=name, Key="open")
     assert err(e) == (403, "AccessDenied")
+
+
+def test_cors_configuration_and_preflight(cluster, s3, bucket):
+    url = f"{cluster.endpoint}/{bucket}/obj"
+    with pytest.raises(ClientError) as e:
+        s3.get_bucket_cors(Bucket=bucket)
+    assert err(e) == (404, "NoSuchCORSConfiguration")
+    assert httpx.options(url).status_code == 400  # no Origin
+    pre = {"Origin": "https://app.example.com", "Access-Control-Request-Method": "GET"}
+    assert httpx.options(url, headers=pre).status_code == 403  # no rule yet
+    s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": [
+        {"AllowedOrigins": ["https://*.example.com"], "AllowedMethods": ["GET", "HEAD"], "AllowedHeaders": ["x-amz-*"],
+         "MaxAgeSeconds": 60}]})
+    assert s3.get_bucket_cors(Bucket=bucket)["CORSRules"][0]["AllowedMethods"] == ["GET", "HEAD"]
+    r = httpx.options(url, headers={**pre, "Access-Control-Request-Headers": "x-amz-date"})
+    assert r.status_code == 200
+    assert r.headers["access-control-allow-origin"] == "https://app.example.com"
+    assert r.headers["access-control-max-age"] == "60"
+    assert httpx.options(url, headers={**pre, "Access-Control-Request-Method": "PUT"}).status_code == 403
+    assert httpx.options(url, headers={**pre, "Origin": "https://evil.test"}).status_code == 403
+    s3.put_object(Bucket=bucket, Key="obj", Body=b"x")
+    signed = cluster.s3(signature_version="s3v4").generate_presigned_url(
+        "get_object", Params={"Bucket": bucket, "Key": "obj"})
+    r = httpx.get(signed, headers={"Origin": "https://app.example.com"})
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example.com"
+    s3.delete_bucket_cors(Bucket=bucket)
+    assert httpx.options(url, headers=pre).status_code == 403
+
+
+def test_presigned_urls_with_default_boto3_config(cluster, s3, bucket):
+    """boto3 signs presigned URLs with SigV2 unless told otherwise; both versions must work."""
+    s3.put_object(Bucket=bucket, Key="k", Body=b"payload")
+    for client in (cluster.s3(), cluster.s3(signature_version="s3v4")):
+        url = client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"}, ExpiresIn=60)
+        r = httpx.get(url)
+        assert r.status_code == 200 and r.content == b"payload"
+        bad = url.replace("Signature=", "Signature=A").replace("X-Amz-Signature=", "X-Amz-Signature=0")
+        assert httpx.get(bad).status_code == 403
+    put = cluster.s3().generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "p"}, ExpiresIn=60)
+    assert httpx.put(put, content=b"up").status_code == 200
+    assert s3.get_object(Bucket=bucket, Key="p")["Body"].read() == b"up"

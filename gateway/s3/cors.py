@@ -1,0 +1,146 @@
+"""Bucket CORS: Put/Get/DeleteBucketCors, OPTIONS preflight, and CORS headers on actual requests with an Origin."""
+from __future__ import annotations
+
+import fnmatch
+
+from . import xml
+from .body import read_all
+from .bucket import bucket_owned
+from .errors import S3Error, malformed_xml
+
+METHODS = ("GET", "PUT", "POST", "DELETE", "HEAD")
+
+
+def parse_cors(body: bytes) -> list[dict]:
+    root = xml.parse(body)
+    if root.tag != "CORSConfiguration":
+        raise malformed_xml()
+    rules = []
+    for r in root.findall("CORSRule"):
+        rule = {"origins": [e.text or "" for e in r.findall("AllowedOrigin")],
+                "methods": [e.text or "" for e in r.findall("AllowedMethod")],
+                "headers": [e.text or "" for e in r.findall("AllowedHeader")],
+                "expose": [e.text or "" for e in r.findall("ExposeHeader")]}
+        if r.findtext("ID"):
+            rule["id"] = r.findtext("ID")
+        if r.findtext("MaxAgeSeconds"):
+            try:
+                rule["max_age"] = int(r.findtext("MaxAgeSeconds"))
+            except ValueError:
+                raise malformed_xml() from None
+        if not rule["origins"] or not rule["methods"]:
+            raise malformed_xml()
+        for m in rule["methods"]:
+            if m not in METHODS:
+                raise S3Error("InvalidRequest", f"Found unsupported HTTP method in CORS config. Unsupported method "
+                              f"is {m}", 400)
+        for o in rule["origins"]:
+            if o.count("*") > 1:
+                raise S3Error("InvalidRequest", f'AllowedOrigin "{o}" can not have more than one wildcard.', 400)
+        rules.append(rule)
+    if not rules or len(rules) > 100:
+        raise malformed_xml()
+    return rules
+
+
+def cors_xml(rules: list[dict]) -> bytes:
+    out = []
+    for r in rules:
+        parts = [f"<ID>{xml.esc(r['id'])}</ID>"] if "id" in r else []
+        parts += [f"<AllowedOrigin>{xml.esc(o)}</AllowedOrigin>" for o in r["origins"]]
+        parts += [f"<AllowedMethod>{m}</AllowedMethod>" for m in r["methods"]]
+        parts += [f"<AllowedHeader>{xml.esc(h)}</AllowedHeader>" for h in r["headers"]]
+        parts += [f"<ExposeHeader>{xml.esc(h)}</ExposeHeader>" for h in r["expose"]]
+        if "max_age" in r:
+            parts.append(f"<MaxAgeSeconds>{r['max_age']}</MaxAgeSeconds>")
+        out.append(f"<CORSRule>{''.join(parts)}</CORSRule>")
+    return xml.doc("CORSConfiguration", "".join(out))
+
+
+def _match(pattern: str, value: str) -> bool:
+    return fnmatch.fnmatchcase(value.lower(), pattern.lower().replace("[", "[[]"))
+
+
+def find_rule(rules: list[dict], origin: str, method: str, req_headers: list[str]) -> dict | None:
+    for r in rules:
+        if method not in r["methods"] or not any(_match(o, origin) for o in r["origins"]):
+            continue
+        if all(any(_match(p, h) for p in r["headers"]) for h in req_headers):
+            return r
+    return None
+
+
+def cors_headers(rule: dict, origin: str, method: str, req_headers: list[str] | None) -> list[tuple[str, str]]:
+    allow_origin = "*" if "*" in rule["origins"] else origin
+    h = [("access-control-allow-origin", allow_origin), ("access-control-allow-methods", ", ".join(rule["methods"])),
+         ("vary", "Origin, Access-Control-Request-Headers, Access-Control-Request-Method")]
+    if allow_origin != "*":
+        h.append(("access-control-allow-credentials", "true"))
+    if req_headers:
+        h.append(("access-control-allow-headers", ", ".join(req_headers)))
+    if rule["expose"]:
+        h.append(("access-control-expose-headers", ", ".join(rule["expose"])))
+    if "max_age" in rule:
+        h.append(("access-control-max-age", str(rule["max_age"])))
+    return h
+
+
+async def put_cors(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    rules = parse_cors(await read_all(req.receive, 64 << 10))
+    await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"cors": rules})
+    ctx.forget_bucket(req.bucket)
+    return Response(200)
+
+
+async def get_cors(ctx, req):
+    from .router import Response
+    info = await bucket_owned(ctx, req)
+    if not info.get("cors"):
+        raise S3Error("NoSuchCORSConfiguration", "The CORS configuration does not exist", 404,
+                      BucketName=req.bucket)
+    return Response(200, [("content-type", "application/xml")], cors_xml(info["cors"]))
+
+
+async def delete_cors(ctx, req):
+    from .router import Response
+    await bucket_owned(ctx, req)
+    await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"cors": None})
+    ctx.forget_bucket(req.bucket)
+    return Response(204)
+
+
+async def preflight(ctx, req):
+    """OPTIONS: answered from the bucket's CORS rules; needs no signature (browsers send none)."""
+    from .router import Response
+    origin = req.headers.get("origin")
+    method = req.headers.get("access-control-request-method")
+    if not origin:
+        raise S3Error("BadRequest", "Insufficient information. Origin request header needed.", 400)
+    if not method:
+        raise S3Error("BadRequest", "Invalid Access-Control-Request-Method: null", 400)
+    if req.bucket is None:
+        raise S3Error("AccessForbidden", "CORSResponse: Bucket not found", 403)
+    info = await ctx.bucket(req.bucket)
+    asked = [h.strip().lower() for h in req.headers.get("access-control-request-headers", "").split(",") if h.strip()]
+    rule = find_rule(info.get("cors") or [], origin, method, asked)
+    if rule is None:
+        raise S3Error("AccessForbidden", "CORSResponse: This CORS request is not allowed. This is usually because "
+                      "the evalution of Origin, request method / Access-Control-Request-Method or "
+                      "Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.", 403,
+                      Method=method, ResourceType="OBJECT" if req.key else "BUCKET")
+    return Response(200, cors_headers(rule, origin, method, asked))
+
+
+async def actual_request_headers(ctx, req) -> list[tuple[str, str]]:
+    """CORS headers for a non-preflight request that carries an Origin (empty when no rule allows it)."""
+    origin = req.headers.get("origin")
+    if not origin or req.bucket is None:
+        return []
+    try:
+        info = await ctx.bucket(req.bucket)
+    except Exception:
+        return []
+    rule = find_rule(info.get("cors") or [], origin, req.method, [])
+    return cors_headers(rule, origin, req.method, None) if rule else []
