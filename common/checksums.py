@@ -1,4 +1,5 @@
-"""Incremental checksums with one interface: update(data), digest() -> bytes, b64() -> S3's base64 form.
+"""Incremental checksums with one interface: update(data), digest() -> bytes, b64() -> S3's base64 form; and the two
+ways S3 derives a multipart object's checksum from its parts' (COMPOSITE, FULL_OBJECT).
 
 CRC32 comes from zlib, CRC32C from the crc32c package, CRC64/NVME from awscrt (AWS's own implementation, the same
 one botocore uses); SHA and MD5 from hashlib. hashlib releases the GIL on large buffers, so callers hash big blocks in a
@@ -14,6 +15,10 @@ import crc32c as _crc32c
 from awscrt import checksums as _crt
 
 ALGORITHMS = ("crc32", "crc32c", "crc64nvme", "sha1", "sha256")
+COMPOSITE, FULL_OBJECT = "COMPOSITE", "FULL_OBJECT"
+# CRCs of adjacent pieces combine into the CRC of the whole, so only they can give a multipart object a FULL_OBJECT
+# checksum; CRC64/NVME can give nothing else.
+_COMBINE = {"crc32": _crt.combine_crc32, "crc32c": _crt.combine_crc32c, "crc64nvme": _crt.combine_crc64nvme}
 
 
 class _Crc:
@@ -55,3 +60,27 @@ def new_hasher(alg: str) -> Hasher:
     if alg in ("sha1", "sha256", "md5"):
         return Hasher(hashlib.new(alg))
     raise ValueError(f"unknown checksum algorithm {alg!r}")
+
+
+def multipart_types(alg: str) -> tuple[str, ...]:
+    """The multipart checksum types S3 allows for `alg`, the default first."""
+    if alg == "crc64nvme":
+        return (FULL_OBJECT,)
+    return (COMPOSITE, FULL_OBJECT) if alg in _COMBINE else (COMPOSITE,)
+
+
+def composite(alg: str, part_values: list[str]) -> str:
+    """COMPOSITE: the checksum of the parts' binary checksums concatenated, then "-<number of parts>"."""
+    h = new_hasher(alg)
+    for v in part_values:
+        h.update(base64.b64decode(v))
+    return f"{h.b64()}-{len(part_values)}"
+
+
+def combine(alg: str, parts: list[tuple[str, int]]) -> str:
+    """FULL_OBJECT: the CRC of the whole object, from each part's (base64 CRC, size) without reading any data."""
+    fn, width = _COMBINE[alg], 8 if alg == "crc64nvme" else 4
+    crc = 0
+    for v, size in parts:
+        crc = fn(crc, int.from_bytes(base64.b64decode(v), "big"), size)
+    return base64.b64encode(crc.to_bytes(width, "big")).decode()

@@ -109,6 +109,14 @@ class CorruptBlock(DomainError):
     """A stored block failed its checksum."""
 
 
+class NoSuchVersion(NotFound):
+    """The specified version does not exist."""
+
+
+class MethodNotAllowed(DomainError):
+    """The specified method is not allowed against this resource."""
+
+
 class NoSuchBlock(NotFound):
     """The block is not stored here."""
 

@@ -90,7 +90,7 @@ class RpcServer:
                     if isinstance(res, tuple):
                         res, out_payload = res
                 except errors.DomainError as e:
-                    res = {"err": type(e).__name__, "msg": e.message}
+                    res = {"err": type(e).__name__, "msg": e.message, "details": e.details}
                 except Exception as e:  # a bug: report it to the caller, keep serving
                     log.exception("rpc %s failed", op)
                     res = {"err": "DomainError", "msg": f"internal error in {op}: {e!r}"}
@@ -129,7 +129,7 @@ class RpcClient:
             raise errors.Unavailable(f"cannot reach {self.host}:{self.port}: {e!r}") from None
         if "err" in head:
             writer.close()
-            raise errors.by_name(head["err"])(head.get("msg", ""))
+            raise errors.by_name(head["err"])(head.get("msg", ""), **(head.get("details") or {}))
         return reader, writer
 
     async def call(self, op: str, payload=b"", *, timeout: float | None = None, **args) -> tuple[dict, bytes]:
@@ -153,7 +153,7 @@ class RpcClient:
         else:
             writer.close()
         if "err" in head:
-            raise errors.by_name(head["err"])(head.get("msg", ""))
+            raise errors.by_name(head["err"])(head.get("msg", ""), **(head.get("details") or {}))
         return head, out
 
     async def close(self) -> None:

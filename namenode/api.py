@@ -71,13 +71,17 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
                                if_none_match=a.get("if_none_match"))
 
     async def stat(a, _):
-        rec = meta.stat(a["bucket"], a["key"])
+        rec = meta.stat(a["bucket"], a["key"], a.get("version_id"))
         ids = {n for blk in rec.get("blk", []) for n in blk[3]}
         return {"obj": rec, "addrs": members.addrs(ids)}
 
     async def delete_object(a, _):
-        return {"existed": meta.delete_object(a["bucket"], a["key"], if_match=a.get("if_match"),
-                                              if_mtime=a.get("if_mtime"), if_size=a.get("if_size"))}
+        return meta.delete_object(a["bucket"], a["key"], version_id=a.get("version_id"), if_match=a.get("if_match"),
+                                  if_mtime=a.get("if_mtime"), if_size=a.get("if_size"))
+
+    async def list_versions(a, _):
+        return meta.list_versions(a["bucket"], a.get("prefix", ""), a.get("delimiter", ""), a.get("key_marker", ""),
+                                  a.get("vid_marker", ""), int(a.get("max_keys", 1000)))
 
     async def list_objects(a, _):
         return meta.list_objects(a["bucket"], a.get("prefix", ""), a.get("delimiter", ""), a.get("after", ""),
@@ -99,8 +103,8 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
 
     async def mpu_complete(a, _):
         return meta.complete_upload(a["bucket"], a["key"], a["upload_id"], a["parts"],
-                                    min_part_size=settings.min_part_size, if_match=a.get("if_match"),
-                                    if_none_match=a.get("if_none_match"))
+                                    min_part_size=settings.min_part_size, checksum=a.get("checksum"),
+                                    if_match=a.get("if_match"), if_none_match=a.get("if_none_match"))
 
     async def mpu_abort(a, _):
         meta.abort_upload(a["bucket"], a["key"], a["upload_id"])
@@ -123,5 +127,5 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
 
     return {f.__name__: f for f in (
         register, heartbeat, bucket_create, bucket_delete, bucket_info, bucket_update, object_update, bucket_list, allocate, abandon, put_object,
-        stat, delete_object, list_objects, mpu_create, mpu_get, mpu_put_part, mpu_list_parts, mpu_complete,
+        stat, delete_object, list_objects, list_versions, mpu_create, mpu_get, mpu_put_part, mpu_list_parts, mpu_complete,
         mpu_abort, mpu_list, nodes, gc_once, stats, referenced)}

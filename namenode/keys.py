@@ -9,6 +9,7 @@
   G <node:4> <block:8>          -> block to be deleted from that node (garbage)
   U <upload id>                 -> multipart upload (JSON)
   Q <upload id> / <part:4>      -> uploaded part (JSON)
+  V <ino:8> <~seq:8>            -> a noncurrent version of the file `ino` (JSON), newest first
   D <node:4>                    -> DataNode record (JSON)
   X <uuid>                      -> node id (4 bytes) registered under that DataNode uuid
 """
@@ -69,6 +70,14 @@ def part(upload_id: str, number: int) -> bytes:
 
 def parts(upload_id: str) -> bytes:
     return b"Q" + upload_id.encode() + b"/"
+
+
+def version(ino: int, seq: int) -> bytes:
+    return b"V" + u64(ino) + u64((1 << 64) - 1 - seq)
+
+
+def versions(ino: int) -> bytes:
+    return b"V" + u64(ino)
 
 
 def node(node_id: int) -> bytes:

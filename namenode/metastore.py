@@ -18,7 +18,7 @@ from typing import Iterator
 
 import orjson
 
-from epochfs.common import errors
+from epochfs.common import checksums, errors
 from epochfs.common.kv import KV, prefix_end
 from epochfs.common.paths import split_key
 
@@ -144,21 +144,65 @@ class MetaStore:
             return d, "", True
         return d, parts[-1], False
 
-    def stat(self, bucket: str, key: str) -> dict:
+    def stat(self, bucket: str, key: str, version_id: str | None = None) -> dict:
+        """The current version of a key, or the version `version_id`. A current delete marker reads as NoSuchKey
+        (with details saying so); asking for a delete marker's version id is MethodNotAllowed, as in S3."""
         parent, name, marker = self._resolve(bucket, key)
         if marker:
             rec = self.get_inode(parent)
-            if rec is None or "mk" not in rec:
+            if rec is None or "mk" not in rec or version_id not in (None, "null"):
                 raise errors.NoSuchKey("The specified key does not exist.", key=key)
             return {**rec["mk"], "ino": parent, "blk": []}
         ino = self._lookup(parent, name, False)
         if ino is None:
+            if version_id is not None:
+                raise errors.NoSuchVersion("The specified version does not exist.", key=key, version_id=version_id)
             raise errors.NoSuchKey("The specified key does not exist.", key=key)
         rec = self.get_inode(ino)
         if rec is None or rec.get("t") != "f":
             raise errors.NoSuchKey("The specified key does not exist.", key=key)
+        if version_id is not None and rec.get("vid", "null") != version_id:
+            found = self._find_version(ino, version_id)
+            if found is None:
+                raise errors.NoSuchVersion("The specified version does not exist.", key=key, version_id=version_id)
+            rec = found[1]
+        if rec.get("dm"):
+            if version_id is not None:
+                raise errors.MethodNotAllowed("The specified method is not allowed against this resource.",
+                                              dm=True, vid=rec["vid"])
+            raise errors.NoSuchKey("The specified key does not exist.", key=key, dm=True, vid=rec["vid"])
         rec["ino"] = ino
         return rec
+
+    # ---------------------------------------------------------------- versions
+    def versioning(self, bucket: str) -> str | None:
+        """None (never enabled), "Enabled" or "Suspended"."""
+        return (self.get_inode(self.bucket_ino(bucket)) or {}).get("bkt", {}).get("ver")
+
+    def _versions(self, ino: int) -> list[tuple[bytes, dict]]:
+        p = keys.versions(ino)
+        return [(k, self._dec(v)) for k, v in self.kv.scan(p, prefix_end(p))]
+
+    def _find_version(self, ino: int, vid: str) -> tuple[bytes, dict] | None:
+        return next(((k, r) for k, r in self._versions(ino) if r.get("vid", "null") == vid), None)
+
+    def _new_vid(self) -> str:
+        return os.urandom(16).hex()
+
+    def _retire(self, b, ino: int, cur: dict, ver: str | None) -> None:
+        """The current version of `ino` stops being current: kept as a noncurrent version, or freed."""
+        cur = {k: v for k, v in cur.items() if k != "ino"}
+        if ver == "Enabled" or (ver == "Suspended" and cur.get("vid", "null") != "null"):
+            cur.setdefault("vid", "null")
+            seq = self._next(b, b"ver")
+            b.put(keys.version(ino, seq), self._enc(cur))
+        else:
+            self._garbage_blocks(b, cur.get("blk", []))
+        if ver == "Suspended":  # the new current version takes the id "null": an older "null" version goes
+            for k, r in self._versions(ino):
+                if r.get("vid", "null") == "null":
+                    self._garbage_blocks(b, r.get("blk", []))
+                    b.delete(k)
 
     def _stat_or_none(self, bucket: str, key: str) -> dict | None:
         try:
@@ -205,11 +249,14 @@ class MetaStore:
                 b.put(keys.inode(d), self._enc(rec))
                 ino = d
             else:
+                ver = self.versioning(bucket)
+                if ver is not None:
+                    obj["vid"] = self._new_vid() if ver == "Enabled" else "null"
                 ino = self._lookup(d, parts[-1], False)
                 if ino is not None:
                     old = self.get_inode(ino)
                     if old is not None:
-                        self._garbage_blocks(b, old.get("blk", []))
+                        self._retire(b, ino, old, ver)
                         obj.setdefault("mode", old.get("mode", S_IFREG | 0o644))
                         obj.setdefault("uid", old.get("uid", 0))
                         obj.setdefault("gid", old.get("gid", 0))
@@ -224,7 +271,7 @@ class MetaStore:
                 b.delete(keys.pending(blk[0]))
             if batch_extra is not None:
                 batch_extra(b)
-        return {"ino": ino, "etag": obj.get("etag"), "mt": t}
+        return {"ino": ino, "etag": obj.get("etag"), "mt": t, "vid": obj.get("vid")}
 
     def update_object(self, bucket: str, key: str, fields: dict) -> None:
         """Change stored attributes (ACL, metadata) of an existing object without touching its data."""
@@ -237,43 +284,140 @@ class MetaStore:
             rec = {**cur, **fields}
         self.kv.put(keys.inode(ino), self._enc(rec))
 
-    def delete_object(self, bucket: str, key: str, *, if_match: str | None = None, if_mtime: int | None = None,
-                      if_size: int | None = None) -> bool:
-        """Delete a key; returns whether it existed. Empty implicit directories above it go too.
+    def delete_object(self, bucket: str, key: str, *, version_id: str | None = None, if_match: str | None = None,
+                      if_mtime: int | None = None, if_size: int | None = None) -> dict:
+        """Delete a key (or one version of it). Returns {"existed", "dm" (a delete marker was made or removed),
+        "vid"}. Empty implicit directories above a removed key go too.
 
-        The conditions (ETag, last-modified second, size) apply only to an existing object: deleting a missing key
-        succeeds whatever they say, as in S3."""
+        In a versioned bucket a plain delete makes a delete marker the current version. The conditions (ETag,
+        last-modified second, size) apply to the targeted version if it exists: deleting a missing key succeeds
+        whatever they say, as in S3."""
+        gone = {"existed": False}
         try:
             parent, name, marker = self._resolve(bucket, key)
         except errors.NoSuchKey:
-            return False
-        if if_match is not None or if_mtime is not None or if_size is not None:
-            cur = self._stat_or_none(bucket, key)
-            if cur is not None:
-                if if_match is not None:
-                    self.check_conditions(cur, if_match, None)
-                if (if_mtime is not None and cur.get("mt", 0) // 1_000_000_000 != int(if_mtime)) or \
-                        (if_size is not None and cur.get("size", 0) != int(if_size)):
-                    raise errors.PreconditionFailed("At least one of the pre-conditions you specified did not hold")
+            return gone
+        if marker:
+            return self._delete_marker_dir(bucket, key, parent, if_match, if_mtime, if_size)
+        ino = self._lookup(parent, name, False)
+        if ino is None:
+            return gone
+        cur = self.get_inode(ino) or {}
+        ver = self.versioning(bucket)
+        target, vkey = cur, None
+        if version_id is not None and version_id != cur.get("vid", "null"):
+            found = self._find_version(ino, version_id)
+            if found is None:
+                return {"existed": False, "vid": version_id}
+            vkey, target = found
+        if not target.get("dm"):
+            self._check_delete_conditions(target, if_match, if_mtime, if_size)
         with self.kv.batch() as b:
-            if marker:
-                rec = self.get_inode(parent)
-                if rec is None or "mk" not in rec:
-                    return False
-                del rec["mk"]
-                b.put(keys.inode(parent), self._enc(rec))
-                removed: set[bytes] = set()
+            if vkey is not None:  # a noncurrent version
+                self._garbage_blocks(b, target.get("blk", []))
+                b.delete(vkey)
+                return {"existed": True, "dm": bool(target.get("dm")), "vid": version_id}
+            if version_id is None and ver is not None:  # versioned: a delete marker becomes current
+                self._retire(b, ino, cur, ver)
+                t = now_ns()
+                dm = {"t": "f", "dm": True, "vid": self._new_vid() if ver == "Enabled" else "null", "mt": t, "ct": t,
+                      "mode": cur.get("mode", S_IFREG | 0o644), "size": 0}
+                b.put(keys.inode(ino), self._enc(dm))
+                return {"existed": True, "dm": True, "vid": dm["vid"]}
+            # the current version goes: the newest noncurrent one (if any) becomes current
+            self._garbage_blocks(b, cur.get("blk", []))
+            older = self._versions(ino)
+            if older:
+                b.delete(older[0][0])
+                b.put(keys.inode(ino), self._enc(older[0][1]))
             else:
-                ino = self._lookup(parent, name, False)
-                if ino is None:
-                    return False
-                rec = self.get_inode(ino) or {}
-                self._garbage_blocks(b, rec.get("blk", []))
                 b.delete(keys.entry(parent, name, False))
                 b.delete(keys.inode(ino))
-                removed = {keys.entry(parent, name, False)}
-            self._prune(b, bucket, key, removed, marker_removed=marker)
-        return True
+                self._prune(b, bucket, key, {keys.entry(parent, name, False)}, marker_removed=False)
+        res = {"existed": True, "dm": bool(cur.get("dm"))}
+        if version_id is not None or "vid" in cur:
+            res["vid"] = cur.get("vid", "null")
+        return res
+
+    @staticmethod
+    def _check_delete_conditions(cur: dict, if_match, if_mtime, if_size) -> None:
+        if if_match is not None:
+            MetaStore.check_conditions(cur, if_match, None)
+        if (if_mtime is not None and cur.get("mt", 0) // 1_000_000_000 != int(if_mtime)) or \
+                (if_size is not None and cur.get("size", 0) != int(if_size)):
+            raise errors.PreconditionFailed("At least one of the pre-conditions you specified did not hold")
+
+    def _delete_marker_dir(self, bucket, key, ino, if_match, if_mtime, if_size) -> dict:
+        rec = self.get_inode(ino)
+        if rec is None or "mk" not in rec:
+            return {"existed": False}
+        self._check_delete_conditions(rec["mk"], if_match, if_mtime, if_size)
+        with self.kv.batch() as b:
+            del rec["mk"]
+            b.put(keys.inode(ino), self._enc(rec))
+            self._prune(b, bucket, key, set(), marker_removed=True)
+        return {"existed": True}
+
+    def list_versions(self, bucket: str, prefix: str = "", delimiter: str = "", key_marker: str = "",
+                      vid_marker: str = "", max_keys: int = 1000) -> dict:
+        """All versions in S3 order (keys ascending, each key's versions newest first). Items are
+        ["v", key, vid, is_latest, size, etag, mtime_ns, owner, storage_class, is_delete_marker] or ["p", prefix]."""
+        root = self.bucket_ino(bucket)
+        items: list = []
+        truncated = False
+        last_prefix = None
+
+        def versions_of(key: str, ino: int) -> list:
+            cur = self.get_inode(ino) or {}
+            out = [(cur, True)] + [(r, False) for _, r in self._versions(ino)]
+            return [["v", key, r.get("vid", "null"), latest, r.get("size", 0), r.get("etag", ""), r.get("mt", 0),
+                     r.get("owner", ""), r.get("sc", "STANDARD"), bool(r.get("dm"))] for r, latest in out]
+
+        start = []
+        if key_marker and vid_marker and key_marker.startswith(prefix):
+            try:
+                parent, name, marker = self._resolve(bucket, key_marker)
+                ino = None if marker else self._lookup(parent, name, False)
+            except errors.NoSuchKey:
+                ino = None
+            if ino is not None:
+                vs = versions_of(key_marker, ino)
+                idx = next((i for i, v in enumerate(vs) if v[2] == vid_marker), None)
+                start = vs[idx + 1:] if idx is not None else []
+
+        def walk():
+            yield from (("v", v) for v in start)
+            for kind, key, ino in self._walk(root, "", prefix, key_marker, prune=delimiter == "/"):
+                yield kind, (key, ino)
+
+        for kind, val in walk():
+            if kind == "p" or (kind == "f" and delimiter and val[0].find(delimiter, len(prefix)) >= 0):
+                key = val[0]
+                entry = key if kind == "p" else key[: key.find(delimiter, len(prefix)) + len(delimiter)]
+                if entry == last_prefix or entry <= key_marker:
+                    continue
+                if len(items) >= max_keys:
+                    truncated = True
+                    break
+                last_prefix = entry
+                items.append(["p", entry])
+                continue
+            if kind == "m":
+                rec = (self.get_inode(val[1]) or {}).get("mk", {})
+                vs = [["v", val[0], "null", True, rec.get("size", 0), rec.get("etag", ""), rec.get("mt", 0),
+                       rec.get("owner", ""), rec.get("sc", "STANDARD"), False]]
+            elif kind == "v":
+                vs = [val]
+            else:
+                vs = versions_of(*val)
+            for v in vs:
+                if len(items) >= max_keys:
+                    truncated = True
+                    break
+                items.append(v)
+            if truncated:
+                break
+        return {"items": items, "truncated": truncated}
 
     def _prune(self, b, bucket: str, key: str, removed: set[bytes], marker_removed: bool) -> None:
         """Remove implicit directories on the key's path that the batch leaves empty (deepest first)."""
@@ -331,6 +475,8 @@ class MetaStore:
             rec = self.get_inode(ino) or {}
             if kind == "m":
                 rec = rec.get("mk", {})
+            elif rec.get("dm"):
+                continue  # the key's current version is a delete marker: not listed
             items.append(["k", key, rec.get("size", 0), rec.get("etag", ""), rec.get("mt", 0),
                           rec.get("owner", ""), rec.get("sc", "STANDARD")])
         return {"items": items, "truncated": truncated}
@@ -434,9 +580,10 @@ class MetaStore:
         for _, v in self.kv.scan(b"I", b"J"):
             for blk in self._dec(v).get("blk", []):
                 out.add(blk[0])
-        for _, v in self.kv.scan(b"Q", b"R"):
-            for blk in self._dec(v).get("blk", []):
-                out.add(blk[0])
+        for lo, hi in ((b"Q", b"R"), (b"V", b"W")):  # uploaded parts and noncurrent versions
+            for _, v in self.kv.scan(lo, hi):
+                for blk in self._dec(v).get("blk", []):
+                    out.add(blk[0])
         return out
 
     # ---------------------------------------------------------------- multipart uploads
@@ -498,44 +645,64 @@ class MetaStore:
             self._drop_upload(b, upload_id)
 
     def complete_upload(self, bucket: str, key: str, upload_id: str, wanted: list[dict], *, min_part_size: int,
-                        if_match: str | None = None, if_none_match: str | None = None) -> dict:
-        """Concatenate the named parts' block lists (no data moves) and commit them as the object, atomically."""
-        up = self.get_upload(bucket, key, upload_id)
+                        checksum: dict | None = None, if_match: str | None = None,
+                        if_none_match: str | None = None) -> dict:
+        """Concatenate the named parts' block lists (no data moves) and commit them as the object, atomically.
+
+        A part number listed twice counts once, with its last entry (a client that re-sent a part while the first
+        send was still in flight may list both answers). `checksum` is what the client expects of the whole object,
+        {alg: value} and optionally "type"; a mismatch commits nothing. Completing an upload again after it became the
+        object answers as the first completion did.
+        """
+        try:
+            up = self.get_upload(bucket, key, upload_id)
+        except errors.NoSuchUpload:
+            return self._completed_before(bucket, key, upload_id, wanted)
         if not wanted:
             raise errors.InvalidInput("You must specify at least one part", code="MalformedXML")
         stored = {}
         p = keys.parts(upload_id)
         for k, v in self.kv.scan(p, prefix_end(p)):
             stored[int.from_bytes(k[-4:], "big")] = self._dec(v)
-        last = 0
-        blocks, md5s, size, part_sizes = [], b"", 0, []
-        for i, w in enumerate(wanted):
-            n = int(w["n"])
-            if n <= last:
-                raise errors.InvalidPartOrder("The list of parts was not in ascending order.")
-            last = n
+        picked = _picked_parts(wanted)
+        parts = []
+        for i, (n, w) in enumerate(picked):
             part = stored.get(n)
             if part is None or _norm_etag(w.get("etag", "")) != _norm_etag(part["etag"]):
                 raise errors.InvalidPart("One or more of the specified parts could not be found.", part=n)
             for alg, val in (w.get("cs") or {}).items():
                 if part.get("cs", {}).get(alg) not in (None, val):
                     raise errors.InvalidPart(f"The {alg} checksum of part {n} did not match.", part=n)
-            if i < len(wanted) - 1 and part["size"] < min_part_size:
+            if i < len(picked) - 1 and part["size"] < min_part_size:
                 raise errors.EntityTooSmall("Your proposed upload is smaller than the minimum allowed size",
                                             part=n, size=part["size"], min=min_part_size)
-            blocks.extend(part.get("blk", []))
-            md5s += bytes.fromhex(_norm_etag(part["etag"]))
-            size += part["size"]
-            part_sizes.append(part["size"])
-        etag = f'"{hashlib.md5(md5s).hexdigest()}-{len(wanted)}"'
-        obj = {**up["a"], "size": size, "etag": etag, "blk": blocks, "ps": part_sizes}
-        cs = _composite_checksums([stored[int(w["n"])] for w in wanted], up["a"].get("csa"))
+            parts.append(part)
+        alg = up["a"].get("csa")
+        cs = _multipart_checksum(parts, alg, up["a"].get("cst"))
+        _check_expected_checksum(cs, checksum or {})
+        size = sum(part["size"] for part in parts)
+        obj = {k: v for k, v in up["a"].items() if k not in ("csa", "cst")}
+        obj.update(size=size, etag=_multipart_etag([part["etag"] for part in parts]), mpu=upload_id,
+                   blk=[blk for part in parts for blk in part.get("blk", [])], ps=[part["size"] for part in parts])
         if cs:
             obj["cs"] = cs
-        used = {int(w["n"]) for w in wanted}
+            obj["pcs"] = [part["cs"][alg] for part in parts]
+        used = {n for n, _ in picked}
         res = self.put_object(bucket, key, obj, if_match=if_match, if_none_match=if_none_match,
                               batch_extra=lambda b: self._drop_upload(b, upload_id, keep=used))
-        return {**res, "size": size}
+        return {**res, "size": size, "cs": cs}
+
+    def _completed_before(self, bucket: str, key: str, upload_id: str, wanted: list[dict]) -> dict:
+        """A retried completion: the object this upload became, if it is still there and the part list is the same."""
+        cur = self._stat_or_none(bucket, key)
+        try:
+            same = cur is not None and cur.get("mpu") == upload_id and \
+                cur.get("etag") == _multipart_etag([w.get("etag", "") for _, w in _picked_parts(wanted)])
+        except (ValueError, errors.InvalidPartOrder):
+            same = False
+        if not same:
+            raise errors.NoSuchUpload("The specified multipart upload does not exist.", upload_id=upload_id)
+        return {"ino": cur["ino"], "etag": cur["etag"], "mt": cur["mt"], "size": cur["size"], "cs": cur.get("cs", {})}
 
     def list_uploads(self, bucket: str) -> list[dict]:
         self.bucket_ino(bucket)
@@ -571,20 +738,49 @@ def _etag_in(etag: str | None, header: str) -> bool:
     return any(_norm_etag(e) in (want, "*") for e in header.split(","))
 
 
-def _composite_checksums(parts: list[dict], alg: str | None) -> dict:
-    """S3's COMPOSITE multipart checksum: the checksum of the concatenated binary part checksums, then "-N"."""
-    import base64
+def _picked_parts(wanted: list[dict]) -> list[tuple[int, dict]]:
+    """(part number, entry) of a completion's part list, ascending; of a number listed twice, the last entry."""
+    picked: list[tuple[int, dict]] = []
+    for w in wanted:
+        n = int(w["n"])
+        if picked and n < picked[-1][0]:
+            raise errors.InvalidPartOrder("The list of parts was not in ascending order.")
+        if picked and n == picked[-1][0]:
+            picked[-1] = (n, w)
+        else:
+            picked.append((n, w))
+    return picked
 
-    from epochfs.common.checksums import new_hasher
 
-    if not alg or alg == "crc64nvme":
+def _multipart_etag(part_etags: list[str]) -> str:
+    md5s = b"".join(bytes.fromhex(_norm_etag(e)) for e in part_etags)
+    return f'"{hashlib.md5(md5s).hexdigest()}-{len(part_etags)}"'
+
+
+def _multipart_checksum(parts: list[dict], alg: str | None, ctype: str | None) -> dict:
+    """The object's checksum from its parts': {alg: value, "type": COMPOSITE or FULL_OBJECT}; {} if it has none."""
+    vals = [p.get("cs", {}).get(alg) for p in parts] if alg else [None]
+    if None in vals:
         return {}
-    raw = b""
-    for p in parts:
-        v = p.get("cs", {}).get(alg)
-        if v is None:
-            return {}
-        raw += base64.b64decode(v)
-    h = new_hasher(alg)
-    h.update(raw)
-    return {alg: f"{h.b64()}-{len(parts)}", "type": "COMPOSITE"}
+    ctype = ctype or checksums.multipart_types(alg)[0]
+    if ctype == checksums.FULL_OBJECT:
+        return {alg: checksums.combine(alg, [(v, p["size"]) for v, p in zip(vals, parts)]), "type": ctype}
+    return {alg: checksums.composite(alg, vals), "type": ctype}
+
+
+def _check_expected_checksum(cs: dict, expected: dict) -> None:
+    """The whole-object checksum (and type) a client sent with its completion must be the one the parts give."""
+    want_type = expected.get("type")
+    if want_type is not None and cs and want_type != cs["type"]:
+        raise errors.InvalidInput(f"The upload was created using the {cs['type']} checksum mode. The complete "
+                                  "request must use the same checksum mode.", code="InvalidRequest")
+    for alg, val in expected.items():
+        if alg == "type":
+            continue
+        have = cs.get(alg)
+        if have is None:
+            raise errors.InvalidInput(f"The upload was not created with the {alg.upper()} checksum algorithm.",
+                                      code="InvalidRequest")
+        if val not in (have, have.split("-")[0]):
+            raise errors.InvalidInput(f"The {alg.upper()} you specified did not match the calculated checksum.",
+                                      code="BadDigest")

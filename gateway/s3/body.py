@@ -142,7 +142,8 @@ class BodyCheck:
     """The digests a request asks us to verify (Content-MD5, x-amz-content-sha256, x-amz-checksum-*), computed while
     the body streams through `update`, and verified by `verify()` before anything is committed."""
 
-    def __init__(self, headers: dict[str, str], auth: AuthResult | None, *, default_alg: str | None = None) -> None:
+    def __init__(self, headers: dict[str, str], auth: AuthResult | None, *, keep_alg: str | None = None) -> None:
+        """keep_alg: an algorithm whose checksum is computed whatever the request names (a multipart upload's)."""
         self.headers = headers
         self.md5 = hashlib.md5()
         self.sha256 = None
@@ -183,9 +184,11 @@ class BodyCheck:
             if sdk_alg not in ALGORITHMS:
                 raise invalid_request(f"Checksum algorithm {sdk_alg} is not supported")
             self.alg = sdk_alg
-        if self.alg is None and default_alg:
-            self.alg = default_alg
+        if self.alg is None and keep_alg:
+            self.alg = keep_alg
         self.cs: Hasher | None = new_hasher(self.alg) if self.alg else None
+        self.kept: Hasher | None = new_hasher(keep_alg) if keep_alg and keep_alg != self.alg else None
+        self.keep_alg = keep_alg
 
     def update(self, data) -> None:
         self.md5.update(data)
@@ -193,6 +196,8 @@ class BodyCheck:
             self.sha256.update(data)
         if self.cs is not None:
             self.cs.update(data)
+        if self.kept is not None:
+            self.kept.update(data)
 
     def verify(self, trailers: dict[str, str] | None = None) -> None:
         md5 = self.md5.digest()
@@ -215,7 +220,10 @@ class BodyCheck:
         return f'"{self.md5.hexdigest()}"'
 
     def checksums(self) -> dict:
-        return {self.alg: self.cs.b64()} if self.cs is not None else {}
+        out = {self.alg: self.cs.b64()} if self.cs is not None else {}
+        if self.kept is not None:
+            out[self.keep_alg] = self.kept.b64()
+        return out
 
 
 def body_stream(receive, headers: dict[str, str], auth: AuthResult | None) -> tuple[AsyncIterator[bytes], object]:

@@ -9,7 +9,7 @@ from epochfs.common import errors
 from . import xml
 from .body import read_all
 from .access import acl_from_xml, acl_xml, bucket_access, canned_acl
-from .errors import S3Error, access_denied
+from .errors import S3Error, access_denied, malformed_xml
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -105,8 +105,22 @@ async def get_location(ctx, req):
 
 async def get_versioning(ctx, req):
     from .router import Response
+    info = await bucket_owned(ctx, req)
+    status = f"<Status>{info['ver']}</Status>" if info.get("ver") else ""
+    return Response(200, [("content-type", "application/xml")], xml.doc("VersioningConfiguration", status))
+
+
+async def put_versioning(ctx, req):
+    from .router import Response
     await bucket_owned(ctx, req)
-    return Response(200, [("content-type", "application/xml")], xml.doc("VersioningConfiguration", ""))
+    root = xml.parse(await read_all(req.receive, 64 << 10))
+    status = root.findtext("Status")
+    if root.tag != "VersioningConfiguration" or status not in ("Enabled", "Suspended", None):
+        raise malformed_xml()
+    if status is not None:
+        await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"ver": status})
+        ctx.forget_bucket(req.bucket)
+    return Response(200)
 
 
 async def get_acl(ctx, req):

@@ -17,6 +17,8 @@ S3_ERRORS: dict[type[errors.DomainError], tuple[str, int]] = {
     errors.NoSuchBucket: ("NoSuchBucket", 404),
     errors.NoSuchKey: ("NoSuchKey", 404),
     errors.NoSuchUpload: ("NoSuchUpload", 404),
+    errors.NoSuchVersion: ("NoSuchVersion", 404),
+    errors.MethodNotAllowed: ("MethodNotAllowed", 405),
     errors.BucketNotEmpty: ("BucketNotEmpty", 409),
     errors.BucketAlreadyOwnedByYou: ("BucketAlreadyOwnedByYou", 409),
     errors.BucketAlreadyExists: ("BucketAlreadyExists", 409),
@@ -40,7 +42,10 @@ def from_domain(exc: errors.DomainError) -> S3Error:
         if cls in S3_ERRORS:
             code, status = S3_ERRORS[cls]
             code = exc.details.get("code", code)
-            return S3Error(code, exc.message, status)
+            err = S3Error(code, exc.message, status)
+            if exc.details.get("dm"):  # reading a key whose current version is a delete marker
+                err.headers = [("x-amz-delete-marker", "true"), ("x-amz-version-id", exc.details.get("vid", ""))]
+            return err
     return S3Error("InternalError", "We encountered an internal error. Please try again.", 500)
 
 

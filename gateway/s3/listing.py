@@ -106,29 +106,39 @@ async def list_objects_v2(ctx, req):
 
 
 async def list_versions(ctx, req):
-    """Versioning is never enabled, so every object has exactly one version, "null", and it is the latest."""
     from .router import Response
     await bucket_access(ctx, req, "read")
     prefix, delimiter, max_keys, url = _params(req)
-    marker = req.query.get("key-marker", "")
-    res = await _list(ctx, req, prefix, delimiter, marker, max_keys)
+    marker, vid_marker = req.query.get("key-marker", ""), req.query.get("version-id-marker", "")
+    if vid_marker and not marker:
+        raise invalid_argument("A version-id marker cannot be specified without a key marker.",
+                               ArgumentName="version-id-marker")
+    res = {"items": [], "truncated": False} if max_keys == 0 else await ctx.cluster.nn(
+        "list_versions", bucket=req.bucket, prefix=prefix, delimiter=delimiter, key_marker=marker,
+        vid_marker=vid_marker, max_keys=max_keys)
     parts = []
     for it in res["items"]:
         if it[0] == "p":
             parts.append(f"<CommonPrefixes><Prefix>{xml.enc_key(it[1], url)}</Prefix></CommonPrefixes>")
+            continue
+        _, key, vid, latest, size, etag, mt, owner, sc, dm = it
+        common = (f"<Key>{xml.enc_key(key, url)}</Key><VersionId>{xml.esc(vid)}</VersionId>"
+                  f"<IsLatest>{str(latest).lower()}</IsLatest><LastModified>{xml.iso8601(mt)}</LastModified>")
+        if dm:
+            parts.append(f"<DeleteMarker>{common}{xml.owner(owner, ctx.display_name(owner))}</DeleteMarker>")
         else:
-            _, key, size, etag, mt, owner, sc = it
-            parts.append(f"<Version><Key>{xml.enc_key(key, url)}</Key><VersionId>null</VersionId>"
-                         f"<IsLatest>true</IsLatest><LastModified>{xml.iso8601(mt)}</LastModified>"
-                         f"<ETag>{xml.esc(etag)}</ETag><Size>{size}</Size>"
+            parts.append(f"<Version>{common}<ETag>{xml.esc(etag)}</ETag><Size>{size}</Size>"
                          f"{xml.owner(owner, ctx.display_name(owner))}<StorageClass>{sc}</StorageClass></Version>")
     nxt = ""
     if res["truncated"] and res["items"]:
-        nxt = (f"<NextKeyMarker>{xml.enc_key(res['items'][-1][1], url)}</NextKeyMarker>"
-               f"<NextVersionIdMarker>null</NextVersionIdMarker>")
+        last = res["items"][-1]
+        nxt = f"<NextKeyMarker>{xml.enc_key(last[1], url)}</NextKeyMarker>"
+        if last[0] == "v":
+            nxt += f"<NextVersionIdMarker>{xml.esc(last[2])}</NextVersionIdMarker>"
     body = xml.doc("ListVersionsResult",
                    f"<Name>{xml.esc(req.bucket)}</Name><Prefix>{xml.enc_key(prefix, url)}</Prefix>"
-                   f"<KeyMarker>{xml.enc_key(marker, url)}</KeyMarker><VersionIdMarker></VersionIdMarker>{nxt}"
+                   f"<KeyMarker>{xml.enc_key(marker, url)}</KeyMarker>"
+                   f"<VersionIdMarker>{xml.esc(vid_marker)}</VersionIdMarker>{nxt}"
                    f"<MaxKeys>{max_keys}</MaxKeys>{_opt('Delimiter', delimiter, url)}"
                    f"<IsTruncated>{str(res['truncated']).lower()}</IsTruncated>"
                    f"{'<EncodingType>url</EncodingType>' if url else ''}{''.join(parts)}")

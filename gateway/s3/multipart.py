@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import hashlib
 
-from epochfs.common.checksums import ALGORITHMS
+from epochfs.common.checksums import ALGORITHMS, multipart_types
 
 from . import xml
 from .body import BodyCheck, body_stream, read_all
-from .bucket import bucket_owned
-from .errors import S3Error, invalid_argument, malformed_xml
+from .access import bucket_access
+from .errors import S3Error, invalid_argument, invalid_request, malformed_xml
 from .objects import check_key, object_attrs, read_copy_source
 
 
@@ -24,21 +24,35 @@ def _part_number(req) -> int:
     return n
 
 
+def _checksum_choice(req) -> tuple[str | None, str | None]:
+    """The upload's checksum algorithm and type (COMPOSITE or FULL_OBJECT) from CreateMultipartUpload's headers."""
+    alg = req.headers.get("x-amz-checksum-algorithm", "").lower()
+    ctype = req.headers.get("x-amz-checksum-type", "").upper()
+    if not alg:
+        if ctype:
+            raise invalid_request("The x-amz-checksum-type header can only be used with the x-amz-checksum-algorithm "
+                                  "header.")
+        return None, None
+    if alg not in ALGORITHMS:
+        raise invalid_argument(f"Checksum algorithm {alg} is not supported")
+    allowed = multipart_types(alg)
+    if ctype and ctype not in allowed:
+        raise invalid_request(f"The {ctype} checksum type cannot be used with the {alg} checksum algorithm.")
+    return alg, ctype or allowed[0]
+
+
 async def create(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "write")
     check_key(req.key)
     attrs = object_attrs(req)
-    alg = req.headers.get("x-amz-checksum-algorithm", "").lower()
+    alg, ctype = _checksum_choice(req)
     if alg:
-        if alg not in ALGORITHMS:
-            raise invalid_argument(f"Checksum algorithm {alg} is not supported")
-        attrs["csa"] = alg
+        attrs["csa"], attrs["cst"] = alg, ctype
     res = await ctx.cluster.nn("mpu_create", bucket=req.bucket, key=req.key, attrs=attrs)
     headers = [("content-type", "application/xml")]
     if alg:
-        headers += [("x-amz-checksum-algorithm", alg.upper()),
-                    ("x-amz-checksum-type", "FULL_OBJECT" if alg == "crc64nvme" else "COMPOSITE")]
+        headers += [("x-amz-checksum-algorithm", alg.upper()), ("x-amz-checksum-type", ctype)]
     body = xml.doc("InitiateMultipartUploadResult", f"<Bucket>{xml.esc(req.bucket)}</Bucket><Key>{xml.esc(req.key)}"
                                                     f"</Key><UploadId>{res['upload_id']}</UploadId>")
     return Response(200, headers, body)
@@ -46,10 +60,10 @@ async def create(ctx, req):
 
 async def upload_part(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "write")
     n = _part_number(req)
     up = await ctx.cluster.nn("mpu_get", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
-    check = BodyCheck(req.headers, req.auth, default_alg=up["a"].get("csa"))
+    check = BodyCheck(req.headers, req.auth, keep_alg=up["a"].get("csa"))
     stream, dec = body_stream(req.receive, req.headers, req.auth)
     blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update)
     try:
@@ -68,11 +82,11 @@ async def upload_part(ctx, req):
 
 async def upload_part_copy(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "write")
     n = _part_number(req)
     up = await ctx.cluster.nn("mpu_get", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
     _, _, stream, _ = await read_copy_source(ctx, req, req.headers.get("x-amz-copy-source-range"))
-    check = BodyCheck({}, None, default_alg=up["a"].get("csa"))
+    check = BodyCheck({}, None, keep_alg=up["a"].get("csa"))
     blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update)
     try:
         part = {"size": size, "etag": check.etag, "blk": blocks, "cs": check.checksums()}
@@ -89,7 +103,7 @@ async def upload_part_copy(ctx, req):
 
 async def complete(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "write")
     body = await read_all(req.receive, 4 << 20)
     root = xml.parse(body)
     if root.tag != "CompleteMultipartUpload":
@@ -104,18 +118,25 @@ async def complete(ctx, req):
         parts.append({"n": n, "etag": (p.findtext("ETag") or "").strip(), "cs": cs})
     if not parts:
         raise malformed_xml()
+    expected = {a: req.headers[f"x-amz-checksum-{a}"] for a in ALGORITHMS if f"x-amz-checksum-{a}" in req.headers}
+    if "x-amz-checksum-type" in req.headers:
+        expected["type"] = req.headers["x-amz-checksum-type"].upper()
     res = await ctx.cluster.nn("mpu_complete", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"],
-                               parts=parts, if_match=req.headers.get("if-match"),
+                               parts=parts, checksum=expected, if_match=req.headers.get("if-match"),
                                if_none_match=req.headers.get("if-none-match"))
+    cs = res.get("cs") or {}
+    cs_xml = "".join(f"<Checksum{a.upper()}>{xml.esc(v)}</Checksum{a.upper()}>" for a, v in cs.items() if a != "type")
+    if cs:
+        cs_xml += f"<ChecksumType>{cs['type']}</ChecksumType>"
     body = xml.doc("CompleteMultipartUploadResult",
                    f"<Location>/{xml.esc(req.bucket)}/{xml.esc(req.key)}</Location><Bucket>{xml.esc(req.bucket)}"
-                   f"</Bucket><Key>{xml.esc(req.key)}</Key><ETag>{xml.esc(res['etag'])}</ETag>")
+                   f"</Bucket><Key>{xml.esc(req.key)}</Key><ETag>{xml.esc(res['etag'])}</ETag>{cs_xml}")
     return Response(200, [("content-type", "application/xml")], body)
 
 
 async def abort(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "write")
     await ctx.cluster.nn("mpu_abort", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
     return Response(204)
 
@@ -132,7 +153,7 @@ def _int_arg(req, name: str, default: int, hi: int) -> int:
 
 async def list_parts(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "write")
     max_parts = _int_arg(req, "max-parts", 1000, 1000)
     marker = _int_arg(req, "part-number-marker", 0, 10000)
     res = await ctx.cluster.nn("mpu_list_parts", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
@@ -158,7 +179,7 @@ async def list_parts(ctx, req):
 
 async def list_uploads(ctx, req):
     from .router import Response
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "write")
     q = req.query
     prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
     key_marker, id_marker = q.get("key-marker", ""), q.get("upload-id-marker", "")

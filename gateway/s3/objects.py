@@ -58,6 +58,8 @@ def object_attrs(req) -> dict:
 
 
 def object_headers(obj: dict, req, *, with_checksum: bool | None = None) -> list[tuple[str, str]]:
+    """An object's response headers. Its checksum is there if the request asks (x-amz-checksum-mode: ENABLED) unless
+    with_checksum=False (a byte range); a partNumber read gets that part's own checksum instead."""
     h = [("etag", obj.get("etag", "")), ("last-modified", xml.http_date(obj.get("mt", 0))),
          ("content-type", obj.get("ctype", "binary/octet-stream")), ("accept-ranges", "bytes")]
     for k, v in (obj.get("hdr") or {}).items():
@@ -66,18 +68,32 @@ def object_headers(obj: dict, req, *, with_checksum: bool | None = None) -> list
         h.append((f"x-amz-meta-{k}", v))
     if obj.get("sc"):
         h.append(("x-amz-storage-class", obj["sc"]))
-    if obj.get("ps") and len(obj["ps"]) > 1 and "partNumber" in req.query:
+    if obj.get("ps") and "partNumber" in req.query:
         h.append(("x-amz-mp-parts-count", str(len(obj["ps"]))))
-    if with_checksum is None:
-        with_checksum = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
-    if with_checksum:
-        cs = obj.get("cs") or {}
-        for alg, v in cs.items():
-            if alg != "type":
-                h.append((f"x-amz-checksum-{alg}", v))
-        if cs:
-            h.append(("x-amz-checksum-type", cs.get("type", "FULL_OBJECT")))
+    asked = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
+    if "partNumber" in req.query:
+        cs = part_checksum(obj, int(req.query["partNumber"])) if asked else {}
+    else:
+        cs = (obj.get("cs") or {}) if (asked if with_checksum is None else with_checksum) else {}
+    for alg, v in cs.items():
+        if alg != "type":
+            h.append((f"x-amz-checksum-{alg}", v))
+    if cs:
+        h.append(("x-amz-checksum-type", cs.get("type", "FULL_OBJECT")))
     return h
+
+
+def part_checksum(obj: dict, n: int) -> dict:
+    """The checksum of part n of an object ({alg: value, "type": the object's checksum type}), {} if it has none.
+    An object that wasn't uploaded in parts is its own part 1."""
+    cs = obj.get("cs") or {}
+    if not obj.get("ps"):
+        return cs if n == 1 else {}
+    pcs = obj.get("pcs") or []
+    alg = next((a for a in cs if a != "type"), None)
+    if alg is None or not 1 <= n <= len(pcs):
+        return {}
+    return {alg: pcs[n - 1], "type": cs.get("type", "COMPOSITE")}
 
 
 def _parse_http_date(v: str) -> int | None:
@@ -150,9 +166,17 @@ def _invalid_range(size: int) -> S3Error:
     return e
 
 
-async def _stat(ctx, bucket: str, key: str) -> tuple[dict, dict]:
-    res = await ctx.cluster.nn("stat", bucket=bucket, key=key)
+async def _stat(ctx, bucket: str, key: str, version_id: str | None = None) -> tuple[dict, dict]:
+    res = await ctx.cluster.nn("stat", bucket=bucket, key=key, version_id=version_id)
     return res["obj"], res["addrs"]
+
+
+def version_headers(res: dict) -> list[tuple[str, str]]:
+    """x-amz-version-id (and x-amz-delete-marker) for a versioned bucket's answer."""
+    h = [("x-amz-version-id", res["vid"])] if res.get("vid") else []
+    if res.get("dm"):
+        h.append(("x-amz-delete-marker", "true"))
+    return h
 
 
 async def put_object(ctx, req):
@@ -178,7 +202,7 @@ async def put_object(ctx, req):
     except BaseException:
         await ctx.abandon(blocks)
         raise
-    headers = [("etag", res["etag"])]
+    headers = [("etag", res["etag"])] + version_headers(res)
     for alg, v in check.checksums().items():
         headers.append((f"x-amz-checksum-{alg}", v))
         headers.append(("x-amz-checksum-type", "FULL_OBJECT"))
@@ -192,10 +216,13 @@ def _part_range(obj: dict, req) -> tuple[int, int] | None:
     try:
         n = int(pn)
     except ValueError:
-        raise invalid_argument("Part number must be an integer between 1 and 10000, inclusive") from None
+        n = 0
+    if not 1 <= n <= 10000:
+        raise invalid_argument("Part number must be an integer between 1 and 10000, inclusive",
+                               ArgumentName="partNumber", ArgumentValue=pn)
     sizes = obj.get("ps") or [obj.get("size", 0)]
-    if not 1 <= n <= len(sizes):
-        raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable", 416)
+    if n > len(sizes):
+        raise S3Error("InvalidPart", "The requested partnumber is not satisfiable", 400)
     start = sum(sizes[: n - 1])
     return start, start + sizes[n - 1]
 
@@ -205,7 +232,7 @@ async def get_object(ctx, req, head: bool = False):
     info = await bucket_access(ctx, req, "object")
     check_key(req.key)
     try:
-        obj, addrs = await _stat(ctx, req.bucket, req.key)
+        obj, addrs = await _stat(ctx, req.bucket, req.key, req.query.get("versionId"))
     except errors.NoSuchKey:
         check_object_read(ctx, req, info, None)
         raise
@@ -216,7 +243,7 @@ async def get_object(ctx, req, head: bool = False):
     whole = rng is None and "range" not in req.headers
     if rng is None and "range" in req.headers:
         rng = parse_range(req.headers["range"], size)
-    headers = object_headers(obj, req, with_checksum=None if whole else False)
+    headers = object_headers(obj, req, with_checksum=None if whole else False) + version_headers(obj)
     for q, hname in (("response-content-type", "content-type"), ("response-content-language", "content-language"),
                      ("response-expires", "expires"), ("response-cache-control", "cache-control"),
                      ("response-content-disposition", "content-disposition"),
@@ -277,8 +304,9 @@ async def delete_object(ctx, req):
     h = req.headers
     cond = _delete_conditions(h.get("if-match"), h.get("x-amz-if-match-last-modified-time"),
                               h.get("x-amz-if-match-size"), http_date=True)
-    await ctx.cluster.nn("delete_object", bucket=req.bucket, key=req.key, **cond)
-    return Response(204)
+    res = await ctx.cluster.nn("delete_object", bucket=req.bucket, key=req.key,
+                               version_id=req.query.get("versionId"), **cond)
+    return Response(204, version_headers(res))
 
 
 async def delete_objects(ctx, req):
@@ -306,13 +334,15 @@ async def delete_objects(ctx, req):
         vid = o.findtext("VersionId")
         try:
             check_key(key)
-            if vid not in (None, "null"):
-                raise S3Error("NoSuchVersion", "The specified version does not exist.", 404)
             cond = _delete_conditions(o.findtext("ETag"), o.findtext("LastModifiedTime"), o.findtext("Size"),
                                       http_date=False)
-            await ctx.cluster.nn("delete_object", bucket=req.bucket, key=key, **cond)
+            res = await ctx.cluster.nn("delete_object", bucket=req.bucket, key=key, version_id=vid, **cond)
             if not quiet:
                 v = f"<VersionId>{xml.esc(vid)}</VersionId>" if vid else ""
+                if res.get("dm"):
+                    v += "<DeleteMarker>true</DeleteMarker>"
+                    if vid is None and res.get("vid"):
+                        v += f"<DeleteMarkerVersionId>{xml.esc(res['vid'])}</DeleteMarkerVersionId>"
                 out.append(f"<Deleted><Key>{xml.esc(key)}</Key>{v}</Deleted>")
         except (S3Error, errors.DomainError) as e:
             from .errors import from_domain
@@ -322,12 +352,16 @@ async def delete_objects(ctx, req):
     return Response(200, [("content-type", "application/xml")], xml.doc("DeleteResult", "".join(out)))
 
 
+def copy_source_version(req) -> str | None:
+    _, _, qs = req.headers["x-amz-copy-source"].partition("?")
+    return unquote(qs[10:]) if qs.startswith("versionId=") and qs[10:] else None
+
+
 def parse_copy_source(req) -> tuple[str, str]:
-    src = unquote(req.headers["x-amz-copy-source"])
-    src, _, qs = src.partition("?")
-    if qs.startswith("versionId=") and qs[10:] not in ("", "null"):
-        raise S3Error("NoSuchVersion", "The specified version does not exist.", 404)
-    src = src.lstrip("/")
+    """x-amz-copy-source, "[/]bucket/key[?versionId=id]": split off the query before decoding, since a key may hold
+    an encoded "?"."""
+    src, _, qs = req.headers["x-amz-copy-source"].partition("?")
+    src = unquote(src).lstrip("/")
     b, _, k = src.partition("/")
     if not b or not k:
         raise invalid_argument("Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
@@ -343,11 +377,11 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
     if not is_owner(ctx, req, info) and not grants(info.get("acl"), "read", req.auth is not None):
         obj = None
         try:
-            obj, addrs = await _stat(ctx, sb, sk)
+            obj, addrs = await _stat(ctx, sb, sk, copy_source_version(req))
         finally:
             check_object_read(ctx, req, info, obj)
     else:
-        obj, addrs = await _stat(ctx, sb, sk)
+        obj, addrs = await _stat(ctx, sb, sk, copy_source_version(req))
     check_read_conditions(obj, req.headers, prefix="x-amz-copy-source-if-", copy=True)
     size = obj.get("size", 0)
     start, end = 0, size
@@ -404,7 +438,10 @@ async def copy_object(ctx, req):
     cs = "".join(f"<Checksum{a.upper()}>{v}</Checksum{a.upper()}>" for a, v in check.checksums().items())
     body = xml.doc("CopyObjectResult", f"<LastModified>{xml.iso8601(res['mt'])}</LastModified>"
                                        f"<ETag>{xml.esc(res['etag'])}</ETag>{cs}")
-    return Response(200, [("content-type", "application/xml")], body)
+    headers = [("content-type", "application/xml")] + version_headers(res)
+    if copy_source_version(req):
+        headers.append(("x-amz-copy-source-version-id", copy_source_version(req)))
+    return Response(200, headers, body)
 
 
 async def get_acl(ctx, req):

@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from epochfs.common import errors
 
-from . import bucket, cors, listing, multipart, objects
+from . import attributes, bucket, cors, listing, multipart, objects
 from .access import ANONYMOUS
 from .body import ClientDisconnected
 from .errors import S3Error, error_xml, from_domain, not_implemented
@@ -87,6 +87,8 @@ def route(req: S3Request):
         if m == "PUT":
             if "acl" in q:
                 return bucket.put_acl
+            if "versioning" in q:
+                return bucket.put_versioning
             if q:
                 raise not_implemented(f"PUT Bucket ?{next(iter(q))}")
             return bucket.create_bucket
@@ -104,7 +106,9 @@ def route(req: S3Request):
             return multipart.list_parts
         if "acl" in q:
             return objects.get_acl
-        if "tagging" in q or "retention" in q or "legal-hold" in q or "attributes" in q or "torrent" in q:
+        if "attributes" in q:
+            return attributes.get_object_attributes
+        if "tagging" in q or "retention" in q or "legal-hold" in q or "torrent" in q:
             raise not_implemented("this object sub-resource")
         return objects.get_object
     if m == "HEAD":

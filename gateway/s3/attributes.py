@@ -1,0 +1,85 @@
+"""GetObjectAttributes: an object's ETag, checksum, parts, storage class and size in one document, without its data."""
+from __future__ import annotations
+
+from epochfs.common import errors
+
+from . import xml
+from .access import bucket_access, check_object_read
+from .errors import S3Error, invalid_argument, invalid_request
+from .objects import check_key, part_checksum
+
+ATTRIBUTES = ("ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize")
+
+
+def _wanted(req) -> set[str]:
+    names = {a.strip() for a in req.headers.get("x-amz-object-attributes", "").split(",") if a.strip()}
+    if not names:
+        raise invalid_request("The x-amz-object-attributes header specifying the attributes to be retrieved is "
+                              "either missing or empty")
+    unknown = names - set(ATTRIBUTES)
+    if unknown:
+        raise invalid_argument("Invalid attribute name specified.", ArgumentName="x-amz-object-attributes",
+                               ArgumentValue=sorted(unknown)[0])
+    return names
+
+
+def _int_header(req, name: str, default: int) -> int:
+    try:
+        v = int(req.headers.get(name, default))
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise invalid_argument(f"Argument {name} must be an integer between 0 and 2147483647", ArgumentName=name)
+    return v
+
+
+def _checksum_xml(cs: dict) -> str:
+    return "".join(f"<Checksum{a.upper()}>{xml.esc(v)}</Checksum{a.upper()}>" for a, v in cs.items() if a != "type")
+
+
+def _parts_xml(obj: dict, req) -> str:
+    """The ObjectParts element, one page of it (x-amz-max-parts after x-amz-part-number-marker)."""
+    max_parts = min(_int_header(req, "x-amz-max-parts", 1000), 1000)
+    marker = _int_header(req, "x-amz-part-number-marker", 0)
+    sizes = obj["ps"]
+    numbers = range(marker + 1, len(sizes) + 1)
+    page, truncated = numbers[:max_parts], len(numbers) > max_parts
+    items = "".join(f"<Part><PartNumber>{n}</PartNumber><Size>{sizes[n - 1]}</Size>"
+                    f"{_checksum_xml(part_checksum(obj, n))}</Part>" for n in page)
+    nxt = f"<NextPartNumberMarker>{page[-1]}</NextPartNumberMarker>" if page else ""
+    return (f"<ObjectParts><PartsCount>{len(sizes)}</PartsCount><PartNumberMarker>{marker}</PartNumberMarker>{nxt}"
+            f"<MaxParts>{max_parts}</MaxParts><IsTruncated>{str(truncated).lower()}</IsTruncated>{items}"
+            f"</ObjectParts>")
+
+
+async def get_object_attributes(ctx, req):
+    from .router import Response
+    info = await bucket_access(ctx, req, "object")
+    check_key(req.key)
+    wanted = _wanted(req)
+    vid = req.query.get("versionId")
+    if vid not in (None, "", "null"):
+        raise S3Error("NoSuchVersion", "The specified version does not exist.", 404)
+    try:
+        res = await ctx.cluster.nn("stat", bucket=req.bucket, key=req.key)
+    except errors.NoSuchKey:
+        check_object_read(ctx, req, info, None)
+        raise
+    obj = res["obj"]
+    check_object_read(ctx, req, info, obj)
+    out = []
+    if "ETag" in wanted:
+        etag = obj.get("etag", "").strip('"')
+        out.append(f"<ETag>{xml.esc(etag)}</ETag>")
+    cs = obj.get("cs") or {}
+    if "Checksum" in wanted and cs:
+        out.append(f"<Checksum>{_checksum_xml(cs)}<ChecksumType>{cs.get('type', 'FULL_OBJECT')}</ChecksumType>"
+                   f"</Checksum>")
+    if "ObjectParts" in wanted and obj.get("ps"):
+        out.append(_parts_xml(obj, req))
+    if "StorageClass" in wanted:
+        out.append(f"<StorageClass>{obj.get('sc') or 'STANDARD'}</StorageClass>")
+    if "ObjectSize" in wanted:
+        out.append(f"<ObjectSize>{obj.get('size', 0)}</ObjectSize>")
+    headers = [("content-type", "application/xml"), ("last-modified", xml.http_date(obj.get("mt", 0)))]
+    return Response(200, headers, xml.doc("GetObjectAttributesResponse", "".join(out)))
