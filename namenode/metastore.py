@@ -649,10 +649,8 @@ class MetaStore:
                         if_none_match: str | None = None) -> dict:
         """Concatenate the named parts' block lists (no data moves) and commit them as the object, atomically.
 
-        A part number listed twice counts once, with its last entry (a client that re-sent a part while the first
-        send was still in flight may list both answers). `checksum` is what the client expects of the whole object,
-        {alg: value} and optionally "type"; a mismatch commits nothing. Completing an upload again after it became the
-        object answers as the first completion did.
+        `checksum` is what the client expects of the whole object, {alg: value} and optionally "type"; a mismatch
+        commits nothing. Completing an upload again after it became the object answers as the first completion did.
         """
         try:
             up = self.get_upload(bucket, key, upload_id)
@@ -664,16 +662,19 @@ class MetaStore:
         p = keys.parts(upload_id)
         for k, v in self.kv.scan(p, prefix_end(p)):
             stored[int.from_bytes(k[-4:], "big")] = self._dec(v)
-        picked = _picked_parts(wanted)
-        parts = []
-        for i, (n, w) in enumerate(picked):
+        parts, last = [], 0
+        for i, w in enumerate(wanted):
+            n = int(w["n"])
+            if n <= last:
+                raise errors.InvalidPartOrder("The list of parts was not in ascending order.")
+            last = n
             part = stored.get(n)
             if part is None or _norm_etag(w.get("etag", "")) != _norm_etag(part["etag"]):
                 raise errors.InvalidPart("One or more of the specified parts could not be found.", part=n)
             for alg, val in (w.get("cs") or {}).items():
                 if part.get("cs", {}).get(alg) not in (None, val):
                     raise errors.InvalidPart(f"The {alg} checksum of part {n} did not match.", part=n)
-            if i < len(picked) - 1 and part["size"] < min_part_size:
+            if i < len(wanted) - 1 and part["size"] < min_part_size:
                 raise errors.EntityTooSmall("Your proposed upload is smaller than the minimum allowed size",
                                             part=n, size=part["size"], min=min_part_size)
             parts.append(part)
@@ -687,7 +688,7 @@ class MetaStore:
         if cs:
             obj["cs"] = cs
             obj["pcs"] = [part["cs"][alg] for part in parts]
-        used = {n for n, _ in picked}
+        used = {int(w["n"]) for w in wanted}
         res = self.put_object(bucket, key, obj, if_match=if_match, if_none_match=if_none_match,
                               batch_extra=lambda b: self._drop_upload(b, upload_id, keep=used))
         return {**res, "size": size, "cs": cs}
@@ -697,12 +698,13 @@ class MetaStore:
         cur = self._stat_or_none(bucket, key)
         try:
             same = cur is not None and cur.get("mpu") == upload_id and \
-                cur.get("etag") == _multipart_etag([w.get("etag", "") for _, w in _picked_parts(wanted)])
-        except (ValueError, errors.InvalidPartOrder):
+                cur.get("etag") == _multipart_etag([w.get("etag", "") for w in wanted])
+        except ValueError:
             same = False
         if not same:
             raise errors.NoSuchUpload("The specified multipart upload does not exist.", upload_id=upload_id)
-        return {"ino": cur["ino"], "etag": cur["etag"], "mt": cur["mt"], "size": cur["size"], "cs": cur.get("cs", {})}
+        return {"ino": cur["ino"], "etag": cur["etag"], "mt": cur["mt"], "vid": cur.get("vid"), "size": cur["size"],
+                "cs": cur.get("cs", {})}
 
     def list_uploads(self, bucket: str) -> list[dict]:
         self.bucket_ino(bucket)
@@ -736,20 +738,6 @@ def _etag_in(etag: str | None, header: str) -> bool:
         return False
     want = _norm_etag(etag)
     return any(_norm_etag(e) in (want, "*") for e in header.split(","))
-
-
-def _picked_parts(wanted: list[dict]) -> list[tuple[int, dict]]:
-    """(part number, entry) of a completion's part list, ascending; of a number listed twice, the last entry."""
-    picked: list[tuple[int, dict]] = []
-    for w in wanted:
-        n = int(w["n"])
-        if picked and n < picked[-1][0]:
-            raise errors.InvalidPartOrder("The list of parts was not in ascending order.")
-        if picked and n == picked[-1][0]:
-            picked[-1] = (n, w)
-        else:
-            picked.append((n, w))
-    return picked
 
 
 def _multipart_etag(part_etags: list[str]) -> str:

@@ -1,7 +1,8 @@
-"""Who may do what: owners (and admins) do everything in their buckets; others get what the canned ACLs grant.
+"""Who may do what: owners (and admins) do everything in their buckets; others get what the ACLs grant.
 
-Canned ACLs stored on buckets and objects: private, public-read, public-read-write, authenticated-read.
-Per-key grants managed by operators come with the admin API.
+An ACL is stored on a bucket or object either as a canned name (private, public-read, public-read-write,
+authenticated-read) or as a list of grants [grantee, permission], where grantee is "id:<canonical user id>" or
+"uri:<group URI>". Per-key grants managed by operators come with the admin API.
 """
 from __future__ import annotations
 
@@ -15,26 +16,63 @@ ANONYMOUS = User(access_key="", secret_key="", owner_id="", display_name="anonym
 CANNED = ("private", "public-read", "public-read-write", "authenticated-read")
 ALL_USERS = "http://acs.amazonaws.com/groups/global/AllUsers"
 AUTH_USERS = "http://acs.amazonaws.com/groups/global/AuthenticatedUsers"
+PERMISSIONS = ("READ", "WRITE", "READ_ACP", "WRITE_ACP", "FULL_CONTROL")
+_CANNED_GRANTS = {"private": [], "public-read": [[f"uri:{ALL_USERS}", "READ"]],
+                  "public-read-write": [[f"uri:{ALL_USERS}", "READ"], [f"uri:{ALL_USERS}", "WRITE"]],
+                  "authenticated-read": [[f"uri:{AUTH_USERS}", "READ"]]}
+_GRANT_HEADERS = {"x-amz-grant-read": "READ", "x-amz-grant-write": "WRITE", "x-amz-grant-read-acp": "READ_ACP",
+                  "x-amz-grant-write-acp": "WRITE_ACP", "x-amz-grant-full-control": "FULL_CONTROL"}
 
 
-def canned_acl(req) -> str:
-    acl = req.headers.get("x-amz-acl", "private")
-    if acl not in CANNED:
-        if acl in ("aws-exec-read", "bucket-owner-read", "bucket-owner-full-control", "log-delivery-write"):
-            return "private"  # grants to the bucket owner or AWS services only: the owner has them anyway
-        raise S3Error("InvalidArgument", f"unknown canned ACL {acl!r}", 400)
-    if any(h.startswith("x-amz-grant-") for h in req.headers):
-        raise not_implemented("x-amz-grant-* headers (use a canned ACL)")
+def _grant_list(acl) -> list:
+    if acl is None or isinstance(acl, str):
+        return _CANNED_GRANTS.get(acl or "private", [])
     return acl
 
 
-def grants(acl: str | None, perm: str, authenticated: bool) -> bool:
-    """Does the canned ACL give `perm` ("read" or "write") to someone who is not the owner?"""
-    acl = acl or "private"
-    if perm == "read":
-        return acl in ("public-read", "public-read-write") or (authenticated and acl == "authenticated-read")
-    if perm == "write":
-        return acl == "public-read-write"
+def _canonical(grant_list: list):
+    """Store a canned name where the grants amount to one (smaller, and reads back as the same ACL)."""
+    for name, g in _CANNED_GRANTS.items():
+        if sorted(map(tuple, grant_list)) == sorted(map(tuple, g)):
+            return name
+    return grant_list
+
+
+def canned_acl(req):
+    """The ACL a request sets with x-amz-acl or x-amz-grant-* headers (private when it sets none)."""
+    header_grants = []
+    for h, perm in _GRANT_HEADERS.items():
+        for item in filter(None, (x.strip() for x in req.headers.get(h, "").split(","))):
+            kind, _, val = item.partition("=")
+            val = val.strip().strip('"')
+            if kind.strip().lower() == "id":
+                header_grants.append([f"id:{val}", perm])
+            elif kind.strip().lower() == "uri":
+                header_grants.append([f"uri:{val}", perm])
+            else:
+                raise not_implemented("grants by e-mail address")
+    if header_grants:
+        if "x-amz-acl" in req.headers:
+            raise S3Error("InvalidRequest", "Specifying both Canned ACLs and Header Grants is not allowed", 400)
+        return _canonical(header_grants)
+    acl = req.headers.get("x-amz-acl", "private")
+    if acl in ("aws-exec-read", "bucket-owner-read", "bucket-owner-full-control", "log-delivery-write"):
+        return "private"  # grants to the bucket owner or AWS services only: the owner has them anyway
+    if acl not in CANNED:
+        raise S3Error("InvalidArgument", f"unknown canned ACL {acl!r}", 400)
+    return acl
+
+
+def grants(acl, perm: str, req) -> bool:
+    """Does the ACL give `perm` ("read" or "write") to the caller, who is not the owner?"""
+    want = {"read": ("READ", "FULL_CONTROL"), "write": ("WRITE", "FULL_CONTROL")}[perm]
+    me = f"id:{req.user.owner_id}" if req.auth is not None else None
+    for grantee, p in _grant_list(acl):
+        if p not in want:
+            continue
+        if grantee == f"uri:{ALL_USERS}" or (req.auth is not None and grantee == f"uri:{AUTH_USERS}") or \
+                (me is not None and grantee == me):
+            return True
     return False
 
 
@@ -50,7 +88,7 @@ async def bucket_access(ctx, req, perm: str | None = None) -> dict:
     info = await ctx.bucket(req.bucket)
     if is_owner(ctx, req, info):
         return info
-    if perm == "object" or (perm is not None and grants(info.get("acl"), perm, req.auth is not None)):
+    if perm == "object" or (perm is not None and grants(info.get("acl"), perm, req)):
         return info
     raise access_denied()
 
@@ -59,47 +97,46 @@ def check_object_read(ctx, req, info: dict, obj: dict | None) -> None:
     if is_owner(ctx, req, info):
         return
     if obj is None:  # missing key: say so only to those who may list the bucket
-        if grants(info.get("acl"), "read", req.auth is not None):
+        if grants(info.get("acl"), "read", req):
             raise errors.NoSuchKey("The specified key does not exist.")
         raise access_denied()
-    if not grants(obj.get("acl"), "read", req.auth is not None):
+    if not grants(obj.get("acl"), "read", req):
         raise access_denied()
 
 
-def acl_xml(acl: str | None, owner_id: str, display: str) -> bytes:
+def acl_xml(acl, owner_id: str, display: str, names=lambda i: i) -> bytes:
     def grant(grantee: str, perm: str) -> str:
-        return (f'<Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" {grantee}'
+        if grantee.startswith("uri:"):
+            g = f'xsi:type="Group"><URI>{xml.esc(grantee[4:])}</URI></Grantee>'
+        else:
+            gid = grantee[3:]
+            g = f'xsi:type="CanonicalUser"><ID>{xml.esc(gid)}</ID><DisplayName>{xml.esc(names(gid))}' \
+                f"</DisplayName></Grantee>"
+        return (f'<Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" {g}'
                 f"<Permission>{perm}</Permission></Grant>")
-    owner_g = f'xsi:type="CanonicalUser"><ID>{xml.esc(owner_id)}</ID><DisplayName>{xml.esc(display)}</DisplayName>' \
-              f"</Grantee>"
-    out = [grant(owner_g, "FULL_CONTROL")]
-    acl = acl or "private"
-    if acl in ("public-read", "public-read-write"):
-        out.append(grant(f'xsi:type="Group"><URI>{ALL_USERS}</URI></Grantee>', "READ"))
-    if acl == "public-read-write":
-        out.append(grant(f'xsi:type="Group"><URI>{ALL_USERS}</URI></Grantee>', "WRITE"))
-    if acl == "authenticated-read":
-        out.append(grant(f'xsi:type="Group"><URI>{AUTH_USERS}</URI></Grantee>', "READ"))
+    out = [grant(f"id:{owner_id}", "FULL_CONTROL")]
+    out += [grant(g, p) for g, p in _grant_list(acl) if not (g == f"id:{owner_id}" and p == "FULL_CONTROL")]
     return xml.doc("AccessControlPolicy", f"{xml.owner(owner_id, display)}<AccessControlList>{''.join(out)}"
                                           f"</AccessControlList>")
 
 
-def acl_from_xml(body: bytes, owner_id: str) -> str:
-    """The canned ACL an AccessControlPolicy document amounts to; NotImplemented for grants no canned ACL expresses."""
+def acl_from_xml(body: bytes, owner_id: str):
+    """The ACL an AccessControlPolicy document sets (the owner's own FULL_CONTROL is implied)."""
     root = xml.parse(body)
-    perms = set()
+    out = []
     for g in root.iter("Grant"):
         grantee = g.find("Grantee")
-        perm = g.findtext("Permission") or ""
-        uri = grantee.findtext("URI") if grantee is not None else None
-        gid = grantee.findtext("ID") if grantee is not None else None
-        if gid == owner_id and perm == "FULL_CONTROL":
-            continue
-        perms.add((uri, perm))
-    for acl in CANNED:
-        want = {"private": set(), "public-read": {(ALL_USERS, "READ")},
-                "public-read-write": {(ALL_USERS, "READ"), (ALL_USERS, "WRITE")},
-                "authenticated-read": {(AUTH_USERS, "READ")}}[acl]
-        if perms == want:
-            return acl
-    raise not_implemented("ACL grants other than the canned ACLs")
+        perm = (g.findtext("Permission") or "").strip()
+        if grantee is None or perm not in PERMISSIONS:
+            raise S3Error("MalformedACLError", "The XML you provided was not well-formed or did not validate "
+                          "against our published schema.", 400)
+        uri, gid = grantee.findtext("URI"), grantee.findtext("ID")
+        if uri:
+            out.append([f"uri:{uri.strip()}", perm])
+        elif gid:
+            if gid.strip() == owner_id and perm == "FULL_CONTROL":
+                continue
+            out.append([f"id:{gid.strip()}", perm])
+        else:
+            raise not_implemented("grants by e-mail address")
+    return _canonical(out)

@@ -128,7 +128,7 @@ async def get_acl(ctx, req):
     info = await bucket_owned(ctx, req)
     owner = info.get("owner", "")
     return Response(200, [("content-type", "application/xml")],
-                    acl_xml(info.get("acl"), owner, ctx.display_name(owner)))
+                    acl_xml(info.get("acl"), owner, ctx.display_name(owner), ctx.display_name))
 
 
 async def put_acl(ctx, req):

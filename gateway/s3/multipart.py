@@ -131,7 +131,8 @@ async def complete(ctx, req):
     body = xml.doc("CompleteMultipartUploadResult",
                    f"<Location>/{xml.esc(req.bucket)}/{xml.esc(req.key)}</Location><Bucket>{xml.esc(req.bucket)}"
                    f"</Bucket><Key>{xml.esc(req.key)}</Key><ETag>{xml.esc(res['etag'])}</ETag>{cs_xml}")
-    return Response(200, [("content-type", "application/xml")], body)
+    headers = [("content-type", "application/xml")] + ([("x-amz-version-id", res["vid"])] if res.get("vid") else [])
+    return Response(200, headers, body)
 
 
 async def abort(ctx, req):

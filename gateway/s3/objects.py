@@ -277,7 +277,9 @@ def _delete_conditions(etag: str | None, mtime: str | None, size: str | None, ht
     if etag is not None:
         out["if_match"] = etag
     if mtime is not None:
-        t = _parse_http_date(mtime) if http_date else _parse_iso(mtime)
+        t = _parse_http_date(mtime)
+        if t is None and not http_date:
+            t = _parse_iso(mtime)
         if t is None:
             raise invalid_argument("bad last-modified-time condition")
         out["if_mtime"] = t
@@ -374,7 +376,7 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
     sb, sk = parse_copy_source(req)
     info = await ctx.bucket(sb)
     check_key(sk)
-    if not is_owner(ctx, req, info) and not grants(info.get("acl"), "read", req.auth is not None):
+    if not is_owner(ctx, req, info) and not grants(info.get("acl"), "read", req):
         obj = None
         try:
             obj, addrs = await _stat(ctx, sb, sk, copy_source_version(req))
@@ -410,6 +412,9 @@ async def copy_object(ctx, req):
     else:
         attrs = {k: src[k] for k in ("ctype", "meta", "hdr", "sc") if k in src}
         attrs["owner"] = req.user.owner_id
+        acl = canned_acl(req)
+        if acl != "private":
+            attrs["acl"] = acl
         if "x-amz-storage-class" in req.headers:
             attrs["sc"] = object_attrs(req).get("sc", "STANDARD")
     if (sb, sk) == (req.bucket, req.key) and directive == "COPY" and "x-amz-storage-class" not in req.headers:
@@ -450,7 +455,7 @@ async def get_acl(ctx, req):
     obj, _ = await _stat(ctx, req.bucket, req.key)
     owner = obj.get("owner") or req.user.owner_id
     return Response(200, [("content-type", "application/xml")],
-                    acl_xml(obj.get("acl"), owner, ctx.display_name(owner)))
+                    acl_xml(obj.get("acl"), owner, ctx.display_name(owner), ctx.display_name))
 
 
 async def put_acl(ctx, req):

@@ -228,6 +228,8 @@ def _v2_string_to_sign(method: str, raw_path: bytes, query, headers: dict[str, s
             amz[name] = _SPACES.sub(" ", value.strip())
     sub = sorted((k, v) for k, v in query if k in V2_SUBRESOURCES)
     resource = raw_path.decode("latin-1")
+    if resource.count("/") == 1 and resource != "/":
+        resource += "/"  # a bucket's V2 resource is "/bucket/" whatever the request path looks like
     if sub:
         resource += "?" + "&".join(f"{k}={v}" if v != "" else k for k, v in sub)
     return "\n".join([method, headers.get("content-md5", ""), headers.get("content-type", ""), date]) + "\n" + \

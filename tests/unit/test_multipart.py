@@ -45,10 +45,11 @@ def test_complete_again_answers_as_the_first_time():
         m.complete_upload("bkt", "k", uid, wanted(), min_part_size=1)
 
 
-def test_part_listed_twice_counts_once_with_its_last_entry():
+def test_part_listed_twice_is_out_of_order():
     m, uid = upload()
-    stale = {"n": 1, "etag": "f" * 32}
-    res = m.complete_upload("bkt", "k", uid, [stale] + wanted(), min_part_size=1)
+    with pytest.raises(errors.InvalidPartOrder):
+        m.complete_upload("bkt", "k", uid, wanted(1) + wanted(), min_part_size=1)
+    res = m.complete_upload("bkt", "k", uid, wanted(), min_part_size=1)
     assert res["size"] == 15 and res["etag"].endswith('-3"')
     assert m.stat("bkt", "k")["ps"] == [7, 5, 3]
 
