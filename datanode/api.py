@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 from .blockstore import BlockStore
+from .replicator import FAST_PATH_GRACE_S
 
 
-def make_handlers(store: BlockStore, replicator, replicator_wake) -> dict:
+def make_handlers(store: BlockStore, replicator, spawn) -> dict:
     async def put(a, payload):
-        """Store a block as its primary; replication to a["secondaries"] ([[node_id, addr], ...]) follows."""
-        store.put(int(a["block_id"]), payload, int(a["crc"]), [(int(t), addr) for t, addr in a.get("secondaries", [])])
-        if a.get("secondaries"):
-            replicator_wake()
+        """Store a block as its primary and acknowledge; replication to a["secondaries"] ([[node_id, addr], ...])
+        follows in the background: pushed from memory at once, with durable jobs queued in the same batch."""
+        bid, crc = int(a["block_id"]), int(a["crc"])
+        targets = [(int(t), addr) for t, addr in a.get("secondaries", [])]
+        store.put(bid, payload, crc, targets, jobs_due_in=FAST_PATH_GRACE_S if targets else 0.0)
+        if targets:
+            spawn(replicator.push_now(bid, payload, crc, targets))
         return {}
 
     async def put_replica(a, payload):
@@ -30,7 +34,7 @@ def make_handlers(store: BlockStore, replicator, replicator_wake) -> dict:
         return {"blocks": store.block_ids()}
 
     async def replicate_once(a, _):
-        s = await replicator.run_once()
+        s = await replicator.run_once(everything=True)
         return {"ok": s.ok, "failed": s.failed}
 
     return {f.__name__: f for f in (put, put_replica, get, delete, has, blocks, replicate_once)}

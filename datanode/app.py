@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid as uuidlib
 from contextlib import asynccontextmanager
@@ -37,13 +38,15 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
         peers = Peers(settings.cluster_secret)
         replicator = Replicator(store, peers, interval_s=settings.replication_interval_s,
                                 concurrency=settings.replication_concurrency)
-        wake = anyio.Event()
 
-        def replicator_wake() -> None:
-            wake.set()
+        background: set[asyncio.Task] = set()
+
+        def spawn(coro) -> None:
+            t = asyncio.get_running_loop().create_task(coro)
+            background.add(t)
+            t.add_done_callback(background.discard)
 
         async def replicate_loop():
-            nonlocal wake
             while True:
                 try:
                     stats = await replicator.run_once()
@@ -52,9 +55,7 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
                     stats = None
                 if stats is not None and stats.ok and not stats.failed:
                     continue
-                with anyio.move_on_after(settings.replication_interval_s):
-                    await wake.wait()
-                wake = anyio.Event()
+                await anyio.sleep(settings.replication_interval_s)
 
         nn_host, nn_port = parse_addr(settings.namenode)
         nn = RpcClient(nn_host, nn_port, settings.cluster_secret, timeout=10.0)
@@ -62,7 +63,7 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
                        rpc_port=settings.rpc_port, http_port=settings.port, capacity=settings.capacity_bytes,
                        data_dir=settings.data_dir, interval_s=settings.heartbeat_interval_s)
         app.state.store, app.state.heartbeat = store, hb
-        rpc = RpcServer(make_handlers(store, replicator, replicator_wake), settings.cluster_secret)
+        rpc = RpcServer(make_handlers(store, replicator, spawn), settings.cluster_secret)
         await rpc.start(settings.host, settings.rpc_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(hb.run_forever)
@@ -70,6 +71,8 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
             yield
             tg.cancel_scope.cancel()
         await rpc.stop()
+        for t in list(background):
+            t.cancel()
         await peers.close()
         await nn.close()
         kv.close()

@@ -21,15 +21,19 @@ class BlockStore:
             self.used += len(v) - 4
             self.count += 1
 
-    def put(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = ()) -> None:
-        """Store a block and its replication jobs in one atomic batch; raises CorruptBlock if `crc` doesn't match."""
+    def put(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
+            jobs_due_in: float = 0.0) -> None:
+        """Store a block and its replication jobs in one atomic batch; raises CorruptBlock if `crc` doesn't match.
+
+        `jobs_due_in` delays the jobs: the caller pushes the block from memory right away and the queued jobs are
+        the durable fallback if that push fails or the process dies."""
         if crc32c(data) != crc:
             raise errors.CorruptBlock(f"block {block_id}: data does not match its crc32c")
         key = keys.block(block_id)
         old = self.kv.get(key)
         with self.kv.batch() as b:
             b.put(key, crc.to_bytes(4, "big") + data)
-            now = time.time()
+            now = time.time() + jobs_due_in
             for target, addr in secondaries:
                 b.put(keys.repl(target, block_id), orjson.dumps({"a": addr, "n": 0, "due": now}))
         if old is None:
@@ -51,8 +55,14 @@ class BlockStore:
 
     def read_raw(self, block_id: int) -> tuple[int, memoryview]:
         """(crc, data) after checking the crc; for replication."""
-        data = self.read(block_id)
-        return crc32c(data), data
+        raw = self.kv.get(keys.block(block_id))
+        if raw is None:
+            raise errors.NoSuchBlock(f"block {block_id} is not stored here")
+        mv = memoryview(raw)
+        crc = int.from_bytes(mv[:4], "big")
+        if crc32c(mv[4:]) != crc:
+            raise errors.CorruptBlock(f"block {block_id} failed its crc32c check")
+        return crc, mv[4:]
 
     def has(self, block_id: int) -> bool:
         return self.kv.get(keys.block(block_id)) is not None

@@ -17,5 +17,6 @@ class DataNodeSettings(ServiceSettings):
     capacity_bytes: int = 0
     """Space this node offers; 0 = the free space of the data directory's file system."""
     heartbeat_interval_s: float = 1.0
-    replication_interval_s: float = 0.2
+    replication_interval_s: float = 1.0
+    """How often queued replication jobs (pushes that failed or were interrupted) are retried."""
     replication_concurrency: int = 4

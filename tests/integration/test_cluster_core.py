@@ -86,3 +86,26 @@ def test_overwrite_replaces_atomically_and_frees_old_blocks(cluster, s3, bucket)
     cluster.collect_garbage()
     stored = cluster.datanode_blocks()
     assert all(old[0][0] not in blocks for blocks in stored.values())
+
+
+def test_write_converges_after_secondary_restart(tmp_path):
+    """A secondary that is down when a block is written gets it from the queued job once it is back."""
+    c = Cluster(tmp_path).start()
+    try:
+        s3 = c.s3()
+        s3.create_bucket(Bucket="conv")
+        c.stop("dn2")
+        data = os.urandom(100_000)
+        s3.put_object(Bucket="conv", Key="k", Body=data)
+        blk = c.rpc("nn", "stat", bucket="conv", key="k")["obj"]["blk"][0]
+        assert len(blk[3]) == 3 and 2 in blk[3]
+        assert s3.get_object(Bucket="conv", Key="k")["Body"].read() == data  # served by a live replica
+        c.start_datanode(2)
+        deadline = time.monotonic() + 10
+        while blk[0] not in c.datanode_blocks()["dn2"]:
+            assert time.monotonic() < deadline, "the restarted secondary never got the block"
+            c.replicate_once()
+            time.sleep(0.1)
+        assert all(blk[0] in blocks for blocks in c.datanode_blocks().values())
+    finally:
+        c.close()
