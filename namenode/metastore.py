@@ -69,7 +69,15 @@ class MetaStore:
 
     def _lookup(self, parent: int, name: str, is_dir: bool) -> int | None:
         raw = self.kv.get(keys.entry(parent, name, is_dir))
-        return int.from_bytes(raw, "big") if raw is not None else None
+        return int.from_bytes(raw[:8], "big") if raw is not None else None
+
+    def _put_file(self, b, parent: int, name: str, ino: int, rec: dict) -> None:
+        """Write a file's inode and its directory entry; the entry carries what a listing shows (size, ETag, time,
+        owner, storage class, delete marker), so listing a directory reads no inode."""
+        b.put(keys.inode(ino), self._enc(rec))
+        summary = [rec.get("size", 0), rec.get("etag", ""), rec.get("mt", 0), rec.get("owner", ""),
+                   rec.get("sc", "STANDARD"), bool(rec.get("dm"))]
+        b.put(keys.entry(parent, name, False), keys.u64(ino) + self._enc(summary))
 
     def _is_empty(self, ino: int) -> bool:
         p = keys.entries(ino)
@@ -262,11 +270,10 @@ class MetaStore:
                         obj.setdefault("gid", old.get("gid", 0))
                 else:
                     ino = self._next(b, b"ino")
-                    b.put(keys.entry(d, parts[-1], False), keys.u64(ino))
                 obj.setdefault("mode", S_IFREG | 0o644)
                 obj.setdefault("uid", 0)
                 obj.setdefault("gid", 0)
-                b.put(keys.inode(ino), self._enc(obj))
+                self._put_file(b, d, parts[-1], ino, obj)
             for blk in obj.get("blk", []):
                 b.delete(keys.pending(blk[0]))
             if batch_extra is not None:
@@ -322,14 +329,14 @@ class MetaStore:
                 t = now_ns()
                 dm = {"t": "f", "dm": True, "vid": self._new_vid() if ver == "Enabled" else "null", "mt": t, "ct": t,
                       "mode": cur.get("mode", S_IFREG | 0o644), "size": 0}
-                b.put(keys.inode(ino), self._enc(dm))
+                self._put_file(b, parent, name, ino, dm)
                 return {"existed": True, "dm": True, "vid": dm["vid"]}
             # the current version goes: the newest noncurrent one (if any) becomes current
             self._garbage_blocks(b, cur.get("blk", []))
             older = self._versions(ino)
             if older:
                 b.delete(older[0][0])
-                b.put(keys.inode(ino), self._enc(older[0][1]))
+                self._put_file(b, parent, name, ino, older[0][1])
             else:
                 b.delete(keys.entry(parent, name, False))
                 b.delete(keys.inode(ino))
@@ -388,7 +395,7 @@ class MetaStore:
         def walk():
             yield from (("v", v) for v in start)
             for kind, key, ino in self._walk(root, "", prefix, key_marker, prune=delimiter == "/"):
-                yield kind, (key, ino)
+                yield kind, (key, ino[0] if kind == "f" else ino)
 
         for kind, val in walk():
             if kind == "p" or (kind == "f" and delimiter and val[0].find(delimiter, len(prefix)) >= 0):
@@ -469,16 +476,18 @@ class MetaStore:
                 last_prefix = entry
                 items.append(["p", entry])
                 continue
+            if kind == "m":
+                rec = (self.get_inode(ino) or {}).get("mk", {})
+                summary = [rec.get("size", 0), rec.get("etag", ""), rec.get("mt", 0), rec.get("owner", ""),
+                           rec.get("sc", "STANDARD"), False]
+            else:
+                summary = self._dec(ino[1][8:])
+                if summary[5]:
+                    continue  # the key's current version is a delete marker: not listed
             if len(items) >= max_keys:
                 truncated = True
                 break
-            rec = self.get_inode(ino) or {}
-            if kind == "m":
-                rec = rec.get("mk", {})
-            elif rec.get("dm"):
-                continue  # the key's current version is a delete marker: not listed
-            items.append(["k", key, rec.get("size", 0), rec.get("etag", ""), rec.get("mt", 0),
-                          rec.get("owner", ""), rec.get("sc", "STANDARD")])
+            items.append(["k", key, *summary[:5]])
         return {"items": items, "truncated": truncated}
 
     def _walk(self, ino: int, base: str, prefix: str, after: str, prune: bool) -> Iterator[tuple[str, str, int]]:
@@ -507,7 +516,7 @@ class MetaStore:
         end = prefix_end(ep + rest.encode())
         for k, v in self.kv.scan(ep + lo.encode(), end):
             name = k[9:].decode()
-            child = int.from_bytes(v, "big")
+            child = int.from_bytes(v[:8], "big")
             if name.endswith("/"):
                 cp = base + name
                 if after >= cp and not after.startswith(cp):
@@ -520,7 +529,7 @@ class MetaStore:
             else:
                 key = base + name
                 if key > after:
-                    yield "f", key, child
+                    yield "f", key, (child, v)
 
     # ---------------------------------------------------------------- blocks
     def allocate(self, count: int, choose) -> list[tuple[int, list[int]]]:

@@ -1,7 +1,7 @@
 """S3 XML: response documents built from strings (fast, exact shapes) and request bodies parsed with ElementTree."""
 from __future__ import annotations
 
-import datetime as dt
+import time
 from email.utils import formatdate
 from urllib.parse import quote
 from xml.etree import ElementTree as ET
@@ -13,9 +13,20 @@ NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
 
 
+_ISO_SECONDS: dict[int, str] = {}
+
+
 def iso8601(ns: int) -> str:
-    t = dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+    """S3's timestamp form, 2026-11-22T04:06:29.123Z. Listings format thousands of them, mostly from the same few
+    seconds, so the per-second part is cached."""
+    ms = ns // 1_000_000
+    sec = ms // 1000
+    base = _ISO_SECONDS.get(sec)
+    if base is None:
+        if len(_ISO_SECONDS) > 4096:
+            _ISO_SECONDS.clear()
+        base = _ISO_SECONDS[sec] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+    return f"{base}.{ms % 1000:03d}Z"
 
 
 def http_date(ns: int) -> str:
@@ -23,12 +34,15 @@ def http_date(ns: int) -> str:
 
 
 def esc(s) -> str:
-    return escape(str(s))
+    s = str(s)
+    return escape(s) if ("&" in s or "<" in s or ">" in s) else s
 
 
 def enc_key(s: str, url: bool) -> str:
     """Keys in listings: XML-escaped, or URL-encoded with encoding-type=url."""
-    return quote(s, safe="/") if url else escape(s)
+    if url:
+        return quote(s, safe="/")
+    return escape(s) if ("&" in s or "<" in s or ">" in s) else s
 
 
 def doc(root: str, inner: str) -> bytes:
