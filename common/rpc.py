@@ -40,7 +40,13 @@ async def _read_frame(reader: asyncio.StreamReader) -> tuple[dict, bytes]:
 
 
 def _write_frame(writer: asyncio.StreamWriter, head: dict, payload=b"") -> None:
+    """Send one frame; `payload` is a bytes-like object or a list of them (sent without joining)."""
     j = orjson.dumps(head)
+    if isinstance(payload, list):
+        n = sum(len(p) for p in payload)
+        writer.write(_HDR.pack(len(j), n) + j)
+        writer.writelines(payload)
+        return
     n = len(payload)
     if n and n < 65536:
         writer.write(_HDR.pack(len(j), n) + j + payload)
@@ -95,7 +101,7 @@ class RpcServer:
                     log.exception("rpc %s failed", op)
                     res = {"err": "DomainError", "msg": f"internal error in {op}: {e!r}"}
                 _write_frame(writer, res, out_payload)
-                if len(out_payload) >= 65536 or writer.transport.get_write_buffer_size() > (1 << 20):
+                if writer.transport.get_write_buffer_size() > (256 << 10):
                     await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -139,7 +145,7 @@ class RpcClient:
         try:
             async with asyncio.timeout(timeout or self.timeout):
                 _write_frame(writer, args, payload)
-                if len(payload) >= 65536:
+                if writer.transport.get_write_buffer_size() > (256 << 10):
                     await writer.drain()
                 head, out = await _read_frame(reader)
         except (OSError, asyncio.IncompleteReadError, TimeoutError, ConnectionError) as e:
