@@ -398,9 +398,8 @@ class MetaStore:
                 yield kind, (key, ino[0] if kind == "f" else ino)
 
         for kind, val in walk():
-            if kind == "p" or (kind == "f" and delimiter and val[0].find(delimiter, len(prefix)) >= 0):
-                key = val[0]
-                entry = key if kind == "p" else key[: key.find(delimiter, len(prefix)) + len(delimiter)]
+            entry = self._common_prefix(kind, val[0], prefix, delimiter) if kind != "v" else None
+            if entry is not None:
                 if entry == last_prefix or entry <= key_marker:
                     continue
                 if len(items) >= max_keys:
@@ -410,9 +409,8 @@ class MetaStore:
                 items.append(["p", entry])
                 continue
             if kind == "m":
-                rec = (self.get_inode(val[1]) or {}).get("mk", {})
-                vs = [["v", val[0], "null", True, rec.get("size", 0), rec.get("etag", ""), rec.get("mt", 0),
-                       rec.get("owner", ""), rec.get("sc", "STANDARD"), False]]
+                size, etag, mt, owner, sc, _ = self._marker_summary(val[1])
+                vs = [["v", val[0], "null", True, size, etag, mt, owner, sc, False]]
             elif kind == "v":
                 vs = [val]
             else:
@@ -460,13 +458,7 @@ class MetaStore:
         last_prefix = None
         truncated = False
         for kind, key, ino in self._walk(root, "", prefix, after, prune=delimiter == "/"):
-            if kind == "p":
-                entry = key
-            elif delimiter:
-                i = key.find(delimiter, len(prefix))
-                entry = key[: i + len(delimiter)] if i >= 0 else None
-            else:
-                entry = None
+            entry = self._common_prefix(kind, key, prefix, delimiter)
             if entry is not None:
                 if entry == last_prefix or entry <= after:
                     continue
@@ -477,9 +469,7 @@ class MetaStore:
                 items.append(["p", entry])
                 continue
             if kind == "m":
-                rec = (self.get_inode(ino) or {}).get("mk", {})
-                summary = [rec.get("size", 0), rec.get("etag", ""), rec.get("mt", 0), rec.get("owner", ""),
-                           rec.get("sc", "STANDARD"), False]
+                summary = self._marker_summary(ino)
             else:
                 summary = self._dec(ino[1][8:])
                 if summary[5]:
@@ -489,6 +479,22 @@ class MetaStore:
                 break
             items.append(["k", key, *summary[:5]])
         return {"items": items, "truncated": truncated}
+
+    @staticmethod
+    def _common_prefix(kind: str, key: str, prefix: str, delimiter: str) -> str | None:
+        """The CommonPrefix a walked item rolls up into, or None if it is listed itself."""
+        if kind == "p":
+            return key
+        if delimiter:
+            i = key.find(delimiter, len(prefix))
+            if i >= 0:
+                return key[: i + len(delimiter)]
+        return None
+
+    def _marker_summary(self, ino: int) -> list:
+        rec = (self.get_inode(ino) or {}).get("mk", {})
+        return [rec.get("size", 0), rec.get("etag", ""), rec.get("mt", 0), rec.get("owner", ""),
+                rec.get("sc", "STANDARD"), False]
 
     def _walk(self, ino: int, base: str, prefix: str, after: str, prune: bool) -> Iterator[tuple[str, str, int]]:
         """Depth-first walk of directory `ino`, whose keys all start with `base`: yields ("f" | "m" | "p", key, ino) for
