@@ -131,13 +131,6 @@ class Cluster:
             raise
         return blocks, size
 
-    async def write_bytes(self, bucket: str, data: bytes) -> list[list]:
-        async def one():
-            if data:
-                yield data
-        blocks, _ = await self.write_stream(bucket, one(), lambda b: None)
-        return blocks
-
     async def _put_block(self, bid: int, data: bytes, crc: int, nodes: list[int], addrs: dict) -> list[int]:
         """Write to the first reachable node of `nodes` as primary; it replicates to the others."""
         last: Exception | None = None
@@ -196,12 +189,6 @@ class Cluster:
         finally:
             for t in tasks:
                 t.cancel()
-
-    async def read_all(self, obj: dict, addrs: dict) -> bytes:
-        out = bytearray()
-        async for piece in self.read_range(obj.get("blk", []), addrs, 0, obj.get("size", 0)):
-            out += piece
-        return bytes(out)
 
 
 def _hash_block(data: bytes, update: Callable[[bytes], None]) -> int:

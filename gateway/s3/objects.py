@@ -262,8 +262,8 @@ async def get_object(ctx, req, head: bool = False):
     blocks = obj.get("blk", [])
     stream = ctx.cluster.read_range(blocks, addrs, start, end)
     if n <= (4 << 20):  # one block or two at most: answer in one piece
-        data = b"".join([p async for p in stream])
-        return Response(status, headers, data)
+        pieces = [p async for p in stream]
+        return Response(status, headers, pieces[0] if len(pieces) == 1 else b"".join(pieces))
     return Response(status, headers, stream, length=n)
 
 
