@@ -124,3 +124,21 @@ def test_complete_upload_concatenates_parts():
     assert [b[0] for b in m.stat("bkt", "big")["blk"]] == [1, 2]
     with pytest.raises(errors.NoSuchUpload):
         m.list_parts("bkt", "big", uid)
+
+
+def test_versions_listing_with_delimiter_and_markers():
+    m = store_with([])
+    m.update_bucket("bkt", {"ver": "Enabled"})
+    for k in ["a/1", "a/2", "b", "b", "c"]:
+        m.put_object("bkt", k, {"size": 1, "etag": '"e"', "blk": []})
+    m.delete_object("bkt", "c")
+    res = m.list_versions("bkt", delimiter="/")
+    rows = [(it[0], it[1], it[3], it[9]) if it[0] == "v" else tuple(it) for it in res["items"]]
+    assert rows == [("p", "a/"), ("v", "b", True, False), ("v", "b", False, False), ("v", "c", True, True),
+                    ("v", "c", False, False)]
+    assert [it[1] for it in m.list_objects("bkt")["items"]] == ["a/1", "a/2", "b"]  # c's delete marker hides it
+    # paging by (key, version) marker resumes inside a key's versions
+    first = m.list_versions("bkt", max_keys=3)
+    assert first["truncated"] and [it[1] for it in first["items"]] == ["a/1", "a/2", "b"]
+    rest = m.list_versions("bkt", key_marker="b", vid_marker=first["items"][-1][2])
+    assert [(it[1], it[3]) for it in rest["items"]] == [("b", False), ("c", True), ("c", False)]
