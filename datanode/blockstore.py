@@ -131,6 +131,11 @@ class BlockStore:
     def complete(self, target: int, block_id: int) -> None:
         self.kv.delete(keys.repl(target, block_id))
 
+    def complete_many(self, block_id: int, targets: list[int]) -> None:
+        with self.kv.batch() as b:
+            for t in targets:
+                b.delete(keys.repl(t, block_id))
+
     def backoff(self, target: int, block_id: int, job: dict) -> None:
         n = job["n"] + 1
         self.kv.put(keys.repl(target, block_id),

@@ -23,16 +23,19 @@ class Replicator(Worker):
 
     async def push_now(self, block_id: int, data, crc: int, targets: list[tuple[int, str]]) -> None:
         """Push a block just written (still in memory) to its secondaries; a failure leaves its queued job."""
+        done: list[int] = []
+
         async def one(target: int, addr: str) -> None:
             try:
                 await self.peers.get(addr).call("put_replica", data, block_id=block_id, crc=crc)
-                self.store.complete(target, block_id)
+                done.append(target)
             except errors.DomainError:
                 pass  # the queued job retries it
 
         async with anyio.create_task_group() as tg:
             for target, addr in targets:
                 tg.start_soon(one, target, addr)
+        self.store.complete_many(block_id, done)
 
     async def run_once(self, *, everything: bool = False) -> PassStats:
         """One pass over the due jobs (every queued job with everything=True, for tests and operators)."""
