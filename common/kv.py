@@ -43,7 +43,8 @@ class RocksKV:
     """RocksDB through rocksdict in raw mode.
 
     Options chosen by measurement on this machine (bench/kv_options.py): no compression (block data is incompressible
-    and compression cost CPU on every put), no blob files (blob files made 4 MiB reads several times slower),
+    and compression cost CPU on every put), no blob files (blob files made 4 MiB reads several times slower), level
+    compaction (universal cost more CPU per MB written), bloom filters for the point lookups,
     a 64 MiB write buffer, and the WAL written but not fsynced per batch: it survives kill -9 of the process, and an
     fsync per put would cap small writes at disk-flush rate.
     """
@@ -62,6 +63,9 @@ class RocksKV:
         opts.set_write_buffer_size(write_buffer_mb << 20)
         opts.set_max_background_jobs(2)
         opts.increase_parallelism(2)
+        table = rocksdict.BlockBasedOptions()
+        table.set_bloom_filter(10, False)  # point lookups of absent keys (new block ids, missing names) skip files
+        opts.set_block_based_table_factory(table)
         return cls(rocksdict.Rdict(str(path), options=opts))
 
     def get(self, key: bytes) -> bytes | None:
