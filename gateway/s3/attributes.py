@@ -7,6 +7,7 @@ from . import xml
 from .access import bucket_access, check_object_read
 from .errors import S3Error, invalid_argument, invalid_request
 from .objects import check_key, part_checksum
+from .http import Response
 
 ATTRIBUTES = ("ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize")
 
@@ -53,7 +54,6 @@ def _parts_xml(obj: dict, req) -> str:
 
 
 async def get_object_attributes(ctx, req):
-    from .router import Response
     info = await bucket_access(ctx, req, "object")
     check_key(req.key)
     wanted = _wanted(req)

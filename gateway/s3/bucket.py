@@ -10,6 +10,7 @@ from . import xml
 from .body import read_all
 from .access import acl_from_xml, acl_xml, bucket_access, canned_acl
 from .errors import S3Error, access_denied, malformed_xml
+from .http import Response
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -33,7 +34,6 @@ async def bucket_owned(ctx, req) -> dict:
 
 
 async def list_buckets(ctx, req):
-    from .router import Response
     res = await ctx.cluster.nn("bucket_list") if req.auth is not None else {"buckets": []}
     mine = [b for b in res["buckets"] if b.get("owner") == req.user.owner_id]
     prefix = req.query.get("prefix")
@@ -61,7 +61,6 @@ async def list_buckets(ctx, req):
 
 
 async def create_bucket(ctx, req):
-    from .router import Response
     if req.auth is None:
         raise access_denied()
     validate_bucket_name(req.bucket)
@@ -82,7 +81,6 @@ async def create_bucket(ctx, req):
 
 
 async def delete_bucket(ctx, req):
-    from .router import Response
     await bucket_owned(ctx, req)
     await ctx.cluster.nn("bucket_delete", bucket=req.bucket)
     ctx.forget_bucket(req.bucket)
@@ -90,13 +88,11 @@ async def delete_bucket(ctx, req):
 
 
 async def head_bucket(ctx, req):
-    from .router import Response
     await bucket_owned(ctx, req)
     return Response(200, [("x-amz-bucket-region", ctx.settings.region)])
 
 
 async def get_location(ctx, req):
-    from .router import Response
     info = await bucket_owned(ctx, req)
     region = info.get("loc") or ("" if ctx.settings.region == "us-east-1" else ctx.settings.region)
     return Response(200, [("content-type", "application/xml")],
@@ -104,14 +100,12 @@ async def get_location(ctx, req):
 
 
 async def get_versioning(ctx, req):
-    from .router import Response
     info = await bucket_owned(ctx, req)
     status = f"<Status>{info['ver']}</Status>" if info.get("ver") else ""
     return Response(200, [("content-type", "application/xml")], xml.doc("VersioningConfiguration", status))
 
 
 async def put_versioning(ctx, req):
-    from .router import Response
     await bucket_owned(ctx, req)
     root = xml.parse(await read_all(req.receive, 64 << 10))
     status = root.findtext("Status")
@@ -124,7 +118,6 @@ async def put_versioning(ctx, req):
 
 
 async def get_acl(ctx, req):
-    from .router import Response
     info = await bucket_owned(ctx, req)
     owner = info.get("owner", "")
     return Response(200, [("content-type", "application/xml")],
@@ -132,7 +125,6 @@ async def get_acl(ctx, req):
 
 
 async def put_acl(ctx, req):
-    from .router import Response
     info = await bucket_owned(ctx, req)
     body = await read_all(req.receive, 1 << 20)
     acl = acl_from_xml(body, info.get("owner", "")) if body.strip() else canned_acl(req)

@@ -7,6 +7,7 @@ from . import xml
 from .body import read_all
 from .bucket import bucket_owned
 from .errors import S3Error, malformed_xml
+from .http import Response
 
 METHODS = ("GET", "PUT", "POST", "DELETE", "HEAD")
 
@@ -86,7 +87,6 @@ def cors_headers(rule: dict, origin: str, method: str, req_headers: list[str] | 
 
 
 async def put_cors(ctx, req):
-    from .router import Response
     await bucket_owned(ctx, req)
     rules = parse_cors(await read_all(req.receive, 64 << 10))
     await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"cors": rules})
@@ -95,7 +95,6 @@ async def put_cors(ctx, req):
 
 
 async def get_cors(ctx, req):
-    from .router import Response
     info = await bucket_owned(ctx, req)
     if not info.get("cors"):
         raise S3Error("NoSuchCORSConfiguration", "The CORS configuration does not exist", 404,
@@ -104,7 +103,6 @@ async def get_cors(ctx, req):
 
 
 async def delete_cors(ctx, req):
-    from .router import Response
     await bucket_owned(ctx, req)
     await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"cors": None})
     ctx.forget_bucket(req.bucket)
@@ -113,7 +111,6 @@ async def delete_cors(ctx, req):
 
 async def preflight(ctx, req):
     """OPTIONS: answered from the bucket's CORS rules; needs no signature (browsers send none)."""
-    from .router import Response
     origin = req.headers.get("origin")
     method = req.headers.get("access-control-request-method")
     if not origin:

@@ -6,6 +6,7 @@ import base64
 from . import xml
 from .access import bucket_access
 from .errors import S3Error, invalid_argument
+from .http import Response
 
 
 def _params(req) -> tuple[str, str, int, bool]:
@@ -54,7 +55,6 @@ def _opt(tag: str, value: str, url: bool = False) -> str:
 
 
 async def list_objects_v1(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "read")
     prefix, delimiter, max_keys, url = _params(req)
     marker = req.query.get("marker", "")
@@ -84,7 +84,6 @@ def _untoken(tok: str) -> str:
 
 
 async def list_objects_v2(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "read")
     prefix, delimiter, max_keys, url = _params(req)
     q = req.query
@@ -106,7 +105,6 @@ async def list_objects_v2(ctx, req):
 
 
 async def list_versions(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "read")
     prefix, delimiter, max_keys, url = _params(req)
     marker, vid_marker = req.query.get("key-marker", ""), req.query.get("version-id-marker", "")

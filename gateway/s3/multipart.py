@@ -11,6 +11,7 @@ from .body import BodyCheck, body_stream, read_all
 from .access import bucket_access
 from .errors import S3Error, invalid_argument, invalid_request, malformed_xml
 from .objects import check_key, object_attrs, read_copy_source
+from .http import Response
 
 
 def _part_number(req) -> int:
@@ -42,7 +43,6 @@ def _checksum_choice(req) -> tuple[str | None, str | None]:
 
 
 async def create(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "write")
     check_key(req.key)
     attrs = object_attrs(req)
@@ -59,7 +59,6 @@ async def create(ctx, req):
 
 
 async def upload_part(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "write")
     n = _part_number(req)
     up = await ctx.cluster.nn("mpu_get", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
@@ -81,7 +80,6 @@ async def upload_part(ctx, req):
 
 
 async def upload_part_copy(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "write")
     n = _part_number(req)
     up = await ctx.cluster.nn("mpu_get", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
@@ -102,7 +100,6 @@ async def upload_part_copy(ctx, req):
 
 
 async def complete(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "write")
     body = await read_all(req.receive, 4 << 20)
     root = xml.parse(body)
@@ -136,7 +133,6 @@ async def complete(ctx, req):
 
 
 async def abort(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "write")
     await ctx.cluster.nn("mpu_abort", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
     return Response(204)
@@ -153,7 +149,6 @@ def _int_arg(req, name: str, default: int, hi: int) -> int:
 
 
 async def list_parts(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "write")
     max_parts = _int_arg(req, "max-parts", 1000, 1000)
     marker = _int_arg(req, "part-number-marker", 0, 10000)
@@ -179,7 +174,6 @@ async def list_parts(ctx, req):
 
 
 async def list_uploads(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "write")
     q = req.query
     prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")

@@ -16,6 +16,7 @@ from .access import (acl_from_xml, acl_xml, bucket_access, canned_acl, check_obj
                      is_owner)
 from .bucket import bucket_owned
 from .errors import S3Error, access_denied, invalid_argument, invalid_request, malformed_xml
+from .http import Response
 
 STD_HEADERS = ("cache-control", "content-disposition", "content-encoding", "content-language", "expires")
 STORAGE_CLASSES = ("STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER",
@@ -180,7 +181,6 @@ def version_headers(res: dict) -> list[tuple[str, str]]:
 
 
 async def put_object(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "write")
     check_key(req.key)
     attrs = object_attrs(req)
@@ -228,7 +228,6 @@ def _part_range(obj: dict, req) -> tuple[int, int] | None:
 
 
 async def get_object(ctx, req, head: bool = False):
-    from .router import Response
     info = await bucket_access(ctx, req, "object")
     check_key(req.key)
     try:
@@ -300,7 +299,6 @@ def _parse_iso(v: str) -> int | None:
 
 
 async def delete_object(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "write")
     check_key(req.key)
     h = req.headers
@@ -312,7 +310,6 @@ async def delete_object(ctx, req):
 
 
 async def delete_objects(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "write")
     body = await read_all(req.receive, 2 << 20)
     if "content-md5" in req.headers:
@@ -400,7 +397,6 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
 
 
 async def copy_object(ctx, req):
-    from .router import Response
     await bucket_access(ctx, req, "write")
     check_key(req.key)
     (sb, sk), src, stream, _ = await read_copy_source(ctx, req)
@@ -450,7 +446,6 @@ async def copy_object(ctx, req):
 
 
 async def get_acl(ctx, req):
-    from .router import Response
     await bucket_owned(ctx, req)
     obj, _ = await _stat(ctx, req.bucket, req.key)
     owner = obj.get("owner") or req.user.owner_id
@@ -459,7 +454,6 @@ async def get_acl(ctx, req):
 
 
 async def put_acl(ctx, req):
-    from .router import Response
     await bucket_owned(ctx, req)
     obj, _ = await _stat(ctx, req.bucket, req.key)
     body = await read_all(req.receive, 1 << 20)

@@ -8,8 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
-from typing import AsyncIterator
+from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote_to_bytes
 
 from epochfs.common import errors
@@ -18,17 +17,10 @@ from . import attributes, bucket, cors, listing, multipart, objects
 from .access import ANONYMOUS
 from .body import ClientDisconnected
 from .errors import S3Error, error_xml, from_domain, not_implemented
+from .http import Response
 from .sigv4 import AuthResult, SigV4Verifier, User
 
 log = logging.getLogger("epochfs.s3")
-
-
-@dataclass(slots=True)
-class Response:
-    status: int = 200
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    body: bytes | AsyncIterator[bytes] = b""
-    length: int | None = None  # Content-Length for a streamed body
 
 
 @dataclass(slots=True)
