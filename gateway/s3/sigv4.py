@@ -9,18 +9,15 @@ import base64
 import datetime as dt
 import hashlib
 import hmac
-import re
 from dataclasses import dataclass
-from urllib.parse import quote
 
+from ...common.sigv4 import (EMPTY_SHA256, UNSIGNED, canonical_header_value, canonical_path, canonical_query,
+                             canonical_request, scope as make_scope, sign, signing_key, string_to_sign)
 from .errors import S3Error, access_denied
 
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-UNSIGNED = "UNSIGNED-PAYLOAD"
 STREAMING_SIGNED = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
 STREAMING_SIGNED_TRAILER = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
 STREAMING_UNSIGNED_TRAILER = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
-_SPACES = re.compile(r"\s+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,27 +51,14 @@ class AuthResult:
     signing_key: bytes
 
 
-def uri_encode(s: str, safe: str = "-_.~") -> str:
-    return quote(s, safe=safe)
-
-
 class SigV4Verifier:
     def __init__(self, users: dict[str, User], *, max_skew_s: int = 900) -> None:
         self.users = users
         self.max_skew_s = max_skew_s
-        self._keys: dict[tuple, bytes] = {}
 
-    def signing_key(self, secret: str, date: str, region: str, service: str) -> bytes:
-        ck = (secret, date, region, service)
-        k = self._keys.get(ck)
-        if k is None:
-            k = hmac.new(("AWS4" + secret).encode(), date.encode(), hashlib.sha256).digest()
-            for part in (region, service, "aws4_request"):
-                k = hmac.new(k, part.encode(), hashlib.sha256).digest()
-            if len(self._keys) > 1024:
-                self._keys.clear()
-            self._keys[ck] = k
-        return k
+    @staticmethod
+    def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
+        return signing_key(secret, date, region, service)
 
     def _verify_v2(self, method, raw_path, query, headers, access_key: str, signature: str, expires: str | None,
                    now: dt.datetime) -> AuthResult:
@@ -190,21 +174,19 @@ class SigV4Verifier:
         if date != amz_date[:8]:
             raise S3Error("SignatureDoesNotMatch", "Credential date does not match x-amz-date", 403)
 
-        signed_names = signed.split(";")
-        canon_headers = []
-        for name in signed_names:
+        signed_headers = []
+        for name in signed.split(";"):
             v = headers.get(name)
             if v is None:
                 raise S3Error("SignatureDoesNotMatch", f"signed header {name} is missing", 403)
-            canon_headers.append(f"{name}:{_SPACES.sub(' ', v.strip())}\n")
-        canon_query = "&".join(sorted(
-            f"{uri_encode(k)}={uri_encode(v)}" for k, v in query if not (presigned and k == "X-Amz-Signature")))
-        canon_uri = uri_encode(_unquote_path(raw_path), safe="/-_.~")
-        creq = "\n".join([method, canon_uri, canon_query, "".join(canon_headers), signed, payload_hash])
-        scope = f"{date}/{region}/{service}/aws4_request"
-        sts = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(creq.encode()).hexdigest()}"
+            signed_headers.append((name, v))
+        canon_query = canonical_query(query, skip="X-Amz-Signature" if presigned else None)
+        creq, _ = canonical_request(method, canonical_path(_unquote_path(raw_path)), canon_query, signed_headers,
+                                    payload_hash)
+        scope = make_scope(date, region, service)
+        sts = string_to_sign(amz_date, scope, creq)
         key = self.signing_key(user.secret_key, date, region, service)
-        expected = hmac.new(key, sts.encode(), hashlib.sha256).hexdigest()
+        expected = sign(key, sts)
         if not hmac.compare_digest(expected, signature):
             raise S3Error("SignatureDoesNotMatch", "The request signature we calculated does not match the signature "
                           "you provided. Check your key and signing method.", 403,
@@ -225,7 +207,7 @@ def _v2_string_to_sign(method: str, raw_path: bytes, query, headers: dict[str, s
     amz = {}
     for name, value in headers.items():
         if name.startswith("x-amz-"):
-            amz[name] = _SPACES.sub(" ", value.strip())
+            amz[name] = canonical_header_value(value)
     sub = sorted((k, v) for k, v in query if k in V2_SUBRESOURCES)
     resource = raw_path.decode("latin-1")
     if resource.count("/") == 1 and resource != "/":

@@ -1,0 +1,294 @@
+"""A small async S3 client on httpx (HTTP/1.1 keep-alive), shared by the native frontends.
+
+Requests are signed with SigV4 and UNSIGNED-PAYLOAD (the connection is trusted for integrity; the body is not hashed).
+S3 error codes become the domain errors of common/errors.py through one table, so callers map them once more at their
+own edge (frontends/errmap.py). httpx runs on anyio, so the client works under asyncio and trio; it must be created
+and used in one event loop, and never carried across a fork.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Callable, Iterable
+from xml.sax.saxutils import escape
+
+import httpx
+
+from . import errors, sigv4
+
+MIN_PART = 5 << 20
+
+S3_CODES: dict[str, type[errors.DomainError]] = {
+    "NoSuchBucket": errors.NoSuchBucket, "NoSuchKey": errors.NoSuchKey, "NoSuchUpload": errors.NoSuchUpload,
+    "NoSuchVersion": errors.NoSuchVersion, "BucketNotEmpty": errors.BucketNotEmpty,
+    "BucketAlreadyOwnedByYou": errors.BucketAlreadyOwnedByYou, "BucketAlreadyExists": errors.BucketAlreadyExists,
+    "InvalidBucketName": errors.InvalidBucketName, "KeyTooLongError": errors.KeyTooLong,
+    "InvalidPart": errors.InvalidPart, "InvalidPartOrder": errors.InvalidPartOrder,
+    "EntityTooSmall": errors.EntityTooSmall, "PreconditionFailed": errors.PreconditionFailed,
+    "MethodNotAllowed": errors.MethodNotAllowed, "ServiceUnavailable": errors.Unavailable,
+    "SlowDown": errors.Unavailable, "AccessDenied": errors.Unauthorized,
+    "InvalidAccessKeyId": errors.Unauthorized, "SignatureDoesNotMatch": errors.Unauthorized,
+}
+STATUS_FALLBACK: dict[int, type[errors.DomainError]] = {
+    400: errors.InvalidInput, 403: errors.Unauthorized, 404: errors.NotFound, 405: errors.MethodNotAllowed,
+    409: errors.Conflict, 412: errors.PreconditionFailed, 503: errors.Unavailable,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+    etag: str = ""
+    last_modified: str = ""
+
+
+@dataclass(slots=True)
+class Listing:
+    objects: list[ObjectInfo] = field(default_factory=list)
+    prefixes: list[str] = field(default_factory=list)
+
+
+def _strip_ns(root: ET.Element) -> ET.Element:
+    for el in root.iter():
+        if "}" in el.tag:
+            el.tag = el.tag.split("}", 1)[1]
+    return root
+
+
+def _error(resp: httpx.Response, body: bytes, resource: str) -> errors.DomainError:
+    code, message = "", ""
+    if body:
+        try:
+            root = _strip_ns(ET.fromstring(body))
+            code, message = root.findtext("Code") or "", root.findtext("Message") or ""
+        except ET.ParseError:
+            pass
+    cls = S3_CODES.get(code) or STATUS_FALLBACK.get(resp.status_code, errors.DomainError)
+    return cls(f"{message or code or resp.status_code} ({resource})", code=code, status=resp.status_code)
+
+
+class S3Client:
+    def __init__(self, endpoint: str | None = None, access_key: str | None = None, secret_key: str | None = None,
+                 *, region: str | None = None, max_connections: int = 32, timeout: float = 60.0,
+                 multipart_threshold: int = 16 << 20, part_size: int = 8 << 20) -> None:
+        self.endpoint = (endpoint or os.environ.get("AWS_ENDPOINT_URL") or "http://127.0.0.1:9000").rstrip("/")
+        self.access_key = access_key or os.environ.get("AWS_ACCESS_KEY_ID", "")
+        self.secret_key = secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+        self.region = region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        self.multipart_threshold = multipart_threshold
+        self.part_size = max(part_size, MIN_PART)
+        self._host = httpx.URL(self.endpoint).netloc.decode()
+        self._http = httpx.AsyncClient(http1=True, http2=False, timeout=timeout,
+                                       limits=httpx.Limits(max_connections=max_connections,
+                                                           max_keepalive_connections=max_connections))
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "S3Client":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ---------------------------------------------------------------- signing and transport
+    def _sign(self, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str]) -> str:
+        """Add the SigV4 headers; return the request URL (encoded exactly as signed)."""
+        now = dt.datetime.now(dt.timezone.utc)
+        amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+        headers["host"] = self._host
+        headers["x-amz-date"] = amz_date
+        headers["x-amz-content-sha256"] = sigv4.UNSIGNED
+        canon_uri = sigv4.canonical_path(path)
+        canon_query = sigv4.canonical_query(query)
+        signed = sorted((k, v) for k, v in headers.items() if k in ("host", "content-md5") or k.startswith("x-amz-"))
+        creq, signed_names = sigv4.canonical_request(method, canon_uri, canon_query, signed, sigv4.UNSIGNED)
+        scope = sigv4.scope(amz_date[:8], self.region, "s3")
+        sts = sigv4.string_to_sign(amz_date, scope, creq)
+        sig = sigv4.sign(sigv4.signing_key(self.secret_key, amz_date[:8], self.region, "s3"), sts)
+        headers["authorization"] = (f"{sigv4.ALGORITHM} Credential={self.access_key}/{scope}, "
+                                    f"SignedHeaders={signed_names}, Signature={sig}")
+        return self.endpoint + canon_uri + ("?" + canon_query if canon_query else "")
+
+    @staticmethod
+    def _path(bucket: str = "", key: str = "") -> str:
+        return "/" + bucket + ("/" + key if key else "") if bucket else "/"
+
+    async def _send(self, method: str, bucket: str = "", key: str = "", *, query=(), headers=None,
+                    content: bytes | None = None, stream: bool = False) -> httpx.Response:
+        headers = {k.lower(): v for k, v in (headers or {}).items()}
+        q = [(k, str(v)) for k, v in query]
+        url = self._sign(method, self._path(bucket, key), q, headers)
+        req = self._http.build_request(method, httpx.URL(url), headers=headers, content=content)
+        resp = await self._http.send(req, stream=True)
+        if resp.status_code >= 300:
+            body = await resp.aread()
+            await resp.aclose()
+            if method == "HEAD" and resp.status_code == 404:
+                raise (errors.NoSuchKey if key else errors.NoSuchBucket)(f"/{bucket}/{key}")
+            raise _error(resp, body, f"/{bucket}/{key}")
+        if not stream:
+            await resp.aread()
+            await resp.aclose()
+        return resp
+
+    async def _xml(self, method: str, bucket: str = "", key: str = "", **kw) -> ET.Element:
+        resp = await self._send(method, bucket, key, **kw)
+        root = _strip_ns(ET.fromstring(resp.content))
+        if root.tag == "Error":  # CompleteMultipartUpload and CopyObject can fail after a 200
+            code = root.findtext("Code") or ""
+            raise S3_CODES.get(code, errors.DomainError)(root.findtext("Message") or code, code=code)
+        return root
+
+    # ---------------------------------------------------------------- buckets
+    async def list_buckets(self) -> list[str]:
+        root = await self._xml("GET")
+        return [b.findtext("Name") for b in root.iter("Bucket")]
+
+    async def head_bucket(self, bucket: str) -> None:
+        await self._send("HEAD", bucket)
+
+    async def create_bucket(self, bucket: str) -> None:
+        await self._send("PUT", bucket)
+
+    async def delete_bucket(self, bucket: str) -> None:
+        await self._send("DELETE", bucket)
+
+    # ---------------------------------------------------------------- listing
+    async def list_pages(self, bucket: str, prefix: str = "", delimiter: str = "",
+                         max_keys: int = 1000) -> AsyncIterator[Listing]:
+        """ListObjectsV2, one Listing per page."""
+        token = None
+        while True:
+            q = [("list-type", "2"), ("max-keys", str(max_keys))]
+            if prefix:
+                q.append(("prefix", prefix))
+            if delimiter:
+                q.append(("delimiter", delimiter))
+            if token:
+                q.append(("continuation-token", token))
+            root = await self._xml("GET", bucket, query=q)
+            page = Listing(
+                [ObjectInfo(c.findtext("Key"), int(c.findtext("Size") or 0), (c.findtext("ETag") or "").strip('"'),
+                            c.findtext("LastModified") or "") for c in root.iter("Contents")],
+                [p.findtext("Prefix") for p in root.iter("CommonPrefixes")])
+            yield page
+            token = root.findtext("NextContinuationToken")
+            if root.findtext("IsTruncated") != "true" or not token:
+                return
+
+    async def list(self, bucket: str, prefix: str = "", delimiter: str = "", limit: int | None = None) -> Listing:
+        """All keys (and common prefixes) under prefix; at most `limit` entries of each kind if given."""
+        out = Listing()
+        async for page in self.list_pages(bucket, prefix, delimiter, min(limit or 1000, 1000)):
+            out.objects += page.objects
+            out.prefixes += page.prefixes
+            if limit is not None and len(out.objects) + len(out.prefixes) >= limit:
+                break
+        return out
+
+    # ---------------------------------------------------------------- objects
+    async def head(self, bucket: str, key: str) -> ObjectInfo:
+        r = await self._send("HEAD", bucket, key)
+        return ObjectInfo(key, int(r.headers.get("content-length", 0)), r.headers.get("etag", "").strip('"'),
+                          r.headers.get("last-modified", ""))
+
+    async def get(self, bucket: str, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        """The object's bytes [start, end) (end exclusive, like Python slices; non-negative offsets)."""
+        headers = {}
+        if start is not None or end is not None:
+            start = start or 0
+            if end is not None and end <= start:
+                return b""
+            headers["range"] = f"bytes={start}-{'' if end is None else end - 1}"
+        try:
+            return (await self._send("GET", bucket, key, headers=headers)).content
+        except errors.DomainError as e:
+            if e.details.get("status") == 416:  # range starts past the end: like a slice, nothing
+                return b""
+            raise
+
+    async def download(self, bucket: str, key: str, write: Callable[[bytes], object]) -> int:
+        """Stream the object into write(); return its size."""
+        resp = await self._send("GET", bucket, key, stream=True)
+        n = 0
+        try:
+            async for chunk in resp.aiter_bytes():
+                write(chunk)
+                n += len(chunk)
+        finally:
+            await resp.aclose()
+        return n
+
+    async def put(self, bucket: str, key: str, data: bytes, *, if_none_match: str | None = None) -> str:
+        """Store data; multipart above the threshold. Returns the ETag."""
+        if len(data) <= self.multipart_threshold:
+            headers = {"if-none-match": if_none_match} if if_none_match else {}
+            r = await self._send("PUT", bucket, key, headers=headers, content=bytes(data))
+            return r.headers.get("etag", "").strip('"')
+        view = memoryview(data)
+        parts = (view[i:i + self.part_size] for i in range(0, len(data), self.part_size))
+        return await self.put_parts(bucket, key, parts, if_none_match=if_none_match)
+
+    async def put_parts(self, bucket: str, key: str, parts: Iterable[bytes], *,
+                        if_none_match: str | None = None) -> str:
+        """Multipart upload of the given parts (each but the last >= 5 MiB); aborted on failure."""
+        upload_id = await self.create_multipart(bucket, key)
+        try:
+            etags = [await self.upload_part(bucket, key, upload_id, n, p) for n, p in enumerate(parts, 1)]
+            return await self.complete_multipart(bucket, key, upload_id, etags, if_none_match=if_none_match)
+        except BaseException:
+            await self.abort_multipart(bucket, key, upload_id)
+            raise
+
+    async def create_multipart(self, bucket: str, key: str) -> str:
+        return (await self._xml("POST", bucket, key, query=[("uploads", "")])).findtext("UploadId")
+
+    async def upload_part(self, bucket: str, key: str, upload_id: str, number: int, data: bytes) -> str:
+        r = await self._send("PUT", bucket, key, query=[("partNumber", number), ("uploadId", upload_id)],
+                             content=bytes(data))
+        return r.headers["etag"]
+
+    async def complete_multipart(self, bucket: str, key: str, upload_id: str, etags: list[str], *,
+                                 if_none_match: str | None = None) -> str:
+        body = "<CompleteMultipartUpload>" + "".join(
+            f"<Part><PartNumber>{n}</PartNumber><ETag>{escape(e)}</ETag></Part>" for n, e in enumerate(etags, 1)
+        ) + "</CompleteMultipartUpload>"
+        headers = {"if-none-match": if_none_match} if if_none_match else {}
+        root = await self._xml("POST", bucket, key, query=[("uploadId", upload_id)], headers=headers,
+                               content=body.encode())
+        return (root.findtext("ETag") or "").strip('"')
+
+    async def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
+        try:
+            await self._send("DELETE", bucket, key, query=[("uploadId", upload_id)])
+        except (errors.DomainError, httpx.HTTPError):
+            pass  # best effort: the NameNode garbage-collects abandoned uploads
+
+    async def delete(self, bucket: str, key: str) -> None:
+        await self._send("DELETE", bucket, key)
+
+    async def delete_many(self, bucket: str, keys: list[str]) -> dict[str, errors.DomainError]:
+        """DeleteObjects in batches of 1000; returns the keys that failed with their errors."""
+        failed: dict[str, errors.DomainError] = {}
+        for i in range(0, len(keys), 1000):
+            body = ("<Delete><Quiet>true</Quiet>" + "".join(
+                f"<Object><Key>{escape(k)}</Key></Object>" for k in keys[i:i + 1000]) + "</Delete>").encode()
+            md5 = base64.b64encode(hashlib.md5(body).digest()).decode()
+            root = await self._xml("POST", bucket, query=[("delete", "")], headers={"content-md5": md5},
+                                   content=body)
+            for e in root.iter("Error"):
+                code = e.findtext("Code") or ""
+                failed[e.findtext("Key")] = S3_CODES.get(code, errors.DomainError)(e.findtext("Message") or code)
+        return failed
+
+    async def copy(self, src_bucket: str, src_key: str, dst_bucket: str, dst_key: str) -> str:
+        """Server-side CopyObject; returns the new ETag."""
+        source = sigv4.canonical_path(f"/{src_bucket}/{src_key}")
+        root = await self._xml("PUT", dst_bucket, dst_key, headers={"x-amz-copy-source": source})
+        return (root.findtext("ETag") or "").strip('"')

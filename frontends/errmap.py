@@ -1,0 +1,51 @@
+"""Domain errors -> OSError subclasses and errnos, for the frontends that speak POSIX (fsspec, FUSE).
+
+One table; the most specific class wins (looked up along the exception's MRO).
+"""
+from __future__ import annotations
+
+import errno
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+from ..common import errors
+
+ERRNO: dict[type[errors.DomainError], int] = {
+    errors.NotFound: errno.ENOENT,
+    errors.BucketNotEmpty: errno.ENOTEMPTY,
+    errors.DirectoryNotEmpty: errno.ENOTEMPTY,
+    errors.BucketAlreadyOwnedByYou: errno.EEXIST,
+    errors.BucketAlreadyExists: errno.EEXIST,
+    errors.AlreadyExists: errno.EEXIST,
+    errors.NotADirectory: errno.ENOTDIR,
+    errors.IsADirectory: errno.EISDIR,
+    errors.KeyTooLong: errno.ENAMETOOLONG,
+    errors.InvalidInput: errno.EINVAL,
+    errors.Unauthorized: errno.EACCES,
+    errors.MethodNotAllowed: errno.EPERM,
+    errors.Unavailable: errno.EIO,          # not EAGAIN: that would be BlockingIOError
+    errors.CorruptBlock: errno.EIO,
+    errors.Conflict: errno.EBUSY,
+}
+
+
+def to_errno(exc: errors.DomainError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in ERRNO:
+            return ERRNO[cls]
+    return errno.EIO
+
+
+def to_oserror(exc: errors.DomainError, path: str | None = None) -> OSError:
+    """OSError(errno, ...) picks the subclass itself: ENOENT -> FileNotFoundError, EEXIST -> FileExistsError, ..."""
+    code = to_errno(exc)
+    return OSError(code, exc.message or os.strerror(code), path)
+
+
+@contextmanager
+def as_oserror(path: str | None = None) -> Iterator[None]:
+    try:
+        yield
+    except errors.DomainError as e:
+        raise to_oserror(e, path) from e

@@ -1,0 +1,339 @@
+"""fsspec filesystem for `epochfs://bucket/path`, registered through the `fsspec.specs` entry point.
+
+A small async backend over common/client.py: buckets are the top-level directories, directories below them are key
+prefixes (S3 style: a directory exists while it holds a file). Domain errors become OSErrors at this edge.
+
+Fork safety (PyTorch DataLoader workers): the event loop and the httpx client belong to one process. After a fork the
+instance notices the new pid, takes fsspec's fresh loop and builds a new client on first use.
+"""
+from __future__ import annotations
+
+import os
+
+from fsspec.asyn import AsyncFileSystem, get_loop, sync, sync_wrapper
+from fsspec.spec import AbstractBufferedFile
+
+from ...common import errors
+from ...common.client import MIN_PART, S3Client
+from .. import errmap
+
+
+def _file(bucket: str, o) -> dict:
+    return {"name": f"{bucket}/{o.key}", "size": o.size, "type": "file", "ETag": o.etag,
+            "LastModified": o.last_modified}
+
+
+def _dir(name: str) -> dict:
+    return {"name": name, "size": 0, "type": "directory"}
+
+
+class EpochFileSystem(AsyncFileSystem):
+    protocol = "epochfs"
+    root_marker = ""
+
+    def __init__(self, endpoint_url: str | None = None, key: str | None = None, secret: str | None = None,
+                 region: str | None = None, block_size: int = MIN_PART, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._opts = dict(endpoint=endpoint_url, access_key=key, secret_key=secret, region=region)
+        self.blocksize = max(block_size, MIN_PART)
+        self._client: S3Client | None = None
+        self._client_pid = None
+
+    # ---------------------------------------------------------------- process-local state
+    @property
+    def loop(self):
+        if self._pid != os.getpid():  # forked: the parent's loop thread does not exist here
+            self._pid = os.getpid()
+            self._loop = None if self.asynchronous else get_loop()
+            self._client = None
+        return self._loop
+
+    @property
+    def client(self) -> S3Client:
+        if self._client is None or self._client_pid != os.getpid():
+            self._client = S3Client(**self._opts)
+            self._client_pid = os.getpid()
+        return self._client
+
+    async def set_session(self) -> S3Client:
+        return self.client
+
+    # ---------------------------------------------------------------- paths
+    @classmethod
+    def _strip_protocol(cls, path):
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        path = str(path)
+        if path.startswith("epochfs://"):
+            path = path[len("epochfs://"):]
+        return path.strip("/")
+
+    @staticmethod
+    def _get_kwargs_from_urls(path):
+        return {}
+
+    def split_path(self, path: str) -> tuple[str, str]:
+        bucket, _, key = self._strip_protocol(path).partition("/")
+        return bucket, key
+
+    def _invalidate(self, path: str | None = None) -> None:
+        self.invalidate_cache(path)
+
+    def invalidate_cache(self, path=None):
+        if path is None:
+            self.dircache.clear()
+            return
+        path = self._strip_protocol(path)
+        self.dircache.pop(path, None)
+        while path:
+            path = self._parent(path)
+            self.dircache.pop(path, None)
+
+    # ---------------------------------------------------------------- metadata
+    async def _ls(self, path, detail=True, refresh=False, **kwargs):
+        path = self._strip_protocol(path)
+        if not refresh and path in self.dircache:
+            out = self.dircache[path]
+        else:
+            out = await self._list_dir(path)
+            self.dircache[path] = out
+        return out if detail else [e["name"] for e in out]
+
+    async def _list_dir(self, path: str) -> list[dict]:
+        bucket, key = self.split_path(path)
+        with errmap.as_oserror(path):
+            if not bucket:
+                return [_dir(b) for b in await self.client.list_buckets()]
+            prefix = key + "/" if key else ""
+            res = await self.client.list(bucket, prefix, "/")
+            out = [_dir(f"{bucket}/{p.rstrip('/')}") for p in res.prefixes]
+            out += [_file(bucket, o) for o in res.objects if o.key != prefix]
+            if out:
+                return sorted(out, key=lambda e: e["name"])
+            if not key:
+                await self.client.head_bucket(bucket)
+                return []
+            return [_file(bucket, await self.client.head(bucket, key))]  # a file lists as itself
+
+    async def _info(self, path, **kwargs):
+        path = self._strip_protocol(path)
+        bucket, key = self.split_path(path)
+        if not bucket:
+            return _dir("")
+        parent = self._parent(path)
+        for e in self.dircache.get(parent, ()):
+            if e["name"] == path:
+                return e
+        with errmap.as_oserror(path):
+            if not key:
+                await self.client.head_bucket(bucket)
+                return _dir(bucket)
+            try:
+                return _file(bucket, await self.client.head(bucket, key))
+            except errors.NotFound:
+                if (await self.client.list(bucket, key + "/", limit=1)).objects:
+                    return _dir(path)
+                raise
+
+    async def _find(self, path, maxdepth=None, withdirs=False, detail=False, **kwargs):
+        path = self._strip_protocol(path)
+        bucket, key = self.split_path(path)
+        if maxdepth is not None or not bucket:
+            return await super()._find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
+        prefix = key + "/" if key else ""
+        with errmap.as_oserror(path):
+            res = await self.client.list(bucket, prefix)
+        out = {}
+        for o in res.objects:
+            if o.key == prefix:
+                continue
+            out[f"{bucket}/{o.key}"] = _file(bucket, o)
+            if withdirs:  # every directory between path and the file
+                parts = o.key[len(prefix):].split("/")[:-1]
+                for i in range(1, len(parts) + 1):
+                    d = "/".join(filter(None, [path, *parts[:i]]))
+                    out.setdefault(d, _dir(d))
+        if out and withdirs:
+            out[path] = _dir(path)
+        if not out and key:
+            try:
+                out[path] = await self._info(path)
+            except FileNotFoundError:
+                pass
+            else:
+                if out[path]["type"] == "directory" and not withdirs:
+                    del out[path]
+        names = sorted(out)
+        return {n: out[n] for n in names} if detail else names
+
+    # ---------------------------------------------------------------- data
+    async def _cat_file(self, path, start=None, end=None, **kwargs):
+        bucket, key = self.split_path(path)
+        with errmap.as_oserror(path):
+            if (start is not None and start < 0) or (end is not None and end < 0):
+                size = (await self.client.head(bucket, key)).size
+                start = None if start is None else max(size + start, 0) if start < 0 else start
+                end = None if end is None else max(size + end, 0) if end < 0 else end
+            return await self.client.get(bucket, key, start, end)
+
+    async def _pipe_file(self, path, value, mode="overwrite", **kwargs):
+        bucket, key = self.split_path(path)
+        try:
+            with errmap.as_oserror(path):
+                await self.client.put(bucket, key, value, if_none_match="*" if mode == "create" else None)
+        except OSError as e:
+            if isinstance(e.__cause__, errors.PreconditionFailed):
+                raise FileExistsError(path) from e
+            raise
+        finally:
+            self._invalidate(path)
+
+    async def _put_file(self, lpath, rpath, callback=None, mode="overwrite", **kwargs):
+        if os.path.isdir(lpath):
+            return  # directories are implicit
+        bucket, key = self.split_path(rpath)
+        size = os.path.getsize(lpath)
+        if callback is not None:
+            callback.set_size(size)
+        c = self.client
+        with open(lpath, "rb") as f, errmap.as_oserror(rpath):
+            if size <= c.multipart_threshold:
+                await c.put(bucket, key, f.read(), if_none_match="*" if mode == "create" else None)
+            else:
+                await c.put_parts(bucket, key, iter(lambda: f.read(c.part_size), b""))
+        if callback is not None:
+            callback.relative_update(size)
+        self._invalidate(rpath)
+
+    async def _get_file(self, rpath, lpath, callback=None, **kwargs):
+        if os.path.isdir(lpath):
+            return
+        bucket, key = self.split_path(rpath)
+        with open(lpath, "wb") as f, errmap.as_oserror(rpath):
+            await self.client.download(bucket, key, f.write)
+
+    async def _rm_file(self, path, **kwargs):
+        bucket, key = self.split_path(path)
+        with errmap.as_oserror(path):
+            await self.client.head(bucket, key)  # S3 deletes of missing keys succeed; a filesystem's do not
+            await self.client.delete(bucket, key)
+        self._invalidate(path)
+
+    async def _rm(self, path, recursive=False, maxdepth=None, **kwargs):
+        paths = await self._expand_path(path, recursive=recursive, maxdepth=maxdepth)
+        by_bucket: dict[str, list[str]] = {}
+        buckets = []
+        for p in paths:
+            bucket, key = self.split_path(p)
+            if not key:
+                buckets.append(bucket)
+            else:
+                by_bucket.setdefault(bucket, []).append(key)
+        for bucket, keys in by_bucket.items():
+            with errmap.as_oserror(bucket):
+                failed = await self.client.delete_many(bucket, keys)
+            for k, e in failed.items():
+                if not isinstance(e, errors.NotFound):
+                    raise errmap.to_oserror(e, f"{bucket}/{k}")
+        for bucket in buckets:
+            with errmap.as_oserror(bucket):
+                await self.client.delete_bucket(bucket)
+        for p in paths:
+            self._invalidate(p)
+
+    async def _cp_file(self, path1, path2, **kwargs):
+        b1, k1 = self.split_path(path1)
+        b2, k2 = self.split_path(path2)
+        try:
+            with errmap.as_oserror(path1):
+                await self.client.copy(b1, k1, b2, k2)
+        except FileNotFoundError:
+            if k1 and await self._isdir(path1):
+                return  # a directory copies as its files; the directory itself is implicit
+            raise
+        self._invalidate(path2)
+
+    async def _mkdir(self, path, create_parents=True, **kwargs):
+        bucket, key = self.split_path(path)
+        if key:
+            if create_parents and not await self._exists(bucket):
+                await self._mkdir(bucket)
+            return  # directories below a bucket are implicit
+        with errmap.as_oserror(path):
+            try:
+                await self.client.head_bucket(bucket)
+            except errors.NoSuchBucket:
+                await self.client.create_bucket(bucket)
+            else:
+                raise errors.BucketAlreadyOwnedByYou(bucket)  # S3 answers 200 to re-creating one's own bucket
+        self._invalidate(path)
+
+    async def _makedirs(self, path, exist_ok=False):
+        try:
+            await self._mkdir(path, create_parents=True)
+        except FileExistsError:
+            if not exist_ok:
+                raise
+
+    async def _rmdir(self, path):
+        bucket, key = self.split_path(path)
+        with errmap.as_oserror(path):
+            if not key:
+                await self.client.delete_bucket(bucket)
+            elif (await self.client.list(bucket, key + "/", limit=1)).objects:
+                raise errors.DirectoryNotEmpty(path)
+        self._invalidate(path)
+
+    rmdir = sync_wrapper(_rmdir)  # fsspec mirrors only its own list of coroutines
+
+    def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None, **kwargs):
+        if "x" in mode and self.exists(path):
+            raise FileExistsError(path)
+        return EpochFile(self, path, mode, block_size=block_size or self.blocksize, autocommit=autocommit,
+                         cache_options=cache_options, **kwargs)
+
+
+class EpochFile(AbstractBufferedFile):
+    """Reads with ranged GETs; writes buffer 5 MiB parts into a multipart upload that becomes visible on close."""
+
+    def __init__(self, fs: EpochFileSystem, path, mode="rb", **kwargs) -> None:
+        self.upload_id: str | None = None
+        self.etags: list[str] = []
+        super().__init__(fs, path, mode.replace("x", "w"), **kwargs)
+        self.exclusive = "x" in mode
+        self.bucket, self.key = fs.split_path(self.path)
+
+    def _call(self, coro):
+        return sync(self.fs.loop, lambda: coro)
+
+    def _fetch_range(self, start, end):
+        with errmap.as_oserror(self.path):
+            return self._call(self.fs.client.get(self.bucket, self.key, start, end))
+
+    def _initiate_upload(self):
+        pass  # lazily: a small file becomes one PUT at close
+
+    def _upload_chunk(self, final=False):
+        c = self.fs.client
+        data = self.buffer.getvalue()
+        cond = "*" if self.exclusive else None
+        with errmap.as_oserror(self.path):
+            if final and self.upload_id is None:
+                self._call(c.put(self.bucket, self.key, data, if_none_match=cond))
+            else:
+                if self.upload_id is None:
+                    self.upload_id = self._call(c.create_multipart(self.bucket, self.key))
+                if data or not self.etags:
+                    self.etags.append(self._call(c.upload_part(self.bucket, self.key, self.upload_id,
+                                                               len(self.etags) + 1, data)))
+                if final:
+                    self._call(c.complete_multipart(self.bucket, self.key, self.upload_id, self.etags,
+                                                    if_none_match=cond))
+        if final:
+            self.fs.invalidate_cache(self.path)
+        return True
+
+    def discard(self):
+        if self.upload_id is not None:
+            self._call(self.fs.client.abort_multipart(self.bucket, self.key, self.upload_id))
+            self.upload_id = None

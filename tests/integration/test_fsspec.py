@@ -1,0 +1,156 @@
+"""epochfs:// through fsspec against a real cluster: the entry point, listing, ranges, writes, copies, forks."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+import fsspec
+import pytest
+
+from cluster import MAIN
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def env(cluster, monkeypatch):
+    """What `epochfs up` prints, so fsspec.open("epochfs://...") needs no storage options."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", cluster.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", MAIN[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", MAIN[1])
+    fsspec.filesystem("epochfs").clear_instance_cache()
+    yield
+    fsspec.filesystem("epochfs").clear_instance_cache()
+
+
+@pytest.fixture
+def fs(env):
+    return fsspec.filesystem("epochfs", skip_instance_cache=True)
+
+
+def test_open_round_trip_through_entry_point(env, bucket, s3):
+    with fsspec.open(f"epochfs://{bucket}/a/b.txt", "wb") as f:
+        f.write(b"hello epochfs")
+    assert s3.get_object(Bucket=bucket, Key="a/b.txt")["Body"].read() == b"hello epochfs"
+    with fsspec.open(f"epochfs://{bucket}/a/b.txt", "rt") as f:
+        assert f.read() == "hello epochfs"
+
+
+def test_ls_info_find_glob(fs, bucket):
+    for k in ("x/1.bin", "x/2.bin", "x/sub/3.bin", "y.txt"):
+        fs.pipe(f"{bucket}/{k}", k.encode())
+    assert bucket in fs.ls("", detail=False)
+    assert fs.ls(bucket, detail=False) == [f"{bucket}/x", f"{bucket}/y.txt"]
+    listing = {e["name"]: e for e in fs.ls(f"epochfs://{bucket}/x")}
+    assert listing[f"{bucket}/x/1.bin"]["size"] == len("x/1.bin") and listing[f"{bucket}/x/sub"]["type"] == "directory"
+    assert fs.info(f"{bucket}/x")["type"] == "directory"
+    assert fs.info(f"{bucket}/y.txt")["size"] == 5
+    assert fs.isdir(bucket) and fs.isfile(f"{bucket}/y.txt") and not fs.exists(f"{bucket}/nope")
+    with pytest.raises(FileNotFoundError):
+        fs.info(f"{bucket}/nope")
+    with pytest.raises(FileNotFoundError):
+        fs.ls("no-such-bucket-here")
+    assert fs.find(bucket) == [f"{bucket}/{k}" for k in ("x/1.bin", "x/2.bin", "x/sub/3.bin", "y.txt")]
+    assert f"{bucket}/x/sub" in fs.find(f"{bucket}/x", withdirs=True)
+    assert fs.glob(f"{bucket}/x/*.bin") == [f"{bucket}/x/1.bin", f"{bucket}/x/2.bin"]
+    assert fs.glob(f"epochfs://{bucket}/**/3.bin") == [f"{bucket}/x/sub/3.bin"]
+    assert fs.du(bucket) == sum(len(k) for k in ("x/1.bin", "x/2.bin", "x/sub/3.bin", "y.txt"))
+
+
+def test_cat_file_ranges(fs, bucket):
+    data = bytes(range(256)) * 1000
+    fs.pipe_file(f"{bucket}/r", data)
+    assert fs.cat_file(f"{bucket}/r") == data
+    assert fs.cat_file(f"{bucket}/r", start=10, end=20) == data[10:20]
+    assert fs.cat_file(f"{bucket}/r", start=-100) == data[-100:]
+    assert fs.cat_file(f"{bucket}/r", start=5, end=-5) == data[5:-5]
+    assert fs.cat_file(f"{bucket}/r", start=len(data) + 10) == b""
+    with fs.open(f"{bucket}/r", "rb", block_size=5 << 20) as f:
+        f.seek(1000)
+        assert f.read(24) == data[1000:1024]
+
+
+def test_pipe_put_get(fs, bucket, tmp_path):
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(20 << 20))  # above the multipart threshold
+    fs.put(str(src), f"{bucket}/big.bin")
+    assert fs.size(f"{bucket}/big.bin") == 20 << 20
+    fs.get(f"{bucket}/big.bin", str(tmp_path / "back.bin"))
+    assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
+    fs.pipe({f"{bucket}/p/1": b"one", f"{bucket}/p/2": b"two"})
+    assert fs.cat(f"{bucket}/p/*") == {f"{bucket}/p/1": b"one", f"{bucket}/p/2": b"two"}
+    with pytest.raises(FileExistsError):
+        fs.pipe_file(f"{bucket}/p/1", b"again", mode="create")
+
+
+def test_rm_mv_copy(fs, bucket):
+    fs.pipe({f"{bucket}/d/a": b"A", f"{bucket}/d/e/b": b"B", f"{bucket}/f": b"F"})
+    fs.ls(f"{bucket}/d")  # fill the listing cache; writes must invalidate it
+    fs.copy(f"{bucket}/f", f"{bucket}/d/f2")
+    assert fs.cat(f"{bucket}/d/f2") == b"F" and f"{bucket}/d/f2" in fs.ls(f"{bucket}/d", detail=False)
+    fs.mv(f"{bucket}/d", f"{bucket}/moved", recursive=True)
+    assert fs.find(f"{bucket}/moved") == [f"{bucket}/moved/{k}" for k in ("a", "e/b", "f2")]
+    assert not fs.exists(f"{bucket}/d")
+    fs.rm_file(f"{bucket}/f")
+    with pytest.raises(FileNotFoundError):
+        fs.rm_file(f"{bucket}/f")
+    fs.rm(f"{bucket}/moved", recursive=True)
+    assert fs.ls(bucket) == []
+
+
+def test_mkdir_creates_bucket(fs):
+    name = f"mk-{os.urandom(4).hex()}"
+    fs.mkdir(name)
+    assert name in fs.ls("", detail=False) and fs.isdir(name)
+    with pytest.raises(FileExistsError):
+        fs.mkdir(name)
+    fs.makedirs(f"{name}/deep/dir", exist_ok=True)
+    fs.pipe(f"{name}/k", b"v")
+    with pytest.raises(OSError):
+        fs.rmdir(name)  # not empty
+    fs.rm(f"{name}/k")
+    fs.rmdir(name)
+    assert not fs.exists(name)
+
+
+def test_multipart_open_visible_only_on_close(fs, bucket, s3):
+    chunk = os.urandom(1 << 20)
+    path = f"{bucket}/mp.bin"
+    with fs.open(path, "wb") as f:
+        for _ in range(12):
+            f.write(chunk)
+        assert f.upload_id is not None  # parts already sent
+        assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
+    head = s3.head_object(Bucket=bucket, Key="mp.bin")
+    assert head["ContentLength"] == 12 << 20 and head["ETag"].endswith('-3"')
+    assert fs.cat_file(path, start=(12 << 20) - 5) == chunk[-5:]
+
+
+def _child(path, q):
+    import fsspec as f
+    try:
+        q.put(f.filesystem("epochfs").cat_file(path))
+    except BaseException as e:  # report, never hang the parent
+        q.put(repr(e))
+
+
+def _child_same_instance(fs, path, q):
+    try:
+        q.put(fs.cat_file(path))
+    except BaseException as e:
+        q.put(repr(e))
+
+
+def test_forked_children(env, bucket):
+    fs = fsspec.filesystem("epochfs")
+    fs.pipe(f"{bucket}/fork", b"from the parent")
+    assert fs.cat(f"{bucket}/fork") == b"from the parent"  # the parent's loop and client are live now
+    ctx = mp.get_context("fork")
+    for target, args in ((_child, (f"{bucket}/fork",)), (_child_same_instance, (fs, f"{bucket}/fork"))):
+        q = ctx.Queue()
+        p = ctx.Process(target=target, args=(*args, q))
+        p.start()
+        assert q.get(timeout=30) == b"from the parent"
+        p.join(10)
+        assert p.exitcode == 0
+    assert fs.cat(f"{bucket}/fork") == b"from the parent"  # the parent still works
