@@ -17,7 +17,11 @@ def make_handlers(store: BlockStore, replicator, spawn) -> dict:
         return {}
 
     async def put_replica(a, payload):
-        store.put(int(a["block_id"]), payload, int(a["crc"]))
+        """A replica from the primary (fresh=True: the write's own replication) or a repair copy ordered by the
+        NameNode. A fresh push that lost the race with a delete order is dropped instead of becoming an orphan."""
+        bid = int(a["block_id"])
+        if not (a.get("fresh") and store.recently_deleted(bid)):
+            store.put(bid, payload, int(a["crc"]))
         return {}
 
     async def get(a, _):

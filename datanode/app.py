@@ -18,7 +18,8 @@ from .api import make_handlers
 from .blockstore import BlockStore
 from .config import DataNodeSettings
 from .heartbeat import Heartbeat
-from .replicator import Replicator
+from .replicator import CopyOrders, Replicator
+from .scrubber import Scrubber
 
 
 def node_uuid(data_dir) -> str:
@@ -61,13 +62,18 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
         nn = RpcClient(nn_host, nn_port, settings.cluster_secret, timeout=10.0)
         hb = Heartbeat(store, nn, uuid=node_uuid(settings.data_dir), host=settings.advertise_host or settings.host,
                        rpc_port=settings.rpc_port, http_port=settings.port, capacity=settings.capacity_bytes,
-                       data_dir=settings.data_dir, interval_s=settings.heartbeat_interval_s)
-        app.state.store, app.state.heartbeat = store, hb
+                       data_dir=settings.data_dir, interval_s=settings.heartbeat_interval_s,
+                       copies=CopyOrders(store, peers, spawn, concurrency=settings.replication_concurrency))
+        scrubber = Scrubber(store, hb.report_bad, bytes_per_s=settings.scrub_bytes_per_s,
+                            interval_s=settings.scrub_interval_s)
+        app.state.store, app.state.heartbeat, app.state.scrubber = store, hb, scrubber
         rpc = RpcServer(make_handlers(store, replicator, spawn), settings.cluster_secret)
         await rpc.start(settings.host, settings.rpc_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(hb.run_forever)
             tg.start_soon(replicate_loop)
+            if settings.scrub_bytes_per_s > 0:
+                tg.start_soon(scrubber.run_forever)
             yield
             tg.cancel_scope.cancel()
         await rpc.stop()

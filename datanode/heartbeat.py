@@ -1,4 +1,5 @@
-"""Registration with the NameNode and periodic heartbeats; the replies carry blocks to delete."""
+"""Registration with the NameNode and periodic heartbeats; the replies carry blocks to delete and copy orders
+(re-replication, read repair), whose outcomes the next heartbeat reports."""
 from __future__ import annotations
 
 import logging
@@ -9,14 +10,15 @@ from epochfs.common.rpc import RpcClient
 from epochfs.common.worker import PassStats, Worker
 
 from .blockstore import BlockStore
+from .replicator import CopyOrders
 
 log = logging.getLogger("epochfs.datanode")
 
 
 class Heartbeat(Worker):
     def __init__(self, store: BlockStore, nn: RpcClient, *, uuid: str, host: str, rpc_port: int, http_port: int,
-                 capacity: int, data_dir, interval_s: float = 1.0) -> None:
-        self.store, self.nn = store, nn
+                 capacity: int, data_dir, interval_s: float = 1.0, copies: CopyOrders | None = None) -> None:
+        self.store, self.nn, self.copies = store, nn, copies
         self.uuid, self.host, self.rpc_port, self.http_port = uuid, host, rpc_port, http_port
         self.capacity_cfg, self.data_dir = capacity, data_dir
         self.interval_s = interval_s
@@ -34,20 +36,41 @@ class Heartbeat(Worker):
         self.node_id = res["node_id"]
         log.info("registered as node %s", self.node_id)
 
+    async def report_bad(self, block_ids: list[int]) -> list[int]:
+        """Tell the NameNode that this node's copies of `block_ids` are corrupt or missing, so that a good holder
+        re-pushes them; returns those reported (none before registration or while the NameNode is away)."""
+        done = []
+        for bid in block_ids:
+            if self.node_id is None:
+                break
+            try:
+                await self.nn.call("report_bad_replica", block_id=bid, node=self.node_id)
+            except errors.Unavailable:
+                break
+            done.append(bid)
+        return done
+
     async def run_once(self) -> PassStats:
+        copied, failed = self.copies.take_outcomes() if self.copies else ([], [])
         try:
             if self.node_id is None:
                 await self.register()
             res, _ = await self.nn.call("heartbeat", node_id=self.node_id, used=self.store.used,
                                         capacity=self.capacity(), blocks=self.store.count, deleted=self._deleted,
-                                        extra=self.store.replication_lag())
+                                        copied=copied, copy_failed=failed, extra=self.store.replication_lag())
         except errors.Unavailable:
+            if self.copies:
+                self.copies.give_back(copied, failed)
             return PassStats(failed=1)
         self._deleted = []
         if res.get("reregister"):
             self.node_id = None
+            if self.copies:
+                self.copies.give_back(copied, failed)
             return PassStats(failed=1)
         if res.get("delete"):
             self.store.delete(res["delete"])
             self._deleted = list(res["delete"])
+        if res.get("copy") and self.copies:
+            self.copies.start(res["copy"])
         return PassStats()  # heartbeats are periodic: never "go again at once"

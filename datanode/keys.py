@@ -18,6 +18,9 @@ def chunk(block_id: int, index: int) -> bytes:
     return b"b" + block_id.to_bytes(8, "big") + index.to_bytes(4, "big")
 
 
+CHUNKS = b"b"
+
+
 def repl(target: int, block_id: int) -> bytes:
     return b"r" + target.to_bytes(4, "big") + block_id.to_bytes(8, "big")
 

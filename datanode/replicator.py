@@ -27,7 +27,7 @@ class Replicator(Worker):
 
         async def one(target: int, addr: str) -> None:
             try:
-                await self.peers.get(addr).call("put_replica", data, block_id=block_id, crc=crc)
+                await self.peers.get(addr).call("put_replica", data, block_id=block_id, crc=crc, fresh=True)
                 done.append(target)
             except errors.DomainError:
                 pass  # the queued job retries it
@@ -51,7 +51,7 @@ class Replicator(Worker):
                     self.store.complete(target, block_id)  # deleted meanwhile
                     return
                 try:
-                    await self.peers.get(job["a"]).call("put_replica", data, block_id=block_id, crc=crc)
+                    await self.peers.get(job["a"]).call("put_replica", data, block_id=block_id, crc=crc, fresh=True)
                     self.store.complete(target, block_id)
                     stats.ok += 1
                 except errors.DomainError:
@@ -62,3 +62,47 @@ class Replicator(Worker):
             for target, block_id, job in jobs:
                 tg.start_soon(push, target, block_id, job)
         return stats
+
+
+class CopyOrders:
+    """Copies the NameNode orders in heartbeat replies (re-replication, read repair): push a block stored here to
+    another node with the same `put_replica` as passive replication, then report the outcome in the next heartbeat.
+
+    Orders run in the background (`spawn`), at most `concurrency` at once; an order already running is not started
+    twice. Outcomes wait in `copied` / `failed` ([block, target] pairs) until a heartbeat delivers them."""
+
+    def __init__(self, store: BlockStore, peers: Peers, spawn, *, concurrency: int = 4) -> None:
+        self.store, self.peers, self.spawn = store, peers, spawn
+        self.limiter = anyio.Semaphore(concurrency)
+        self.running: set[tuple[int, int]] = set()
+        self.copied: list[list[int]] = []
+        self.failed: list[list[int]] = []
+
+    def start(self, orders: list[list]) -> None:
+        for bid, target, addr in orders:
+            key = (int(bid), int(target))
+            if key not in self.running:
+                self.running.add(key)
+                self.spawn(self.copy(key[0], key[1], addr))
+
+    async def copy(self, block_id: int, target: int, addr: str) -> bool:
+        try:
+            async with self.limiter:
+                crc, data = self.store.read_raw(block_id)
+                await self.peers.get(addr).call("put_replica", data, block_id=block_id, crc=crc)
+            self.copied.append([block_id, target])
+            return True
+        except errors.DomainError:
+            self.failed.append([block_id, target])  # the NameNode plans it again, maybe from another holder
+            return False
+        finally:
+            self.running.discard((block_id, target))
+
+    def take_outcomes(self) -> tuple[list[list[int]], list[list[int]]]:
+        out = self.copied, self.failed
+        self.copied, self.failed = [], []
+        return out
+
+    def give_back(self, copied: list[list[int]], failed: list[list[int]]) -> None:
+        """Outcomes a heartbeat could not deliver: kept for the next one."""
+        self.copied[:0], self.failed[:0] = copied, failed

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import time
@@ -18,6 +19,11 @@ log = logging.getLogger("epochfs.gateway")
 # Hash blocks at least this large in a worker thread: hashlib and crc32c release the GIL, so the event loop keeps
 # serving while a 4 MiB block is hashed; below it the thread hand-off costs more than the hashing.
 THREAD_HASH_BYTES = 512 << 10
+# The first block of every upload comes from a pool of allocations leased from the NameNode in batches: a small PUT
+# then costs the NameNode one commit instead of an allocation and a commit. Leases older than LEASE_TTL_S are given
+# back (placement may have changed); leases never used are collected by the NameNode's pending-block expiry.
+LEASE_BATCH = 32
+LEASE_TTL_S = 30.0
 
 
 class Cluster:
@@ -27,8 +33,19 @@ class Cluster:
         self.peers = Peers(secret, timeout=rpc_timeout_s)
         self.nn_retry_s = nn_retry_s
         self._block_size: dict[str, int] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._leases: dict[str, collections.deque] = {}
 
     async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()  # read-repair reports still under way
+        ids = [lease[0] for pool in self._leases.values() for lease in pool]
+        self._leases.clear()
+        if ids:
+            try:
+                await self.nn("abandon", blocks=ids)
+            except errors.DomainError:
+                pass
         await self._nn.close()
         await self.peers.close()
 
@@ -55,6 +72,33 @@ class Cluster:
 
     def forget_bucket(self, bucket: str) -> None:
         self._block_size.pop(bucket, None)
+        pool = self._leases.pop(bucket, None)
+        if pool:
+            self._abandon_soon([lease[0] for lease in pool])
+
+    def _abandon_soon(self, ids: list[int]) -> None:
+        async def go():
+            try:
+                await self.nn("abandon", blocks=ids)
+            except errors.DomainError:
+                pass  # the NameNode's pending expiry collects them
+        asyncio.get_running_loop().create_task(go())
+
+    async def _lease(self, bucket: str) -> tuple[int, list[int], dict]:
+        """An allocated block (id, targets, addresses) for the first block of an upload."""
+        pool = self._leases.setdefault(bucket, collections.deque())
+        now = time.monotonic()
+        stale = []
+        while pool and now - pool[0][3] > LEASE_TTL_S:
+            stale.append(pool.popleft()[0])
+        if stale:
+            self._abandon_soon(stale)
+        if not pool:
+            res = await self.nn("allocate", bucket=bucket, count=LEASE_BATCH)
+            t = time.monotonic()
+            pool.extend((bid, nodes, res["addrs"], t) for bid, nodes in res["blocks"])
+        bid, nodes, addrs, _ = pool.popleft()
+        return bid, nodes, addrs
 
     # ------------------------------------------------------------------ writes
     async def write_stream(self, bucket: str, stream: AsyncIterator[bytes], update: Callable[[bytes], None],
@@ -76,7 +120,8 @@ class Cluster:
         async def flush(slot: int, data: bytes, after: asyncio.Event | None, hashed: asyncio.Event) -> None:
             """Store one block; hashing runs strictly in stream order (after `after`), the rest overlaps."""
             try:
-                alloc = asyncio.ensure_future(self.nn("allocate", bucket=bucket, count=1, seed=seed, index=slot))
+                alloc = asyncio.ensure_future(
+                    self._lease(bucket) if slot == 0 else self._allocate(bucket, seed, slot))
                 if after is not None:
                     await after.wait()
                 if len(data) >= THREAD_HASH_BYTES:
@@ -85,10 +130,9 @@ class Cluster:
                     crc = _hash_block(data, update)
             finally:
                 hashed.set()
-            res = await alloc
-            (bid, nodes), = res["blocks"]
+            bid, nodes, addrs = await alloc
             allocated.append(bid)
-            used = await self._put_block(bid, data, crc, nodes, res["addrs"])
+            used = await self._put_block(bid, data, crc, nodes, addrs)
             blocks[slot] = [bid, len(data), crc, used]
 
         async def submit(data: bytes) -> None:
@@ -131,6 +175,11 @@ class Cluster:
             raise
         return blocks, size
 
+    async def _allocate(self, bucket: str, seed: int, index: int) -> tuple[int, list[int], dict]:
+        res = await self.nn("allocate", bucket=bucket, count=1, seed=seed, index=index)
+        (bid, nodes), = res["blocks"]
+        return bid, nodes, res["addrs"]
+
     async def _put_block(self, bid: int, data: bytes, crc: int, nodes: list[int], addrs: dict) -> list[int]:
         """Write to the first reachable node of `nodes` as primary; it replicates to the others."""
         last: Exception | None = None
@@ -147,19 +196,41 @@ class Cluster:
 
     # ------------------------------------------------------------------ reads
     async def read_block(self, blk: list, addrs: dict, offset: int = 0, length: int = -1) -> bytes:
-        """Read (part of) a block from the first replica that answers with data passing its CRC."""
+        """Read (part of) a block from the first replica that answers with data passing its CRC.
+
+        Replicas that answered with a bad CRC or without the block are reported to the NameNode once another one
+        served the read (read repair: the good holder re-pushes the block to them); unreachable ones are left to
+        the NameNode's failure detection."""
         last: Exception | None = None
+        bad: list[int] = []
         for node in blk[3]:
             addr = addrs.get(str(node))
             if addr is None:
                 continue
             try:
                 _, data = await self.peers.get(addr).call("get", block_id=blk[0], offset=offset, length=length)
-                return data
             except (errors.Unavailable, errors.CorruptBlock, errors.NoSuchBlock) as e:
                 last = e
                 log.warning("block %s on node %s: %s; trying another replica", blk[0], node, e)
+                if not isinstance(e, errors.Unavailable):
+                    bad.append(node)
+                continue
+            for b in bad:
+                self._background(self._report_bad(blk[0], b, node))
+            return data
         raise errors.Unavailable(f"no replica of block {blk[0]} could be read: {last}")
+
+    async def _report_bad(self, block_id: int, node: int, good: int) -> None:
+        try:
+            await self._nn.call("report_bad_replica", block_id=block_id, node=node, good=good)
+        except errors.DomainError as e:
+            log.warning("could not report bad replica of block %s on node %s: %s", block_id, node, e)
+
+    def _background(self, coro) -> None:
+        """Run `coro` without making the request wait for it (a reference is kept until it finishes)."""
+        t = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
 
     async def read_range(self, blocks: list[list], addrs: dict, start: int, end: int,
                          prefetch: int = 2) -> AsyncIterator[bytes]:

@@ -9,9 +9,10 @@ from .membership import Membership
 from .metastore import MetaStore
 from .placement import choose_targets
 from .config import NameNodeSettings
+from .repair import RepairWorker
 
 
-def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettings) -> dict:
+def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettings, repair: RepairWorker) -> dict:
     async def register(a, _):
         st = members.register(a["uuid"], a["host"], int(a["rpc_port"]), int(a.get("http_port", 0)),
                               int(a.get("capacity", 0)), int(a.get("used", 0)))
@@ -24,7 +25,14 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
             return {"reregister": True}
         if a.get("deleted"):
             meta.garbage_done(nid, a["deleted"])
-        return {"delete": meta.garbage_for(nid)}
+        copy = repair.on_heartbeat(nid, a.get("copied") or [], a.get("copy_failed") or [])
+        return {"delete": meta.garbage_for(nid), "copy": copy}
+
+    async def report_bad_replica(a, _):
+        """A reader or scrubber found the copy of a block on `node` corrupt or missing; `good` (optional) is a holder
+        it read successfully."""
+        good = a.get("good")
+        return {"queued": repair.report_bad(int(a["block_id"]), int(a["node"]), None if good is None else int(good))}
 
     async def bucket_create(a, _):
         return meta.create_bucket(a["bucket"], a.get("owner", ""),
@@ -120,12 +128,15 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
         return {"expired": meta.expire_pending()}
 
     async def stats(a, _):
-        return {"garbage": meta.garbage_count(), "pending": meta.pending_count()}
+        return {"garbage": meta.garbage_count(), "pending": meta.pending_count(), **repair.status()}
+
+    async def pending(a, _):
+        return {"blocks": meta.pending_blocks()}
 
     async def referenced(a, _):
         return {"blocks": sorted(meta.referenced_blocks())}
 
     return {f.__name__: f for f in (
-        register, heartbeat, bucket_create, bucket_delete, bucket_info, bucket_update, object_update, bucket_list, allocate, abandon, put_object,
+        register, heartbeat, report_bad_replica, bucket_create, bucket_delete, bucket_info, bucket_update, object_update, bucket_list, allocate, abandon, put_object,
         stat, delete_object, list_objects, list_versions, mpu_create, mpu_get, mpu_put_part, mpu_list_parts, mpu_complete,
-        mpu_abort, mpu_list, nodes, gc_once, stats, referenced)}
+        mpu_abort, mpu_list, nodes, gc_once, stats, pending, referenced)}

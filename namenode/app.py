@@ -14,6 +14,7 @@ from .api import make_handlers
 from .config import NameNodeSettings
 from .membership import Membership
 from .metastore import MetaStore
+from .repair import RepairWorker
 
 
 class PendingExpiry(Worker):
@@ -33,11 +34,15 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         kv = RocksKV.open(settings.data_dir / "meta")
         meta = MetaStore(kv, pending_grace_s=settings.pending_grace_s)
         members = Membership(meta, settings.heartbeat_timeout_s)
-        app.state.meta, app.state.members = meta, members
-        rpc = RpcServer(make_handlers(meta, members, settings), settings.cluster_secret)
+        repair = RepairWorker(meta, members, interval_s=settings.repair_interval_s,
+                              max_inflight=settings.repair_max_inflight,
+                              order_timeout_s=settings.repair_order_timeout_s, scan_batch=settings.repair_scan_batch)
+        app.state.meta, app.state.members, app.state.repair = meta, members, repair
+        rpc = RpcServer(make_handlers(meta, members, settings, repair), settings.cluster_secret)
         await rpc.start(settings.host, settings.rpc_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(PendingExpiry(meta, settings.gc_interval_s).run_forever)
+            tg.start_soon(repair.run_forever)
             yield
             tg.cancel_scope.cancel()
         await rpc.stop()

@@ -16,7 +16,15 @@ class NameNodeSettings(ServiceSettings):
     replication: int = 3
     """Default replication factor of new buckets."""
     heartbeat_timeout_s: float = 10.0
-    """A DataNode silent for longer than this is not chosen for new blocks."""
+    """A DataNode silent for longer than this is dead: it gets no new blocks and its blocks are re-replicated."""
+    repair_interval_s: float = 1.0
+    """How often the repair worker sweeps for blocks with a dead holder (when a node is dead)."""
+    repair_max_inflight: int = 16
+    """Re-replication and read-repair copies ordered and not yet confirmed, at most (the repair rate limit)."""
+    repair_order_timeout_s: float = 60.0
+    """A copy order not confirmed within this is dropped and planned again (from another holder)."""
+    repair_scan_batch: int = 10_000
+    """Metadata records (files, parts, versions) one repair pass reads; a sweep resumes where the last pass stopped."""
     pending_grace_s: float = 3600.0
     """Blocks allocated but not committed for this long (an upload cut off mid-way) are garbage-collected."""
     gc_interval_s: float = 10.0

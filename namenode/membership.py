@@ -31,6 +31,7 @@ class Membership:
         self.meta = meta
         self.timeout_s = timeout_s
         self.nodes: dict[int, NodeState] = {}
+        self.started = time.monotonic()
         for nid, rec in meta.load_nodes().items():
             self.nodes[nid] = NodeState(id=nid, **{k: rec[k] for k in ("uuid", "host", "rpc_port", "http_port")},
                                         capacity=rec.get("capacity", 0), used=rec.get("used", 0))
@@ -55,6 +56,19 @@ class Membership:
     def alive(self, st: NodeState, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
         return st.last_seen > 0 and now - st.last_seen <= self.timeout_s
+
+    def settled(self, now: float | None = None) -> bool:
+        """True once the NameNode has been up for longer than the timeout: every live DataNode has heartbeated by
+        then, so a node not alive is really dead (before that, right after a restart, every node looks silent)."""
+        now = time.monotonic() if now is None else now
+        return now - self.started > self.timeout_s
+
+    def dead(self) -> set[int]:
+        """Known nodes silent for longer than the timeout (empty until settled)."""
+        now = time.monotonic()
+        if not self.settled(now):
+            return set()
+        return {n.id for n in self.nodes.values() if not self.alive(n, now)}
 
     def view(self) -> ClusterView:
         now = time.monotonic()

@@ -589,6 +589,10 @@ class MetaStore:
     def pending_count(self) -> int:
         return sum(1 for _ in self.kv.scan_keys(b"P", b"Q"))
 
+    def pending_blocks(self) -> list[int]:
+        """Allocated, not yet committed blocks (uploads in flight and the gateways' unused leases)."""
+        return [int.from_bytes(k[1:], "big") for k in self.kv.scan_keys(b"P", b"Q")]
+
     def referenced_blocks(self) -> set[int]:
         """Every block id a committed file, marker or uploaded part refers to (for GC checks)."""
         out = set()
@@ -600,6 +604,86 @@ class MetaStore:
                 for blk in self._dec(v).get("blk", []):
                     out.add(blk[0])
         return out
+
+    # Records that hold block lists: inodes (files), uploaded parts and noncurrent versions, in key order.
+    _BLOCK_RANGES = ((b"I", b"J"), (b"Q", b"R"), (b"V", b"W"))
+
+    def scan_block_lists(self, after: bytes = b"", limit: int = 10_000) -> tuple[list[tuple[bytes, list]], bytes | None]:
+        """Up to `limit` records with blocks that sort after key `after`: ([(record key, its block list)], the key to
+        pass as `after` next time, or None when the scan reached the end). For the repair worker's paced sweeps."""
+        out: list[tuple[bytes, list]] = []
+        for lo, hi in self._BLOCK_RANGES:
+            if after >= hi:
+                continue
+            for k, v in self.kv.scan(max(lo, after + b"\0") if after else lo, hi):
+                if len(out) >= limit:
+                    return out, out[-1][0]
+                blk = self._dec(v).get("blk")
+                if blk:
+                    out.append((k, blk))
+        return out, None
+
+    def find_block(self, block_id: int, hint: bytes | None = None) -> tuple[bytes, list] | None:
+        """(key of the record that refers to block `block_id`, its [id, size, crc, nodes] entry), or None if nothing
+        does. `hint` is where it was last seen; without it (or if it moved) every block list is scanned."""
+        if hint is not None:
+            raw = self.kv.get(hint)
+            if raw is not None:
+                for blk in self._dec(raw).get("blk", []):
+                    if blk[0] == block_id:
+                        return hint, blk
+        for lo, hi in self._BLOCK_RANGES:
+            for k, v in self.kv.scan(lo, hi):
+                for blk in self._dec(v).get("blk", []):
+                    if blk[0] == block_id:
+                        return k, blk
+        return None
+
+    def replace_replicas(self, changes: list[tuple[int, int, int, bytes | None]]) -> list[bool]:
+        """Confirmed re-replications, one batch: for each (block, old node, new node, hint key) the new node takes the
+        old one's place in the block's replica set, and the old node's copy becomes garbage (deleted if it comes
+        back). A block no file refers to any more (deleted meanwhile) makes the new copy garbage instead. Returns,
+        per change, whether a replica set changed."""
+        records: dict[bytes, dict] = {}
+        done = []
+        with self.kv.batch() as b:
+            for bid, old, new, hint in changes:
+                found = None
+                for key in ([hint] if hint is not None else []):
+                    rec = records.get(key) or (self._dec(raw) if (raw := self.kv.get(key)) is not None else None)
+                    if rec is not None and any(blk[0] == bid for blk in rec.get("blk", [])):
+                        found = key, rec
+                if found is None:
+                    loc = self.find_block(bid)
+                    if loc is not None:
+                        found = loc[0], records.get(loc[0]) or self._dec(self.kv.get(loc[0]))
+                if found is None:
+                    b.put(keys.garbage(new, bid), b"")
+                    done.append(False)
+                    continue
+                key, rec = found
+                records[key] = rec
+                changed = False
+                for blk in rec["blk"]:
+                    if blk[0] == bid and old in blk[3] and new not in blk[3]:
+                        blk[3] = [new if n == old else n for n in blk[3]]
+                        b.put(keys.garbage(old, bid), b"")
+                        changed = True
+                    elif blk[0] == bid and new not in blk[3]:
+                        b.put(keys.garbage(new, bid), b"")  # someone else replaced `old` first: a surplus copy
+                done.append(changed)
+            for key, rec in records.items():
+                b.put(key, self._enc(rec))
+        return done
+
+    def drop_stray_copy(self, block_id: int, node: int) -> bool:
+        """A copy of `block_id` landed on `node` without a known order (it timed out, or the NameNode restarted):
+        unless `node` is one of the block's holders, the copy is garbage. Returns whether it was."""
+        loc = self.find_block(block_id)
+        if loc is not None and node in loc[1][3]:
+            return False
+        self.kv.put(keys.garbage(node, block_id), b"")
+        return True
 
     # ---------------------------------------------------------------- multipart uploads
     def _uploads(self) -> Iterator[tuple[str, dict]]:

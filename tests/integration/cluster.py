@@ -125,6 +125,21 @@ class Cluster:
                 await c.close()
         return asyncio.run(go())
 
+    def read_replica(self, target: str, block_id: int) -> bytes:
+        """The block as DataNode `target` serves it (raises CorruptBlock if its copy fails the CRC check)."""
+        async def go():
+            c = RpcClient("127.0.0.1", self.ports[target][1], SECRET)
+            try:
+                return bytes((await c.call("get", block_id=block_id))[1])
+            finally:
+                await c.close()
+        return asyncio.run(go())
+
+    def node_ids(self) -> dict[str, int]:
+        """DataNode name ("dn1") -> its node id, for the running DataNodes."""
+        return {name: httpx.get(f"http://127.0.0.1:{self.ports[name][0]}/healthz").json()["node_id"]
+                for name in self.procs if name.startswith("dn")}
+
     def datanode_blocks(self) -> dict[str, set[int]]:
         return {f"dn{i}": set(self.rpc(f"dn{i}", "blocks")["blocks"]) for i in range(1, self.n_dn + 1)
                 if f"dn{i}" in self.procs}

@@ -63,3 +63,11 @@ def test_delete_drops_block_and_jobs():
     s.put(1, b"abc", crc32c(b"abc"), [(2, "a:1")])
     s.delete([1])
     assert not s.has(1) and s.due_replications(10) == [] and s.used == 0
+
+
+def test_deleted_block_is_remembered_so_a_late_replica_push_is_dropped():
+    s = BlockStore(MemoryKV())
+    s.put(7, b"abc", crc32c(b"abc"))
+    assert not s.recently_deleted(7)
+    s.delete([7])
+    assert s.recently_deleted(7) and not s.has(7)
