@@ -20,7 +20,7 @@ class DataNodeSettings(ServiceSettings):
     replication_interval_s: float = 1.0
     """How often queued replication jobs (pushes that failed or were interrupted) are retried."""
     replication_concurrency: int = 4
-    scrub_bytes_per_s: int = 16 << 20
+    scrub_bytes_per_s: int = 4 << 20
     """Pace of the scrubber, which re-reads every stored chunk and checks its CRC32C; 0 turns it off."""
     scrub_interval_s: float = 1.0
     """The scrubber reads scrub_bytes_per_s * scrub_interval_s bytes per pass."""
