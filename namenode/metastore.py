@@ -34,6 +34,32 @@ def now_ns() -> int:
     return time.time_ns()
 
 
+class _Page:
+    """One page of a listing: items up to max_keys, common prefixes deduplicated and kept after the marker."""
+
+    def __init__(self, max_keys: int, after: str) -> None:
+        self.items: list = []
+        self.truncated = False
+        self._max, self._after, self._last_prefix = max_keys, after, None
+
+    def add(self, item: list) -> bool:
+        """Append an item; False (and truncated) when the page is already full."""
+        if len(self.items) >= self._max:
+            self.truncated = True
+            return False
+        self.items.append(item)
+        return True
+
+    def add_prefix(self, prefix: str) -> bool:
+        if prefix == self._last_prefix or prefix <= self._after:
+            return True
+        self._last_prefix = prefix
+        return self.add(["p", prefix])
+
+    def result(self) -> dict:
+        return {"items": self.items, "truncated": self.truncated}
+
+
 class MetaStore:
     def __init__(self, kv: KV, *, pending_grace_s: float = 3600.0) -> None:
         self.kv = kv
@@ -370,9 +396,7 @@ class MetaStore:
         """All versions in S3 order (keys ascending, each key's versions newest first). Items are
         ["v", key, vid, is_latest, size, etag, mtime_ns, owner, storage_class, is_delete_marker] or ["p", prefix]."""
         root = self.bucket_ino(bucket)
-        items: list = []
-        truncated = False
-        last_prefix = None
+        page = _Page(max_keys, key_marker)
 
         def versions_of(key: str, ino: int) -> list:
             cur = self.get_inode(ino) or {}
@@ -400,13 +424,8 @@ class MetaStore:
         for kind, val in walk():
             entry = self._common_prefix(kind, val[0], prefix, delimiter) if kind != "v" else None
             if entry is not None:
-                if entry == last_prefix or entry <= key_marker:
-                    continue
-                if len(items) >= max_keys:
-                    truncated = True
+                if not page.add_prefix(entry):
                     break
-                last_prefix = entry
-                items.append(["p", entry])
                 continue
             if kind == "m":
                 size, etag, mt, owner, sc, _ = self._marker_summary(val[1])
@@ -415,14 +434,9 @@ class MetaStore:
                 vs = [val]
             else:
                 vs = versions_of(*val)
-            for v in vs:
-                if len(items) >= max_keys:
-                    truncated = True
-                    break
-                items.append(v)
-            if truncated:
+            if not all(page.add(v) for v in vs):
                 break
-        return {"items": items, "truncated": truncated}
+        return page.result()
 
     def _prune(self, b, bucket: str, key: str, removed: set[bytes], marker_removed: bool) -> None:
         """Remove implicit directories on the key's path that the batch leaves empty (deepest first)."""
@@ -454,19 +468,12 @@ class MetaStore:
         """Keys and common prefixes in S3 order. Returns {"items": [...], "truncated": bool}; each item is
         ["k", key, size, etag, mtime_ns, owner, storage_class] or ["p", common_prefix]."""
         root = self.bucket_ino(bucket)
-        items: list = []
-        last_prefix = None
-        truncated = False
+        page = _Page(max_keys, after)
         for kind, key, ino in self._walk(root, "", prefix, after, prune=delimiter == "/"):
             entry = self._common_prefix(kind, key, prefix, delimiter)
             if entry is not None:
-                if entry == last_prefix or entry <= after:
-                    continue
-                if len(items) >= max_keys:
-                    truncated = True
+                if not page.add_prefix(entry):
                     break
-                last_prefix = entry
-                items.append(["p", entry])
                 continue
             if kind == "m":
                 summary = self._marker_summary(ino)
@@ -474,11 +481,9 @@ class MetaStore:
                 summary = self._dec(ino[1][8:])
                 if summary[5]:
                     continue  # the key's current version is a delete marker: not listed
-            if len(items) >= max_keys:
-                truncated = True
+            if not page.add(["k", key, *summary[:5]]):
                 break
-            items.append(["k", key, *summary[:5]])
-        return {"items": items, "truncated": truncated}
+        return page.result()
 
     @staticmethod
     def _common_prefix(kind: str, key: str, prefix: str, delimiter: str) -> str | None:
