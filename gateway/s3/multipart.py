@@ -3,15 +3,16 @@ NameNode batch (no data is copied), so the object appears whole, or not at all."
 from __future__ import annotations
 
 import hashlib
+import time
 
 from epochfs.common.checksums import ALGORITHMS, multipart_types
 
 from . import xml
-from .body import BodyCheck, body_stream, read_all
 from .access import bucket_access
+from .body import BodyCheck, body_stream, read_all
 from .errors import S3Error, invalid_argument, invalid_request, malformed_xml
-from .objects import check_key, object_attrs, read_copy_source
 from .http import Response
+from .objects import check_key, object_attrs, read_copy_source
 
 
 def _part_number(req) -> int:
@@ -93,7 +94,6 @@ async def upload_part_copy(ctx, req):
     except BaseException:
         await ctx.abandon(blocks)
         raise
-    import time
     body = xml.doc("CopyPartResult", f"<LastModified>{xml.iso8601(time.time_ns())}</LastModified>"
                                      f"<ETag>{xml.esc(check.etag)}</ETag>")
     return Response(200, [("content-type", "application/xml")], body)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import time
 from email.utils import parsedate_to_datetime
@@ -11,9 +12,9 @@ from epochfs.common import errors
 from epochfs.common.paths import split_key
 
 from . import xml
-from .body import BodyCheck, body_stream, read_all
 from .access import (acl_from_xml, acl_xml, bucket_access, canned_acl, check_object_read, grants,
                      is_owner)
+from .body import BodyCheck, body_stream, read_all
 from .bucket import bucket_owned
 from .errors import S3Error, access_denied, invalid_argument, invalid_request, malformed_xml
 from .http import Response
@@ -291,7 +292,6 @@ def _delete_conditions(etag: str | None, mtime: str | None, size: str | None, ht
 
 
 def _parse_iso(v: str) -> int | None:
-    import datetime as dt
     try:
         return int(dt.datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp())
     except ValueError:

@@ -10,8 +10,10 @@ import datetime as dt
 import hashlib
 import hmac
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from urllib.parse import unquote_to_bytes
 
-from ...common.sigv4 import (EMPTY_SHA256, UNSIGNED, canonical_header_value, canonical_path, canonical_query,
+from epochfs.common.sigv4 import (EMPTY_SHA256, UNSIGNED, canonical_header_value, canonical_path, canonical_query,
                              canonical_request, scope as make_scope, sign, signing_key, string_to_sign)
 from .errors import S3Error, access_denied
 
@@ -76,7 +78,6 @@ class SigV4Verifier:
             date = "" if "x-amz-date" in headers else headers.get("date", "")
             stamp = headers.get("x-amz-date") or headers.get("date")
             try:
-                from email.utils import parsedate_to_datetime
                 t = parsedate_to_datetime(stamp)
             except (TypeError, ValueError):
                 raise access_denied("AWS authentication requires a valid Date or x-amz-date header") from None
@@ -122,11 +123,10 @@ class SigV4Verifier:
             amz_date = headers.get("x-amz-date") or ""
             if not amz_date and "date" in headers:
                 try:
-                    from email.utils import parsedate_to_datetime
                     amz_date = parsedate_to_datetime(headers["date"]).strftime("%Y%m%dT%H%M%SZ")
                 except (TypeError, ValueError):
                     amz_date = ""
-            payload_hash = headers.get("x-amz-content-sha256", UNSIGNED if False else "")
+            payload_hash = headers.get("x-amz-content-sha256", "")
             if not payload_hash:
                 raise S3Error("InvalidRequest", "Missing required header for this request: x-amz-content-sha256", 400)
             presigned = False
@@ -219,7 +219,6 @@ def _v2_string_to_sign(method: str, raw_path: bytes, query, headers: dict[str, s
 
 
 def _unquote_path(raw_path: bytes) -> str:
-    from urllib.parse import unquote_to_bytes
     return unquote_to_bytes(raw_path).decode("utf-8", "surrogateescape")
 
 
