@@ -3,6 +3,8 @@
 Why not HTTP: measured on this machine (bench/rpc_style.py), one 128 KiB request/response costs 133 us of CPU over a raw
 asyncio stream with this framing, and 1,473 us with httpx against uvicorn -- 11x. Block data crosses two such hops on
 every S3 read and write, so the hot path uses these frames; services still serve HTTP for /healthz and /metrics.
+Both ends read frames with asyncio's BufferedProtocol (recv_into exact-size buffers) rather than StreamReader: in the
+S3 benchmark that took a 128 KiB PUT from 4.5 to 3.9 ms of server CPU (three replicas) and a GET from 1.1 to 0.84 ms.
 
 Frame (both directions): 8-byte header  >II  (json_len, payload_len), then a JSON object (orjson), then the raw payload.
 A request's JSON carries "op" and its arguments; a reply carries its results, or {"err": ClassName, "msg": text} for a
@@ -30,89 +32,19 @@ MAX_PAYLOAD = 1 << 30
 Handler = Callable[[dict, bytes], Awaitable[tuple[dict, Any] | dict]]
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> tuple[dict, bytes]:
-    jl, pl = _HDR.unpack(await reader.readexactly(8))
-    if jl > MAX_JSON or pl > MAX_PAYLOAD:
-        raise ConnectionError("frame too large")
-    head = orjson.loads(await reader.readexactly(jl))
-    payload = await reader.readexactly(pl) if pl else b""
-    return head, payload
-
-
-def _write_frame(writer: asyncio.StreamWriter, head: dict, payload=b"") -> None:
-    """Send one frame; `payload` is a bytes-like object or a list of them (sent without joining)."""
+def _frame(head: dict, payload) -> list:
+    """The buffers of one frame; `payload` is a bytes-like object or a list of them (sent without joining)."""
     j = orjson.dumps(head)
     if isinstance(payload, list):
-        n = sum(len(p) for p in payload)
-        writer.write(_HDR.pack(len(j), n) + j)
-        writer.writelines(payload)
-        return
-    n = len(payload)
-    if n and n < 65536:
-        writer.write(_HDR.pack(len(j), n) + j + payload)
-    else:
-        writer.write(_HDR.pack(len(j), n) + j)
-        if n:
-            writer.write(payload)
+        return [_HDR.pack(len(j), sum(len(p) for p in payload)) + j, *payload]
+    if len(payload) < 65536:
+        return [_HDR.pack(len(j), len(payload)) + j + payload]
+    return [_HDR.pack(len(j), len(payload)) + j, payload]
 
 
-class RpcServer:
-    """Serves a table of handlers: `async def handler(args: dict, payload: bytes) -> dict | (dict, payload)`."""
-
-    def __init__(self, handlers: dict[str, Handler], secret: str) -> None:
-        self.handlers = handlers
-        self.secret = secret.encode()
-        self._server: asyncio.base_events.Server | None = None
-        self._conns: set[asyncio.StreamWriter] = set()
-
-    async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._serve_conn, host, port, limit=8 << 20, reuse_address=True)
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for w in list(self._conns):
-                w.close()
-            await self._server.wait_closed()
-
-    async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._conns.add(writer)
-        try:
-            head, _ = await _read_frame(reader)
-            if head.get("op") != "hello" or not hmac.compare_digest(str(head.get("secret", "")).encode(), self.secret):
-                _write_frame(writer, {"err": "Unauthorized", "msg": "bad cluster secret"})
-                await writer.drain()
-                return
-            _write_frame(writer, {})
-            while True:
-                head, payload = await _read_frame(reader)
-                op = head.pop("op", None)
-                handler = self.handlers.get(op)
-                out_payload = b""
-                try:
-                    if handler is None:
-                        raise errors.InvalidInput(f"unknown rpc op {op!r}")
-                    res = await handler(head, payload)
-                    if isinstance(res, tuple):
-                        res, out_payload = res
-                except errors.DomainError as e:
-                    res = {"err": type(e).__name__, "msg": e.message, "details": e.details}
-                except Exception as e:  # a bug: report it to the caller, keep serving
-                    log.exception("rpc %s failed", op)
-                    res = {"err": "DomainError", "msg": f"internal error in {op}: {e!r}"}
-                _write_frame(writer, res, out_payload)
-                if writer.transport.get_write_buffer_size() > (256 << 10):
-                    await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            self._conns.discard(writer)
-            writer.close()
-
-
-class _Conn(asyncio.BufferedProtocol):
-    """Client side of one connection. Replies are read with recv_into straight into a buffer of the frame's exact
-    size: a 1 MiB block arrives with no intermediate copy, where a StreamReader copies it twice."""
+class _FrameProtocol(asyncio.BufferedProtocol):
+    """Reads frames with recv_into straight into buffers of the frame's exact size: a 1 MiB block arrives with no
+    intermediate copy, where a StreamReader copies it twice. Subclasses get `frame_received(head, payload)`."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -120,9 +52,8 @@ class _Conn(asyncio.BufferedProtocol):
         self._buf = self._hdr
         self._pos = 0
         self._stage = 0  # 0: header, 1: JSON, 2: payload
-        self._sizes = (0, 0)
+        self._payload_len = 0
         self._json = b""
-        self._reply: asyncio.Future | None = None
         self._drained: asyncio.Future | None = None
         self.closed = False
 
@@ -131,9 +62,8 @@ class _Conn(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
-        for f in (self._reply, self._drained):
-            if f is not None and not f.done():
-                f.set_exception(ConnectionError(f"connection lost: {exc!r}"))
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_exception(ConnectionError(f"connection lost: {exc!r}"))
 
     def pause_writing(self) -> None:
         self._drained = asyncio.get_running_loop().create_future()
@@ -147,6 +77,9 @@ class _Conn(asyncio.BufferedProtocol):
         if self._drained is not None:
             await self._drained
 
+    def write_frame(self, head: dict, payload=b"") -> None:
+        self.transport.writelines(_frame(head, payload))
+
     def get_buffer(self, sizehint: int):
         return memoryview(self._buf)[self._pos:]
 
@@ -158,26 +91,110 @@ class _Conn(asyncio.BufferedProtocol):
                 if jl > MAX_JSON or pl > MAX_PAYLOAD:
                     self.transport.close()
                     return
-                self._sizes, self._stage, self._buf, self._pos = (jl, pl), 1, bytearray(jl), 0
+                self._payload_len, self._stage, self._buf, self._pos = pl, 1, bytearray(jl), 0
             elif self._stage == 1:
                 self._json = self._buf
-                self._stage, self._buf, self._pos = 2, bytearray(self._sizes[1]), 0
+                self._stage, self._buf, self._pos = 2, bytearray(self._payload_len), 0
             else:
-                reply, payload = self._reply, self._buf
-                self._stage, self._buf, self._pos, self._reply = 0, self._hdr, 0, None
-                if reply is not None and not reply.done():
-                    reply.set_result((orjson.loads(self._json), payload))
+                head, payload = orjson.loads(self._json), self._buf
+                self._stage, self._buf, self._pos = 0, self._hdr, 0
+                self.frame_received(head, payload)
                 return
+
+    def frame_received(self, head: dict, payload: bytearray) -> None:
+        raise NotImplementedError
+
+
+class _ServerConn(_FrameProtocol):
+    """Server side of one connection: the first frame must carry the cluster secret; then each request is handled
+    in turn (a client sends the next request only after the reply)."""
+
+    def __init__(self, server: "RpcServer") -> None:
+        super().__init__()
+        self.server = server
+        self.authed = False
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self.server._conns.add(self)
+
+    def connection_lost(self, exc) -> None:
+        super().connection_lost(exc)
+        self.server._conns.discard(self)
+
+    def frame_received(self, head: dict, payload: bytearray) -> None:
+        if not self.authed:
+            if head.get("op") != "hello" or \
+                    not hmac.compare_digest(str(head.get("secret", "")).encode(), self.server.secret):
+                self.write_frame({"err": "Unauthorized", "msg": "bad cluster secret"})
+                self.transport.close()
+                return
+            self.authed = True
+            self.write_frame({})
+            return
+        asyncio.get_running_loop().create_task(self._handle(head, payload))
+
+    async def _handle(self, head: dict, payload) -> None:
+        op = head.pop("op", None)
+        handler = self.server.handlers.get(op)
+        out_payload = b""
+        try:
+            if handler is None:
+                raise errors.InvalidInput(f"unknown rpc op {op!r}")
+            res = await handler(head, payload if payload else b"")
+            if isinstance(res, tuple):
+                res, out_payload = res
+        except errors.DomainError as e:
+            res = {"err": type(e).__name__, "msg": e.message, "details": e.details}
+        except Exception as e:  # a bug: report it to the caller, keep serving
+            log.exception("rpc %s failed", op)
+            res = {"err": "DomainError", "msg": f"internal error in {op}: {e!r}"}
+        if not self.closed:
+            self.write_frame(res, out_payload)
+
+
+class RpcServer:
+    """Serves a table of handlers: `async def handler(args: dict, payload) -> dict | (dict, payload)`; the request
+    payload is a bytearray (b"" when empty), a reply payload any bytes-like object or a list of them."""
+
+    def __init__(self, handlers: dict[str, Handler], secret: str) -> None:
+        self.handlers = handlers
+        self.secret = secret.encode()
+        self._server: asyncio.base_events.Server | None = None
+        self._conns: set[_ServerConn] = set()
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _ServerConn(self), host, port, reuse_address=True)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for c in list(self._conns):
+                c.transport.close()
+            await self._server.wait_closed()
+
+
+class _Conn(_FrameProtocol):
+    """Client side of one connection: one request at a time, its reply delivered to a future."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._reply: asyncio.Future | None = None
+
+    def connection_lost(self, exc) -> None:
+        super().connection_lost(exc)
+        if self._reply is not None and not self._reply.done():
+            self._reply.set_exception(ConnectionError(f"connection lost: {exc!r}"))
+
+    def frame_received(self, head: dict, payload: bytearray) -> None:
+        reply, self._reply = self._reply, None
+        if reply is not None and not reply.done():
+            reply.set_result((head, payload))
 
     def send(self, head: dict, payload) -> asyncio.Future:
         self._reply = asyncio.get_running_loop().create_future()
-        j = orjson.dumps(head)
-        if isinstance(payload, list):
-            self.transport.writelines([_HDR.pack(len(j), sum(len(p) for p in payload)) + j, *payload])
-        elif len(payload) < 65536:
-            self.transport.write(_HDR.pack(len(j), len(payload)) + j + payload)
-        else:
-            self.transport.writelines([_HDR.pack(len(j), len(payload)) + j, payload])
+        self.write_frame(head, payload)
         return self._reply
 
 
