@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from prometheus_client import Counter, Histogram
 
-from epochfs.common import errors
 from epochfs.common.metrics import mount_metrics
 
 from .cluster import Cluster
@@ -69,12 +68,8 @@ class GatewayContext:
         self.cluster.forget_bucket(name)
 
     async def abandon(self, blocks: list) -> None:
-        ids = [b[0] for b in blocks if b]
-        if ids:
-            try:
-                await self.cluster.nn("abandon", blocks=ids)
-            except errors.DomainError:
-                pass  # pending-allocation expiry on the NameNode collects them
+        """Give back the blocks of an upload that will not be committed."""
+        await self.cluster.abandon([b[0] for b in blocks if b])
 
 
 def _signed(scope) -> bool:

@@ -41,11 +41,7 @@ class Cluster:
             t.cancel()  # read-repair reports still under way
         ids = [lease[0] for pool in self._leases.values() for lease in pool]
         self._leases.clear()
-        if ids:
-            try:
-                await self.nn("abandon", blocks=ids)
-            except errors.DomainError:
-                pass
+        await self.abandon(ids)
         await self._nn.close()
         await self.peers.close()
 
@@ -74,15 +70,17 @@ class Cluster:
         self._block_size.pop(bucket, None)
         pool = self._leases.pop(bucket, None)
         if pool:
-            self._abandon_soon([lease[0] for lease in pool])
+            self._background(self.abandon([lease[0] for lease in pool]))
 
-    def _abandon_soon(self, ids: list[int]) -> None:
-        async def go():
-            try:
-                await self.nn("abandon", blocks=ids)
-            except errors.DomainError:
-                pass  # the NameNode's pending expiry collects them
-        asyncio.get_running_loop().create_task(go())
+    async def abandon(self, block_ids: list[int]) -> None:
+        """Give allocated, never committed blocks back (best effort: the NameNode's pending expiry collects what a
+        failed call leaves)."""
+        if not block_ids:
+            return
+        try:
+            await self.nn("abandon", blocks=block_ids)
+        except errors.DomainError:
+            pass
 
     async def _lease(self, bucket: str) -> tuple[int, list[int], dict]:
         """An allocated block (id, targets, addresses) for the first block of an upload."""
@@ -92,7 +90,7 @@ class Cluster:
         while pool and now - pool[0][3] > LEASE_TTL_S:
             stale.append(pool.popleft()[0])
         if stale:
-            self._abandon_soon(stale)
+            self._background(self.abandon(stale))
         if not pool:
             res = await self.nn("allocate", bucket=bucket, count=LEASE_BATCH)
             t = time.monotonic()
@@ -167,11 +165,7 @@ class Cluster:
             for t in inflight:
                 t.cancel()
             await asyncio.gather(*inflight, return_exceptions=True)
-            if allocated:
-                try:
-                    await self.nn("abandon", blocks=allocated)
-                except errors.DomainError:
-                    pass  # the NameNode's pending-allocation expiry collects them later
+            await self.abandon(allocated)
             raise
         return blocks, size
 
