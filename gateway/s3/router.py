@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from epochfs.common import errors
 
-from . import attributes, bucket, cors, listing, multipart, objects
+from . import attributes, bucket, cors, ext, listing, multipart, objects
 from .access import ANONYMOUS
 from .body import ClientDisconnected
 from .errors import S3Error, error_xml, from_domain, not_implemented
@@ -55,6 +55,8 @@ def route(req: S3Request):
     m, q = req.method, req.query
     if m == "OPTIONS":
         return cors.preflight
+    if req.bucket == ext.EXT_BUCKET:
+        return ext.resolve(req)
     if req.bucket is None:
         if m in ("GET", "HEAD"):
             return bucket.list_buckets

@@ -1,0 +1,1 @@
+"""The POSIX mount: pyfuse3 under trio."""

@@ -1,0 +1,39 @@
+"""epochfs's own extensions of the S3 API, reached at /_epochfs/<name>[/<bucket>[/<key>]].
+
+No valid bucket name starts with "_", so a plain S3 client never lands here. Requests are signed with SigV4 like any
+S3 request (anonymous requests are refused) and answer with S3's error XML. An extension module registers its
+handlers with `@extension("METHOD", "name")` and is imported by the router; the handler sees the request with
+`bucket`/`key` rewritten to what follows the extension's name.
+"""
+from __future__ import annotations
+
+from typing import Awaitable, Callable
+
+from .errors import S3Error
+
+EXT_BUCKET = "_epochfs"
+
+Handler = Callable[..., Awaitable]
+_HANDLERS: dict[tuple[str, str], Handler] = {}
+
+
+def extension(method: str, name: str):
+    def register(fn: Handler) -> Handler:
+        _HANDLERS[(method, name)] = fn
+        return fn
+    return register
+
+
+def resolve(req) -> Handler:
+    """Pick the handler for /_epochfs/<name>/... and point req.bucket/req.key at the rest of the path."""
+    if req.auth is None:
+        raise S3Error("AccessDenied", "epochfs extensions need a signed request.", 403)
+    name, _, rest = (req.key or "").partition("/")
+    handler = _HANDLERS.get((req.method, name))
+    if handler is None:
+        if any(n == name for _, n in _HANDLERS):
+            raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.", 405)
+        raise S3Error("InvalidRequest", f"Unknown epochfs extension {name!r}.", 400)
+    bucket, _, key = rest.partition("/")
+    req.bucket, req.key = bucket or None, key or None
+    return handler
