@@ -24,6 +24,7 @@ How to run:
     python bench/s3_bench.py                          # full run, epochfs and moto (default --target both)
     python bench/s3_bench.py --quick --target epochfs # smoke run: 300 objects, 2,000 keys, 64 MiB, 100 ranges
     python bench/s3_bench.py --endpoint http://127.0.0.1:9000 --access-key AK --secret-key SK [--pids 1,2,3]
+    python bench/s3_bench.py --target epochfs --phases "MPU PUT,RANGE 1M" --ranges 1000   # only these phases
 
 With --target epochfs|both the benchmark starts its own cluster (`epochfs up --data-dir <tmp> --port <free port>`,
 replication 3, run as `python -m epochfs.frontends.cli.main up` = the `epochfs` console script) and stops it with
@@ -82,6 +83,10 @@ KiB, MiB = 1 << 10, 1 << 20
 # Targets from the project's issue: (phase, kind, value); kind "cpu" = server CPU ms/op ceiling, "mbs" = MB/s floor
 TARGETS = {"GET 128K": ("cpu", 1.5), "PUT 128K": ("cpu", 4.0), "LIST/1000": ("cpu", 20.0), "RANGE 1M": ("cpu", 2.0),
            "GET stream": ("mbs", 500.0), "MPU PUT": ("mbs", 150.0)}
+
+# Phases that work on what an earlier one stored (kept when only the later one is asked for with --phases)
+PHASE_NEEDS = {"GET 128K": "PUT 128K", "HEAD": "PUT 128K", "LIST/1000": "PUT tiny", "GET stream": "MPU PUT",
+               "RANGE 1M": "MPU PUT"}
 
 # Payloads: made in the parent before the workers fork, so every process has the same bytes.
 PAYLOAD = b""   # 256 KiB of random bytes; object i of PUT 128K is PAYLOAD[off(i):off(i) + size]
@@ -975,8 +980,15 @@ def bench_target(target: Target, workers: Workers, a, sizes: dict) -> list[dict]
         idle_ticks = max(1.0, 2.0 * idle_rate * 0.5 * CLK_TCK)  # "quiet" threshold per 0.5 s settle interval
 
     prof_phases = {p.strip() for p in (a.profile_phases or "").split(",") if p.strip()}
+    wanted = {p.strip() for p in a.phases.split(",") if p.strip()} if a.phases else None
+    if wanted is not None:
+        for phase_name, needs in PHASE_NEEDS.items():
+            if phase_name in wanted:
+                wanted.add(needs)
 
     def phase(name, tasks, settle=False, ops_unit=1):
+        if wanted is not None and name not in wanted:
+            return None
         profile = (a.profile_dir, a.profile_native, a.profile_perf) if a.profile_dir and name in prof_phases and target.pids \
             else None
         r = run_phase(name, target, workers, tasks, meter, settle, idle_ticks, ops_unit, profile)
@@ -1123,6 +1135,8 @@ def main() -> None:
     ap.add_argument("--hold", type=float, default=0.0,
                     help="after the run, keep the servers up this many seconds (for profiling)")
     ap.add_argument("--json", help="write the results to this file")
+    ap.add_argument("--phases", help="comma-separated phase names to run (and the phases they read from), e.g. "
+                    "'MPU PUT,RANGE 1M'; default all")
     ap.add_argument("--profile-report", metavar="DIR", help="only summarize the py-spy files in DIR and exit")
     ap.add_argument("--profile-dir", help="run py-spy record on every server process during --profile-phases and "
                     "write raw stacks here (perturbs the CPU numbers of those phases)")

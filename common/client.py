@@ -17,6 +17,7 @@ from typing import AsyncIterator, Callable, Iterable
 from xml.sax.saxutils import escape
 
 import httpx
+import orjson
 
 from . import errors, sigv4
 
@@ -292,3 +293,71 @@ class S3Client:
         source = sigv4.canonical_path(f"/{src_bucket}/{src_key}")
         root = await self._xml("PUT", dst_bucket, dst_key, headers={"x-amz-copy-source": source})
         return (root.findtext("ETag") or "").strip('"')
+
+    # ---------------------------------------------------------------- the mount's API (gateway/s3/posix.py)
+    async def _fs_send(self, method: str, key: str, **kw) -> httpx.Response:
+        """A call to /_epochfs/<key>; a gateway that can't be reached (or answers too late) is Unavailable."""
+        try:
+            return await self._send(method, "_epochfs", key, **kw)
+        except httpx.HTTPError as e:
+            raise errors.Unavailable(f"gateway {self.endpoint}: {e!r}") from None
+
+    async def fs(self, op: str, **args):
+        """One namespace operation by inode (lookup, getattr, readdir, mkdir, rename, ...). A POSIX failure raises
+        its domain error with details["errno"] set."""
+        r = await self._fs_send("POST", "fs", content=orjson.dumps({"op": op, "args": args}))
+        res = orjson.loads(r.content)
+        if "err" in res:
+            raise errors.by_name(res["err"])(res.get("msg", ""), errno=res.get("errno"))
+        return res["r"]
+
+    async def fs_read(self, ino: int, offset: int, length: int) -> bytes:
+        """Bytes [offset, offset + length) of file `ino`, short at its end."""
+        r = await self._fs_send("GET", "fs", query=[("ino", ino), ("off", offset), ("len", length)])
+        return r.content
+
+    async def fs_write(self, bucket: str, ino: int, size: int, chunks: AsyncIterator[bytes]) -> dict:
+        """Replace the whole content of file `ino` (in `bucket`) with `size` bytes streamed from `chunks`; returns
+        the file's new attributes once the content is committed."""
+        r = await self._fs_send("PUT", f"fs/{bucket}", query=[("ino", ino)],
+                                headers={"content-length": str(size)}, content=chunks)
+        res = orjson.loads(r.content)
+        if "err" in res:
+            raise errors.by_name(res["err"])(res.get("msg", ""), errno=res.get("errno"))
+        return res["r"]
+
+    # ---------------------------------------------------------------- loaders (gateway/s3/batch.py)
+    async def batch_get(self, items: list[tuple[str, str, int | None, int | None]]) -> list[bytes | errors.DomainError]:
+        """Many objects or ranges (bucket, key, start, end; a Python slice, negatives from the end) in one request;
+        each result is the bytes or the item's own error."""
+        body = orjson.dumps({"items": [{"bucket": b, "key": k, "start": s, "end": e} for b, k, s, e in items]})
+        content = (await self._fs_send("POST", "batch", content=body)).content
+        n = int.from_bytes(content[:4], "big")
+        pos = 4 + n
+        out: list[bytes | errors.DomainError] = []
+        for (b, k, _, _), meta in zip(items, orjson.loads(content[4:pos])["items"]):
+            if "err" in meta:
+                out.append(S3_CODES.get(meta["err"], errors.DomainError)(f"{meta['msg']} (/{b}/{k})",
+                                                                         code=meta["err"]))
+                continue
+            out.append(content[pos:pos + meta["len"]])
+            pos += meta["len"]
+        return out
+
+    async def manifest(self, bucket: str, prefix: str = "") -> AsyncIterator[list[list]]:
+        """Every key under prefix as pages of [key, size, etag, mtime_ns], streamed in S3 order."""
+        path = f"manifest/{bucket}" + (f"/{prefix}" if prefix else "")
+        resp = await self._fs_send("GET", path, stream=True)
+        try:
+            buf = bytearray()
+            async for chunk in resp.aiter_bytes():
+                buf += chunk
+                cut = buf.rfind(b"\n")
+                if cut >= 0:
+                    for line in bytes(buf[:cut]).split(b"\n"):
+                        yield orjson.loads(line)
+                    del buf[:cut + 1]
+            if buf:
+                yield orjson.loads(buf)
+        finally:
+            await resp.aclose()

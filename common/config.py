@@ -21,6 +21,10 @@ class ServiceSettings(BaseSettings):
     cluster_secret: str = DEFAULT_SECRET
     """Shared secret every internal RPC connection must present."""
     log_level: str = "info"
+    keep_alive_s: float = 65.0
+    """How long an idle HTTP connection stays open. Longer than the clients' own pool expiry (httpx 5 s, aiohttp
+    15 s, botocore 60 s idle reuse): with uvicorn's 5 s default, a client reusing a connection just as the server
+    closes it gets a ReadError on a request it already sent."""
 
 
 def parse_addr(addr: str, default_port: int = 0) -> tuple[str, int]:

@@ -105,6 +105,10 @@ class NotEnoughReplicas(Unavailable):
     """Not enough live DataNodes to place the block."""
 
 
+class NodeFull(Unavailable):
+    """The DataNode has no room for the block (its capacity limit)."""
+
+
 class CorruptBlock(DomainError):
     """A stored block failed its checksum."""
 
@@ -123,6 +127,10 @@ class NoSuchBlock(NotFound):
 
 class Unauthorized(DomainError):
     """Internal RPC caller did not present the cluster secret."""
+
+
+class QuotaExceeded(DomainError):
+    """The request would take the bucket over its quota (bytes or objects)."""
 
 
 def by_name(name: str) -> type[DomainError]:

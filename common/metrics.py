@@ -1,8 +1,46 @@
-"""Prometheus metrics: every service serves /metrics from the default prometheus-client registry."""
+"""Prometheus metrics: every service serves /metrics from the default prometheus-client registry.
+
+Counters that code increments live as module globals; values a service already knows (block counts, node states,
+replication queues) are read at scrape time by a gauge callback that the service's app registers with `gauges`.
+"""
 from __future__ import annotations
 
-from prometheus_client import make_asgi_app
+from typing import Callable, Iterable
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from starlette.responses import Response
+
+CACHE_REQUESTS = Counter("epochfs_cache_requests_total", "Lookups in in-process caches", ["cache", "result"])
+
+# name -> (help, label names, callback returning [(label values, value)])
+GaugeFn = Callable[[], Iterable[tuple[tuple[str, ...], float]]]
+_GAUGES: dict[str, tuple[str, tuple[str, ...], GaugeFn]] = {}
+
+
+class _ScrapeTimeGauges:
+    def collect(self):
+        for name, (help_, labels, fn) in list(_GAUGES.items()):
+            fam = GaugeMetricFamily(name, help_, labels=list(labels))
+            try:
+                samples = list(fn())
+            except Exception:  # a service still starting (no state yet) exports nothing rather than failing
+                continue
+            for values, v in samples:
+                fam.add_metric(list(values), float(v))
+            yield fam
+
+
+REGISTRY.register(_ScrapeTimeGauges())
+
+
+def gauge(name: str, help_: str, fn: GaugeFn, labels: tuple[str, ...] = ()) -> None:
+    """Export `fn()` as the gauge `name` at every scrape (a later app in the same process replaces an earlier one)."""
+    _GAUGES[name] = (help_, labels, fn)
 
 
 def mount_metrics(app) -> None:
-    app.mount("/metrics", make_asgi_app())
+    """Serve /metrics itself (a mounted sub-app would answer /metrics with a redirect to /metrics/)."""
+    async def metrics(request):
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    app.add_route("/metrics", metrics, include_in_schema=False)

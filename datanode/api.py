@@ -1,18 +1,40 @@
 """The DataNode's RPC handlers: block put/get for the gateway, put_replica for peers."""
 from __future__ import annotations
 
+from epochfs.common import errors
+
 from .blockstore import BlockStore
 from .replicator import FAST_PATH_GRACE_S
 
 
-def make_handlers(store: BlockStore, replicator, spawn) -> dict:
+def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0) -> dict:
+    def check_room(block_id: int, size: int) -> None:
+        """A node with a capacity limit (DN_CAPACITY_BYTES) refuses a new block that would take it over; the
+        gateway then writes elsewhere, a primary's push is retried later (the NameNode places on nodes with room)."""
+        if capacity and store.used + size > capacity and not store.has(block_id):
+            raise errors.NodeFull(f"block {block_id}: node full ({store.used} of {capacity} bytes used)")
+
     async def put(a, payload):
         """Store a block as its primary and acknowledge; replication to a["secondaries"] ([[node_id, addr], ...])
-        follows in the background: pushed from memory at once, with durable jobs queued in the same batch."""
+        follows in the background: pushed from memory at once, with durable jobs queued in the same batch.
+
+        a["acks"] = N > 1 (write policy sync:N) acknowledges only once N replicas, this one included, are durable;
+        if fewer can be written this copy is dropped again and NotEnoughReplicas tells the gateway to give up."""
         bid, crc = int(a["block_id"]), int(a["crc"])
         targets = [(int(t), addr) for t, addr in a.get("secondaries", [])]
+        acks = int(a.get("acks", 1))
+        if acks > 1 + len(targets):
+            raise errors.NotEnoughReplicas(f"block {bid}: the write policy requires {acks} replicas and only "
+                                           f"{1 + len(targets)} nodes were placed")
+        check_room(bid, len(payload))
         store.put(bid, payload, crc, targets, jobs_due_in=FAST_PATH_GRACE_S if targets else 0.0)
-        if targets:
+        if acks > 1:
+            try:
+                await replicator.push_acked(bid, payload, crc, targets, acks - 1)
+            except errors.NotEnoughReplicas:
+                store.delete([bid])
+                raise
+        elif targets:
             spawn(replicator.push_now(bid, payload, crc, targets))
         return {}
 
@@ -21,11 +43,28 @@ def make_handlers(store: BlockStore, replicator, spawn) -> dict:
         NameNode. A fresh push that lost the race with a delete order is dropped instead of becoming an orphan."""
         bid = int(a["block_id"])
         if not (a.get("fresh") and store.recently_deleted(bid)):
+            check_room(bid, len(payload))
             store.put(bid, payload, int(a["crc"]))
         return {}
 
     async def get(a, _):
         return {}, store.read(int(a["block_id"]), int(a.get("offset", 0)), int(a.get("length", -1)))
+
+    async def get_many(a, _):
+        """Several (block_id, offset, length) reads in one round trip, for the gateway's batch read: the reply
+        payload is the pieces back to back, "lens" their sizes; a piece that failed has length -1 and its error
+        in "errs" ({index: [class, message]}), so the caller retries just that one on another replica."""
+        lens, errs, out = [], {}, []
+        for i, (bid, off, n) in enumerate(a["reads"]):
+            try:
+                bufs = store.read(int(bid), int(off), int(n))
+            except errors.DomainError as e:
+                lens.append(-1)
+                errs[i] = [type(e).__name__, e.message]
+                continue
+            lens.append(sum(len(b) for b in bufs))
+            out += bufs
+        return {"lens": lens, "errs": errs}, out
 
     async def delete(a, _):
         store.delete([int(b) for b in a["blocks"]])
@@ -41,4 +80,4 @@ def make_handlers(store: BlockStore, replicator, spawn) -> dict:
         s = await replicator.run_once(everything=True)
         return {"ok": s.ok, "failed": s.failed}
 
-    return {f.__name__: f for f in (put, put_replica, get, delete, has, blocks, replicate_once)}
+    return {f.__name__: f for f in (put, put_replica, get, get_many, delete, has, blocks, replicate_once)}

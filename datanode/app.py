@@ -14,8 +14,9 @@ from epochfs.common.metrics import mount_metrics
 from epochfs.common.peers import Peers
 from epochfs.common.rpc import RpcClient, RpcServer
 
+from . import metrics
 from .api import make_handlers
-from .blockstore import BlockStore
+from .blockstore import BlockStore, Purger
 from .config import DataNodeSettings
 from .heartbeat import Heartbeat
 from .replicator import CopyOrders, Replicator
@@ -34,7 +35,7 @@ def node_uuid(data_dir) -> str:
 def create_app(settings: DataNodeSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        kv = RocksKV.open(settings.data_dir / "blocks")
+        kv = RocksKV.open(settings.data_dir / "blocks", bulk=True)
         store = BlockStore(kv)
         peers = Peers(settings.cluster_secret)
         replicator = Replicator(store, peers, interval_s=settings.replication_interval_s,
@@ -60,20 +61,22 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
 
         nn_host, nn_port = parse_addr(settings.namenode)
         nn = RpcClient(nn_host, nn_port, settings.cluster_secret, timeout=10.0)
+        scrubber = Scrubber(store, lambda bids: hb.report_bad(bids), bytes_per_s=settings.scrub_bytes_per_s,
+                            interval_s=settings.scrub_interval_s)
         hb = Heartbeat(store, nn, uuid=node_uuid(settings.data_dir), host=settings.advertise_host or settings.host,
                        rpc_port=settings.rpc_port, http_port=settings.port, capacity=settings.capacity_bytes,
                        data_dir=settings.data_dir, interval_s=settings.heartbeat_interval_s,
-                       copies=CopyOrders(store, peers, spawn, concurrency=settings.replication_concurrency))
-        scrubber = Scrubber(store, hb.report_bad, bytes_per_s=settings.scrub_bytes_per_s,
-                            interval_s=settings.scrub_interval_s)
+                       copies=CopyOrders(store, peers, spawn, concurrency=settings.replication_concurrency),
+                       report_interval_s=settings.block_report_interval_s, scrubber=scrubber)
         app.state.store, app.state.heartbeat, app.state.scrubber = store, hb, scrubber
-        rpc = RpcServer(make_handlers(store, replicator, spawn), settings.cluster_secret)
+        metrics.register(store, hb)
+        rpc = RpcServer(make_handlers(store, replicator, spawn, settings.capacity_bytes), settings.cluster_secret)
         await rpc.start(settings.host, settings.rpc_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(hb.run_forever)
             tg.start_soon(replicate_loop)
-            if settings.scrub_bytes_per_s > 0:
-                tg.start_soon(scrubber.run_forever)
+            tg.start_soon(Purger(store).run_forever)
+            tg.start_soon(scrubber.run_forever)  # idle when background scrubbing is off and no scrub job runs
             yield
             tg.cancel_scope.cancel()
         await rpc.stop()

@@ -1,9 +1,10 @@
-"""Registration with the NameNode and periodic heartbeats; the replies carry blocks to delete and copy orders
-(re-replication, read repair), whose outcomes the next heartbeat reports."""
+"""Registration with the NameNode and periodic heartbeats; the replies carry blocks to delete, copy orders
+(re-replication, read repair, rebalance) and scrub jobs, whose outcomes and progress the next heartbeats report."""
 from __future__ import annotations
 
 import logging
 import shutil
+import time
 
 from epochfs.common import errors
 from epochfs.common.rpc import RpcClient
@@ -11,18 +12,21 @@ from epochfs.common.worker import PassStats, Worker
 
 from .blockstore import BlockStore
 from .replicator import CopyOrders
+from .scrubber import Scrubber
 
 log = logging.getLogger("epochfs.datanode")
 
 
 class Heartbeat(Worker):
     def __init__(self, store: BlockStore, nn: RpcClient, *, uuid: str, host: str, rpc_port: int, http_port: int,
-                 capacity: int, data_dir, interval_s: float = 1.0, copies: CopyOrders | None = None) -> None:
-        self.store, self.nn, self.copies = store, nn, copies
+                 capacity: int, data_dir, interval_s: float = 1.0, copies: CopyOrders | None = None,
+                 report_interval_s: float = 60.0, scrubber: Scrubber | None = None) -> None:
+        self.store, self.nn, self.copies, self.scrubber = store, nn, copies, scrubber
         self.uuid, self.host, self.rpc_port, self.http_port = uuid, host, rpc_port, http_port
         self.capacity_cfg, self.data_dir = capacity, data_dir
-        self.interval_s = interval_s
+        self.interval_s, self.report_interval_s = interval_s, report_interval_s
         self.node_id: int | None = None
+        self._reported = float("-inf")  # monotonic time of the last block report the NameNode received
         self._deleted: list[int] = []
 
     def capacity(self) -> int:
@@ -55,14 +59,22 @@ class Heartbeat(Worker):
         try:
             if self.node_id is None:
                 await self.register()
+                self._reported = float("-inf")
+            now = time.monotonic()
+            report = self.store.block_ids() if now - self._reported >= self.report_interval_s else None
+            scrub = self.scrubber.job if self.scrubber else None
             res, _ = await self.nn.call("heartbeat", node_id=self.node_id, used=self.store.used,
                                         capacity=self.capacity(), blocks=self.store.count, deleted=self._deleted,
-                                        copied=copied, copy_failed=failed, extra=self.store.replication_lag())
+                                        copied=copied, copy_failed=failed, extra=self.store.replication_lag(),
+                                        **({"report": report} if report is not None else {}),
+                                        **({"scrub": scrub} if scrub is not None else {}))
         except errors.Unavailable:
             if self.copies:
                 self.copies.give_back(copied, failed)
             return PassStats(failed=1)
         self._deleted = []
+        if report is not None and not res.get("reregister"):
+            self._reported = now
         if res.get("reregister"):
             self.node_id = None
             if self.copies:
@@ -73,4 +85,6 @@ class Heartbeat(Worker):
             self._deleted = list(res["delete"])
         if res.get("copy") and self.copies:
             self.copies.start(res["copy"])
+        if res.get("scrub") and self.scrubber:
+            self.scrubber.start_job(res["scrub"])
         return PassStats()  # heartbeats are periodic: never "go again at once"

@@ -1,8 +1,13 @@
 """RocksDB key layout of a DataNode (integers big-endian, so scans come back sorted).
 
-  m <block:8>               -> block size:8 + crc32c of the whole block:4 (big-endian)
+  m <block:8>               -> block size:8 + crc32c of the whole block:4 (big-endian) [+ layout:1, 1 = bulk]
   b <block:8> <chunk:4>     -> crc32c:4 + the chunk's data (CHUNK_SIZE bytes, the last one shorter)
-  r <target:4> <block:8>    -> replication job: JSON {"a": target address, "n": tries, "due": unix time}
+  r <target:4> <block:8>    -> replication job: JSON {"a": target address, "n": tries, "due": unix time, "t": queued at}
+  p <block:8>               -> b"": the block's bulk chunks are to be dropped unless its meta says "bulk" (written
+                               before an ingest and removed with the meta's batch; written when a bulk block is deleted)
+
+The chunks of blocks of at least BlockStore.bulk_min bytes live under the same `b` keys in the store's separate bulk
+key space (a column family, one ingested file per block; see common/kv.RocksBulk); their meta has layout 1.
 """
 from __future__ import annotations
 
@@ -21,8 +26,20 @@ def chunk(block_id: int, index: int) -> bytes:
 CHUNKS = b"b"
 
 
+def chunks_of(block_id: int) -> bytes:
+    """The prefix of every chunk key of a block."""
+    return b"b" + block_id.to_bytes(8, "big")
+
+
 def repl(target: int, block_id: int) -> bytes:
     return b"r" + target.to_bytes(4, "big") + block_id.to_bytes(8, "big")
 
 
 REPL = b"r"
+
+
+def pending(block_id: int) -> bytes:
+    return b"p" + block_id.to_bytes(8, "big")
+
+
+PENDING = b"p"

@@ -22,6 +22,7 @@ class Replicator(Worker):
                  batch_size: int = 64) -> None:
         self.store, self.peers = store, peers
         self.interval_s, self.concurrency, self.batch_size = interval_s, concurrency, batch_size
+        self._tasks: set[asyncio.Future] = set()
 
     async def push_now(self, block_id: int, data, crc: int, targets: list[tuple[int, str]]) -> None:
         """Push a block just written (still in memory) to its secondaries; a failure leaves its queued job."""
@@ -37,6 +38,31 @@ class Replicator(Worker):
         # plain gather: this runs for every block written, and a task group costs more than the two pushes' setup
         await asyncio.gather(*(one(t, addr) for t, addr in targets))
         self.store.complete_many(block_id, done)
+
+    async def push_acked(self, block_id: int, data, crc: int, targets: list[tuple[int, str]], need: int) -> None:
+        """Push a block just written to its secondaries and return once `need` of them have it durably (the sync:N
+        write policy); raises NotEnoughReplicas when fewer can. The pushes still running after that finish in the
+        background; each success completes its queued job, a failure leaves it for the retry pass."""
+        async def one(target: int, addr: str) -> bool:
+            try:
+                await self.peers.get(addr).call("put_replica", data, block_id=block_id, crc=crc, fresh=True)
+            except errors.DomainError:
+                return False
+            self.store.complete(target, block_id)
+            return True
+
+        pending = {asyncio.ensure_future(one(t, addr)) for t, addr in targets}
+        ok = 0
+        while pending and ok < need:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            ok += sum(f.result() for f in done)
+        for f in pending:  # keep a reference until they finish
+            self._tasks.add(f)
+            f.add_done_callback(self._tasks.discard)
+        if ok < need:
+            raise errors.NotEnoughReplicas(
+                f"block {block_id}: only {ok + 1} of the {need + 1} replicas the write policy requires could be "
+                f"written ({len(targets) - ok} of {len(targets)} secondaries unreachable or full)")
 
     async def run_once(self, *, everything: bool = False) -> PassStats:
         """One pass over the due jobs (every queued job with everything=True, for tests and operators)."""

@@ -1,33 +1,28 @@
-"""The gateway: the S3 API on a lean ASGI router, FastAPI for /healthz, /metrics and (later) /admin."""
+"""The gateway: the S3 API on a lean ASGI router, FastAPI for /healthz, /metrics and /admin (API, docs, dashboard)."""
 from __future__ import annotations
 
 import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from prometheus_client import Counter, Histogram
 
-from epochfs.common.metrics import mount_metrics
+from epochfs.common.metrics import CACHE_REQUESTS, mount_metrics
 
+from .admin.router import mount as mount_admin
 from .cluster import Cluster
 from .config import GatewaySettings
+from .keys import KeyRegistry
+from .metrics import S3Metrics
 from .s3.router import S3App
-from .s3.sigv4 import User, parse_users
+from .s3.sigv4 import SigV4Verifier, User, parse_users
 
-S3_REQUESTS = Counter("epochfs_s3_requests_total", "S3 requests", ["method", "status"])
-S3_LATENCY = Histogram("epochfs_s3_request_seconds", "S3 request latency", ["method"])
-
-# Unsigned requests for these paths go to FastAPI; a SigV4-signed request always goes to the S3 API, so buckets
-# named "metrics" or "admin" stay reachable through S3.
+# Unsigned requests for these paths go to FastAPI; a SigV4-signed request goes to the S3 API, so buckets named
+# "metrics" or "admin" stay reachable through S3 -- except the admin API's own paths, which always go to FastAPI
+# (signed or not), so a bucket named "admin" cannot hold keys under "v1/" or named "ui", "docs", "openapi.json".
 FASTAPI_PATHS = ("/healthz", "/metrics", "/admin/")
+ADMIN_PATHS = ("/admin/ui", "/admin/docs", "/admin/openapi.json")
+ADMIN_PREFIX = "/admin/v1/"
 BUCKET_TTL_S = 5.0
-
-
-class S3Metrics:
-    def observe(self, req, resp, seconds: float) -> None:
-        m = req.method if req is not None else "?"
-        S3_REQUESTS.labels(m, str(resp.status)).inc()
-        S3_LATENCY.labels(m).observe(seconds)
 
 
 class GatewayContext:
@@ -43,11 +38,13 @@ class GatewayContext:
         self._names = {u.owner_id: u.display_name for u in self.users}
         self.cluster = Cluster(settings.namenode, settings.cluster_secret, rpc_timeout_s=settings.rpc_timeout_s,
                                nn_retry_s=settings.namenode_retry_s)
-        self.metrics = S3Metrics()
+        self.keys = KeyRegistry(self.users, self.cluster)
+        self.s3_verifier = SigV4Verifier(self.keys, max_skew_s=settings.max_skew_s)  # also used by the admin API
+        self.metrics = S3Metrics(settings.access_log)
         self._buckets: dict[str, tuple[float, dict]] = {}
 
     def is_admin(self, user: User) -> bool:
-        return user.access_key in self._admins
+        return user.admin or user.access_key in self._admins
 
     def display_name(self, owner_id: str) -> str:
         return self._names.get(owner_id, owner_id)
@@ -58,7 +55,9 @@ class GatewayContext:
         hit = self._buckets.get(name)
         now = time.monotonic()
         if hit is not None and now - hit[0] < BUCKET_TTL_S:
+            CACHE_REQUESTS.labels("buckets", "hit").inc()
             return hit[1]
+        CACHE_REQUESTS.labels("buckets", "miss").inc()
         info = await self.cluster.nn("bucket_info", bucket=name)
         self._buckets[name] = (now, info)
         return info
@@ -70,6 +69,13 @@ class GatewayContext:
     async def abandon(self, blocks: list) -> None:
         """Give back the blocks of an upload that will not be committed."""
         await self.cluster.abandon([b[0] for b in blocks if b])
+
+
+def _to_fastapi(scope) -> bool:
+    path = scope["path"]
+    if path.startswith(ADMIN_PREFIX) or path in ADMIN_PATHS:
+        return True
+    return path.startswith(FASTAPI_PATHS) and not _signed(scope)
 
 
 def _signed(scope) -> bool:
@@ -95,10 +101,11 @@ def create_app(settings: GatewaySettings):
         return {"status": "ok"}
 
     mount_metrics(api)
+    mount_admin(api)
     s3 = S3App(ctx)
 
     async def app(scope, receive, send):
-        if scope["type"] != "http" or (scope["path"].startswith(FASTAPI_PATHS) and not _signed(scope)):
+        if scope["type"] != "http" or _to_fastapi(scope):
             await api(scope, receive, send)
         else:
             await s3(scope, receive, send)

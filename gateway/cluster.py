@@ -82,8 +82,8 @@ class Cluster:
         except errors.DomainError:
             pass
 
-    async def _lease(self, bucket: str) -> tuple[int, list[int], dict]:
-        """An allocated block (id, targets, addresses) for the first block of an upload."""
+    async def _lease(self, bucket: str) -> tuple[int, list[int], dict, int]:
+        """An allocated block (id, targets, addresses, replicas to wait for) for the first block of an upload."""
         pool = self._leases.setdefault(bucket, collections.deque())
         now = time.monotonic()
         stale = []
@@ -94,9 +94,9 @@ class Cluster:
         if not pool:
             res = await self.nn("allocate", bucket=bucket, count=LEASE_BATCH)
             t = time.monotonic()
-            pool.extend((bid, nodes, res["addrs"], t) for bid, nodes in res["blocks"])
-        bid, nodes, addrs, _ = pool.popleft()
-        return bid, nodes, addrs
+            pool.extend((bid, nodes, res["addrs"], t, res.get("acks", 1)) for bid, nodes in res["blocks"])
+        bid, nodes, addrs, _, acks = pool.popleft()
+        return bid, nodes, addrs, acks
 
     # ------------------------------------------------------------------ writes
     async def write_stream(self, bucket: str, stream: AsyncIterator[bytes], update: Callable[[bytes], None],
@@ -113,7 +113,8 @@ class Cluster:
         inflight: list[asyncio.Task] = []
         last_hashed: asyncio.Event | None = None
         size = 0
-        buf = bytearray()
+        pending: list = []  # pieces of the next block, joined with one copy when it is full
+        have = 0
 
         async def flush(slot: int, data: bytes, after: asyncio.Event | None, hashed: asyncio.Event) -> None:
             """Store one block; hashing runs strictly in stream order (after `after`), the rest overlaps."""
@@ -128,9 +129,9 @@ class Cluster:
                     crc = _hash_block(data, update)
             finally:
                 hashed.set()
-            bid, nodes, addrs = await alloc
+            bid, nodes, addrs, acks = await alloc
             allocated.append(bid)
-            used = await self._put_block(bid, data, crc, nodes, addrs)
+            used = await self._put_block(bid, data, crc, nodes, addrs, acks)
             blocks[slot] = [bid, len(data), crc, used]
 
         async def submit(data: bytes) -> None:
@@ -149,16 +150,17 @@ class Cluster:
                 if limit is not None and size > limit:
                     raise errors.InvalidInput("Your proposed upload exceeds the maximum allowed size",
                                               code="EntityTooLarge")
-                if not buf and len(piece) == bs:
-                    await submit(piece)
-                    continue
-                buf += piece
-                while len(buf) >= bs:
-                    data = bytes(buf[:bs])
-                    del buf[:bs]
-                    await submit(data)
-            if buf:
-                await submit(bytes(buf))
+                while have + len(piece) >= bs:
+                    mv = memoryview(piece)
+                    pending.append(mv[:bs - have])
+                    piece = mv[bs - have:]
+                    await submit(_joined(pending))
+                    pending, have = [], 0
+                if len(piece):
+                    pending.append(piece)
+                    have += len(piece)
+            if pending:
+                await submit(_joined(pending))
             for t in inflight:
                 await t
         except BaseException:
@@ -169,20 +171,33 @@ class Cluster:
             raise
         return blocks, size
 
-    async def _allocate(self, bucket: str, seed: int, index: int) -> tuple[int, list[int], dict]:
+    async def _allocate(self, bucket: str, seed: int, index: int) -> tuple[int, list[int], dict, int]:
         res = await self.nn("allocate", bucket=bucket, count=1, seed=seed, index=index)
         (bid, nodes), = res["blocks"]
-        return bid, nodes, res["addrs"]
+        return bid, nodes, res["addrs"], res.get("acks", 1)
 
-    async def _put_block(self, bid: int, data: bytes, crc: int, nodes: list[int], addrs: dict) -> list[int]:
-        """Write to the first reachable node of `nodes` as primary; it replicates to the others."""
+    async def _put_block(self, bid: int, data: bytes, crc: int, nodes: list[int], addrs: dict,
+                         acks: int = 1) -> list[int]:
+        """Write to the first reachable node of `nodes` as primary; it replicates to the others, and acknowledges
+        once `acks` replicas (itself included) are durable: the bucket's write policy, async (1) or sync:N.
+        NotEnoughReplicas (fewer than `acks` could be written) is final: another primary has the same secondaries."""
         last: Exception | None = None
-        for i, primary in enumerate(nodes):
-            rest = [n for n in nodes if n != primary]
+        placed = list(nodes)
+        for primary in nodes:
+            rest = [n for n in placed if n != primary]
             try:
                 await self.peers.get(addrs[str(primary)]).call(
-                    "put", data, block_id=bid, crc=crc, secondaries=[[n, addrs[str(n)]] for n in rest])
+                    "put", data, block_id=bid, crc=crc, secondaries=[[n, addrs[str(n)]] for n in rest],
+                    **({"acks": acks} if acks > 1 else {}))
+                if len(placed) < len(nodes):  # a full node was left out: the NameNode tops the block up later
+                    self._background(self._report_short(bid, len(nodes)))
                 return [primary] + rest
+            except errors.NotEnoughReplicas:
+                raise
+            except errors.NodeFull as e:
+                last = e
+                placed.remove(primary)
+                log.warning("block %s: node %s is full, leaving it out", bid, primary)
             except errors.Unavailable as e:
                 last = e
                 log.warning("block %s: primary %s unreachable, trying the next replica", bid, primary)
@@ -213,6 +228,12 @@ class Cluster:
                 self._background(self._report_bad(blk[0], b, node))
             return data
         raise errors.Unavailable(f"no replica of block {blk[0]} could be read: {last}")
+
+    async def _report_short(self, block_id: int, wanted: int) -> None:
+        try:
+            await self._nn.call("report_short", blocks=[[block_id, wanted]])
+        except errors.DomainError as e:
+            log.warning("could not report block %s as under-replicated: %s", block_id, e)
 
     async def _report_bad(self, block_id: int, node: int, good: int) -> None:
         try:
@@ -254,6 +275,13 @@ class Cluster:
         finally:
             for t in tasks:
                 t.cancel()
+
+
+def _joined(pieces: list) -> bytes:
+    """One block from the pieces of a request body: a single whole piece as it is, else joined with one copy."""
+    if len(pieces) == 1 and not isinstance(pieces[0], memoryview):
+        return pieces[0]
+    return b"".join(pieces)
 
 
 def _hash_block(data: bytes, update: Callable[[bytes], None]) -> int:

@@ -22,3 +22,5 @@ class GatewaySettings(ServiceSettings):
     namenode_retry_s: float = 10.0
     """How long a request waits for an unreachable NameNode before answering 503 ServiceUnavailable."""
     max_object_size: int = 5 << 40
+    access_log: bool = False
+    """Log every S3 request (key=value line with its request id); errors are logged either way."""

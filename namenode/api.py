@@ -2,17 +2,25 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
-from epochfs.common import errors
+from epochfs.common import errors, write_policy
 
+from .access_keys import AccessKeys, handlers as access_key_handlers
+from .batch import handlers as batch_handlers
 from .membership import Membership
 from .metastore import MetaStore
 from .placement import choose_targets
+from .posix import handlers as posix_handlers
 from .config import NameNodeSettings
+from .jobs import OperatorJobs
 from .repair import RepairWorker
 
 
-def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettings, repair: RepairWorker) -> dict:
+def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettings, repair: RepairWorker,
+                  ops: OperatorJobs) -> dict:
+    access_keys = AccessKeys(meta.kv)
+
     async def register(a, _):
         st = members.register(a["uuid"], a["host"], int(a["rpc_port"]), int(a.get("http_port", 0)),
                               int(a.get("capacity", 0)), int(a.get("used", 0)))
@@ -25,8 +33,12 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
             return {"reregister": True}
         if a.get("deleted"):
             meta.garbage_done(nid, a["deleted"])
+            repair.totals["gc_deleted"] += len(a["deleted"])
         copy = repair.on_heartbeat(nid, a.get("copied") or [], a.get("copy_failed") or [])
-        return {"delete": meta.garbage_for(nid), "copy": copy}
+        if a.get("report") is not None:
+            repair.take_report(nid, a["report"])
+        scrub = ops.on_heartbeat(nid, a.get("scrub"))
+        return {"delete": meta.garbage_for(nid), "copy": copy, **({"scrub": scrub} if scrub else {})}
 
     async def report_bad_replica(a, _):
         """A reader or scrubber found the copy of a block on `node` corrupt or missing; `good` (optional) is a holder
@@ -38,9 +50,13 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
         return meta.create_bucket(a["bucket"], a.get("owner", ""),
                                   {"bs": int(a.get("block_size") or settings.block_size),
                                    "rf": int(a.get("replication") or settings.replication),
-                                   "acl": a.get("acl") or "private", "loc": a.get("loc") or ""})
+                                   "acl": a.get("acl") or "private", "loc": a.get("loc") or "",
+                                   **({"wp": write_policy.validate(a["write_policy"])}
+                                      if a.get("write_policy") else {})})
 
     async def bucket_update(a, _):
+        if a["fields"].get("wp") is not None:
+            write_policy.validate(a["fields"]["wp"])
         return meta.update_bucket(a["bucket"], a["fields"])
 
     async def object_update(a, _):
@@ -49,6 +65,7 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
 
     async def bucket_delete(a, _):
         meta.delete_bucket(a["bucket"])
+        access_keys.forget_bucket(a["bucket"])
         return {}
 
     async def bucket_info(a, _):
@@ -60,23 +77,29 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
     async def allocate(a, _):
         info = meta.bucket_info(a["bucket"])
         rf = int(info.get("rf", settings.replication))
-        view = members.view()
+        bs = int(info.get("bs", settings.block_size))
+        view = members.view(reserve_bytes=bs)  # a node with less than a block free is full
         seed, index = int(a.get("seed", 0)), int(a.get("index", 0))
         placed = meta.allocate(int(a.get("count", 1)),
                                lambda bid, i: choose_targets(view, seed or bid, index + i, rf))
         if any(not nodes for _, nodes in placed):
             meta.abandon([bid for bid, _ in placed])
             raise errors.NotEnoughReplicas("no live DataNode with free space")
+        if any(len(nodes) < rf for _, nodes in placed):  # fewer nodes than replicas: topped up when some return
+            repair.mark_short([(bid, rf) for bid, nodes in placed if len(nodes) < rf])
         ids = {n for _, nodes in placed for n in nodes}
-        return {"block_size": int(info.get("bs", settings.block_size)), "blocks": placed, "addrs": members.addrs(ids)}
+        return {"block_size": int(info.get("bs", settings.block_size)), "blocks": placed, "addrs": members.addrs(ids),
+                "acks": write_policy.parse(info.get("wp") or settings.default_write_policy)}
 
     async def abandon(a, _):
         meta.abandon([int(b) for b in a["blocks"]])
         return {}
 
     async def put_object(a, _):
-        return meta.put_object(a["bucket"], a["key"], a["obj"], if_match=a.get("if_match"),
-                               if_none_match=a.get("if_none_match"))
+        res = meta.put_object(a["bucket"], a["key"], a["obj"], if_match=a.get("if_match"),
+                              if_none_match=a.get("if_none_match"))
+        repair.check_commit(a["obj"].get("blk", []))
+        return res
 
     async def stat(a, _):
         rec = meta.stat(a["bucket"], a["key"], a.get("version_id"))
@@ -103,6 +126,7 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
 
     async def mpu_put_part(a, _):
         meta.put_part(a["bucket"], a["key"], a["upload_id"], int(a["number"]), a["part"])
+        repair.check_commit(a["part"].get("blk", []))
         return {}
 
     async def mpu_list_parts(a, _):
@@ -122,7 +146,32 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
         return {"uploads": meta.list_uploads(a["bucket"])}
 
     async def nodes(a, _):
-        return {"nodes": [{**dataclasses.asdict(n), "alive": members.alive(n)} for n in members.nodes.values()]}
+        now = time.monotonic()
+        jobs = {j["node"]: j for j in repair.jobs_list() if j["kind"] == "decommission"}
+        return {"nodes": [{**dataclasses.asdict(n), "alive": members.alive(n),
+                           "heartbeat_age_s": round(now - n.last_seen, 3) if n.last_seen else None,
+                           "state": members.state(n, now),
+                           "replication_lag": {"queued": n.extra.get("queued", 0),
+                                               "oldest_s": n.extra.get("oldest_s", 0.0)},
+                           "decommission": {k: jobs[n.id][k] for k in ("done", "total", "progress")}
+                           if n.id in jobs else None}
+                          for n in members.nodes.values()]}
+
+    async def decommission(a, _):
+        """Drain DataNode `node`, then retire it; returns its job (see `jobs`)."""
+        return repair.decommission(int(a["node"]))
+
+    async def jobs(a, _):
+        return {"jobs": repair.jobs_list() + ops.jobs_list()}
+
+    async def job_start(a, _):
+        """Start a scrub (of every live DataNode, or of `node`) or a rebalance job; returns it (see `jobs`)."""
+        return ops.start(str(a.get("kind")), None if a.get("node") is None else int(a["node"]))
+
+    async def report_short(a, _):
+        """Blocks a gateway wrote to fewer nodes than placed ([[block, replicas wanted], ...]): topped up later."""
+        repair.mark_short([(int(b), int(w)) for b, w in a["blocks"]])
+        return {}
 
     async def gc_once(a, _):
         return {"expired": meta.expire_pending()}
@@ -139,4 +188,5 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
     return {f.__name__: f for f in (
         register, heartbeat, report_bad_replica, bucket_create, bucket_delete, bucket_info, bucket_update, object_update, bucket_list, allocate, abandon, put_object,
         stat, delete_object, list_objects, list_versions, mpu_create, mpu_get, mpu_put_part, mpu_list_parts, mpu_complete,
-        mpu_abort, mpu_list, nodes, gc_once, stats, pending, referenced)}
+        mpu_abort, mpu_list, nodes, gc_once, stats, pending, referenced, decommission, jobs, job_start, report_short)} | access_key_handlers(access_keys, meta) | posix_handlers(meta, members) \
+        | batch_handlers(meta, members)

@@ -10,8 +10,10 @@ from epochfs.common.metrics import mount_metrics
 from epochfs.common.rpc import RpcServer
 from epochfs.common.worker import PassStats, Worker
 
+from . import metrics
 from .api import make_handlers
 from .config import NameNodeSettings
+from .jobs import OperatorJobs
 from .membership import Membership
 from .metastore import MetaStore
 from .repair import RepairWorker
@@ -36,13 +38,19 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         members = Membership(meta, settings.heartbeat_timeout_s)
         repair = RepairWorker(meta, members, interval_s=settings.repair_interval_s,
                               max_inflight=settings.repair_max_inflight,
-                              order_timeout_s=settings.repair_order_timeout_s, scan_batch=settings.repair_scan_batch)
+                              order_timeout_s=settings.repair_order_timeout_s, scan_batch=settings.repair_scan_batch,
+                              bytes_per_s=settings.repair_bytes_per_s)
+        ops = OperatorJobs(meta, members, repair, interval_s=settings.repair_interval_s,
+                           tolerance=settings.rebalance_tolerance, scan_batch=settings.repair_scan_batch,
+                           reserve_bytes=settings.block_size)
         app.state.meta, app.state.members, app.state.repair = meta, members, repair
-        rpc = RpcServer(make_handlers(meta, members, settings, repair), settings.cluster_secret)
+        metrics.register(meta, members, repair)
+        rpc = RpcServer(make_handlers(meta, members, settings, repair, ops), settings.cluster_secret)
         await rpc.start(settings.host, settings.rpc_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(PendingExpiry(meta, settings.gc_interval_s).run_forever)
             tg.start_soon(repair.run_forever)
+            tg.start_soon(ops.run_forever)
             yield
             tg.cancel_scope.cancel()
         await rpc.stop()

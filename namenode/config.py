@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from pydantic import field_validator
 from pydantic_settings import SettingsConfigDict
 
 from epochfs.common.blocks import DEFAULT_BLOCK_SIZE
+from epochfs.common import errors, write_policy
 from epochfs.common.config import ServiceSettings
 
 
@@ -25,8 +27,24 @@ class NameNodeSettings(ServiceSettings):
     """A copy order not confirmed within this is dropped and planned again (from another holder)."""
     repair_scan_batch: int = 10_000
     """Metadata records (files, parts, versions) one repair pass reads; a sweep resumes where the last pass stopped."""
+    repair_bytes_per_s: int = 64 << 20
+    """Re-replication and decommission copies ordered per second, in bytes (0: no limit besides
+    repair_max_inflight), so that training reads keep their bandwidth."""
+    rebalance_tolerance: float = 0.05
+    """A rebalance job (admin API) moves replicas until every live node stores within this fraction of the mean
+    bytes per node; its copies share repair_max_inflight and repair_bytes_per_s."""
+    default_write_policy: str = "async"
+    """Write acknowledgement of buckets that set none: async, or sync:N (acknowledge after N durable replicas)."""
     pending_grace_s: float = 3600.0
     """Blocks allocated but not committed for this long (an upload cut off mid-way) are garbage-collected."""
     gc_interval_s: float = 10.0
     min_part_size: int = 5 << 20
     """Minimum size of every multipart part but the last (S3: 5 MiB)."""
+
+    @field_validator("default_write_policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        try:
+            return write_policy.validate(v)
+        except errors.InvalidInput as e:
+            raise ValueError(e.message) from None

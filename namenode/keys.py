@@ -12,6 +12,12 @@
   V <ino:8> <~seq:8>            -> a noncurrent version of the file `ino` (JSON), newest first
   D <node:4>                    -> DataNode record (JSON)
   X <uuid>                      -> node id (4 bytes) registered under that DataNode uuid
+  O <time:8> <ino:8>           -> a file inode whose last name went (POSIX rename/unlink); readable by inode
+                                   by open handles until the NameNode reaps it after a grace period
+  K <access key>                -> S3 access key created through the admin API (JSON: secret, owner, perms...)
+  S <bucket ino:8>              -> bucket usage [bytes, objects] of current versions, updated in each commit's batch
+  W <block:8>                   -> replicas wanted (4 bytes) of a block written with fewer (nodes down or full),
+                                   until the repair worker has topped it up
 """
 from __future__ import annotations
 
@@ -89,3 +95,28 @@ NODES = b"D"
 
 def node_uuid(uuid: str) -> bytes:
     return b"X" + uuid.encode()
+
+
+def access_key(ak: str) -> bytes:
+    return b"K" + ak.encode()
+
+
+ACCESS_KEYS = b"K"
+
+
+def usage(bucket_ino: int) -> bytes:
+    return b"S" + u64(bucket_ino)
+
+
+def short(block: int) -> bytes:
+    return b"W" + u64(block)
+
+
+SHORT = b"W"
+
+
+def orphan(t_ns: int, ino: int) -> bytes:
+    return b"O" + u64(t_ns) + u64(ino)
+
+
+ORPHANS = b"O"

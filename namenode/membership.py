@@ -4,8 +4,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from epochfs.common import errors
+
 from .metastore import MetaStore
 from .placement import ClusterView, NodeView
+
+
+DECOMMISSIONING, DECOMMISSIONED = "decommissioning", "decommissioned"
 
 
 @dataclass
@@ -20,6 +25,7 @@ class NodeState:
     blocks: int = 0
     last_seen: float = 0.0  # monotonic; 0 = not heard from since the NameNode started
     extra: dict = field(default_factory=dict)
+    admin: str = ""  # "" (in service), DECOMMISSIONING or DECOMMISSIONED; kept in the node's record
 
     @property
     def addr(self) -> str:
@@ -34,16 +40,43 @@ class Membership:
         self.started = time.monotonic()
         for nid, rec in meta.load_nodes().items():
             self.nodes[nid] = NodeState(id=nid, **{k: rec[k] for k in ("uuid", "host", "rpc_port", "http_port")},
-                                        capacity=rec.get("capacity", 0), used=rec.get("used", 0))
+                                        capacity=rec.get("capacity", 0), used=rec.get("used", 0),
+                                        admin=rec.get("admin", ""))
 
     def register(self, uuid: str, host: str, rpc_port: int, http_port: int, capacity: int, used: int) -> NodeState:
         nid = self.meta.node_id_for(uuid)
+        old = self.nodes.get(nid)
         st = NodeState(id=nid, uuid=uuid, host=host, rpc_port=rpc_port, http_port=http_port, capacity=capacity,
-                       used=used, last_seen=time.monotonic())
+                       used=used, last_seen=time.monotonic(), admin=old.admin if old else "")
         self.nodes[nid] = st
-        self.meta.save_node(nid, {"uuid": uuid, "host": host, "rpc_port": rpc_port, "http_port": http_port,
-                                  "capacity": capacity, "used": used})
+        self._save(st)
         return st
+
+    def _save(self, st: NodeState) -> None:
+        self.meta.save_node(st.id, {"uuid": st.uuid, "host": st.host, "rpc_port": st.rpc_port,
+                                    "http_port": st.http_port, "capacity": st.capacity, "used": st.used,
+                                    **({"admin": st.admin} if st.admin else {})})
+
+    def set_admin(self, node_id: int, admin: str) -> NodeState:
+        """Start (DECOMMISSIONING) or finish (DECOMMISSIONED) a decommission; survives NameNode restarts."""
+        st = self.nodes.get(node_id)
+        if st is None:
+            raise errors.NotFound(f"no DataNode {node_id}")
+        st.admin = admin
+        self._save(st)
+        return st
+
+    def draining(self) -> set[int]:
+        """Nodes being decommissioned or decommissioned: they get no new blocks and their copies are moved away."""
+        return {n.id for n in self.nodes.values() if n.admin}
+
+    def state(self, st: NodeState, now: float | None = None) -> str:
+        """alive | dead | decommissioning | decommissioned."""
+        if st.admin == DECOMMISSIONED:
+            return DECOMMISSIONED
+        if not self.alive(st, now):
+            return "dead"
+        return st.admin or "alive"
 
     def heartbeat(self, node_id: int, used: int, capacity: int, blocks: int, extra: dict) -> bool:
         st = self.nodes.get(node_id)
@@ -68,13 +101,14 @@ class Membership:
         now = time.monotonic()
         if not self.settled(now):
             return set()
-        return {n.id for n in self.nodes.values() if not self.alive(n, now)}
+        return {n.id for n in self.nodes.values() if not self.alive(n, now) and n.admin != DECOMMISSIONED}
 
-    def view(self) -> ClusterView:
+    def view(self, reserve_bytes: int = 0) -> ClusterView:
+        """The snapshot placement works on; nodes with `reserve_bytes` or less free space count as full."""
         now = time.monotonic()
         return ClusterView(nodes=tuple(
-            NodeView(id=n.id, alive=self.alive(n, now), free_bytes=max(n.capacity - n.used, 0))
-            for n in self.nodes.values()))
+            NodeView(id=n.id, alive=self.alive(n, now), free_bytes=max(n.capacity - n.used, 0), draining=bool(n.admin))
+            for n in self.nodes.values()), reserve_bytes=reserve_bytes)
 
     def addrs(self, ids) -> dict[str, str]:
         return {str(i): self.nodes[i].addr for i in ids if i in self.nodes}

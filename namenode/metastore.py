@@ -65,6 +65,7 @@ class MetaStore:
         self.kv = kv
         self.pending_grace_s = pending_grace_s
         self._counters: dict[bytes, int] = {}
+        self._usage: dict[int, list[int]] = {}  # bucket ino -> [bytes, objects], cached from keys.usage
         if self.kv.get(keys.inode(ROOT_INO)) is None:
             t = now_ns()
             self.kv.put(keys.inode(ROOT_INO), self._enc({"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0,
@@ -99,7 +100,9 @@ class MetaStore:
 
     def _put_file(self, b, parent: int, name: str, ino: int, rec: dict) -> None:
         """Write a file's inode and its directory entry; the entry carries what a listing shows (size, ETag, time,
-        owner, storage class, delete marker), so listing a directory reads no inode."""
+        owner, storage class, delete marker), so listing a directory reads no inode. "ln" lists the entries that
+        name the inode (hard links made through the mount, see posix.py)."""
+        rec.setdefault("ln", [[parent, name]])
         b.put(keys.inode(ino), self._enc(rec))
         summary = [rec.get("size", 0), rec.get("etag", ""), rec.get("mt", 0), rec.get("owner", ""),
                    rec.get("sc", "STANDARD"), bool(rec.get("dm"))]
@@ -130,6 +133,7 @@ class MetaStore:
                    "bkt": {"owner": owner, "created": t, **(settings or {})}}
             b.put(keys.inode(ino), self._enc(rec))
             b.put(keys.entry(ROOT_INO, bucket, True), keys.u64(ino))
+            self._add_usage(b, ino, 0, 0)
         return {"name": bucket, **rec["bkt"]}
 
     def bucket_info(self, bucket: str) -> dict:
@@ -163,6 +167,8 @@ class MetaStore:
                     self._drop_upload(b, up_id)
             b.delete(keys.entry(ROOT_INO, bucket, True))
             b.delete(keys.inode(ino))
+            b.delete(keys.usage(ino))
+        self._usage.pop(ino, None)
 
     # ---------------------------------------------------------------- objects
     def _resolve(self, bucket: str, key: str) -> tuple[int, str, bool]:
@@ -263,8 +269,10 @@ class MetaStore:
         self.check_conditions(cur, if_match, if_none_match)
         t = obj.get("mt") or now_ns()
         obj = {**obj, "t": "f", "mt": t, "ct": t}
+        delta = self._usage_delta(bucket, key, obj)
         with self.kv.batch() as b:
             d = self.bucket_ino(bucket)
+            self._add_usage(b, d, *delta)
             created: dict[int, dict] = {}  # directories this batch creates (not readable from the KV yet)
             for p in parts[:-1]:
                 nxt = self._lookup(d, p, True)
@@ -294,6 +302,7 @@ class MetaStore:
                         obj.setdefault("mode", old.get("mode", S_IFREG | 0o644))
                         obj.setdefault("uid", old.get("uid", 0))
                         obj.setdefault("gid", old.get("gid", 0))
+                        obj.setdefault("ln", old.get("ln", [[d, parts[-1]]]))
                 else:
                     ino = self._next(b, b"ino")
                 obj.setdefault("mode", S_IFREG | 0o644)
@@ -356,10 +365,13 @@ class MetaStore:
                 dm = {"t": "f", "dm": True, "vid": self._new_vid() if ver == "Enabled" else "null", "mt": t, "ct": t,
                       "mode": cur.get("mode", S_IFREG | 0o644), "size": 0}
                 self._put_file(b, parent, name, ino, dm)
+                self._add_usage(b, self.bucket_ino(bucket), *_minus(_visible(cur)))
                 return {"existed": True, "dm": True, "vid": dm["vid"]}
             # the current version goes: the newest noncurrent one (if any) becomes current
             self._garbage_blocks(b, cur.get("blk", []))
             older = self._versions(ino)
+            back = _visible(older[0][1]) if older else (0, 0)
+            self._add_usage(b, self.bucket_ino(bucket), *(x - y for x, y in zip(back, _visible(cur))))
             if older:
                 b.delete(older[0][0])
                 self._put_file(b, parent, name, ino, older[0][1])
@@ -670,7 +682,10 @@ class MetaStore:
                 records[key] = rec
                 changed = False
                 for blk in rec["blk"]:
-                    if blk[0] == bid and old in blk[3] and new not in blk[3]:
+                    if blk[0] == bid and old is None and new not in blk[3]:  # a replica added (top-up)
+                        blk[3] = [*blk[3], new]
+                        changed = True
+                    elif blk[0] == bid and old in blk[3] and new not in blk[3]:
                         blk[3] = [new if n == old else n for n in blk[3]]
                         b.put(keys.garbage(old, bid), b"")
                         changed = True
@@ -680,6 +695,32 @@ class MetaStore:
             for key, rec in records.items():
                 b.put(key, self._enc(rec))
         return done
+
+    def mark_short(self, blocks: list[tuple[int, int]]) -> None:
+        """Blocks written with fewer replicas than wanted ([block, wanted]): the repair worker tops them up."""
+        with self.kv.batch() as b:
+            for bid, wanted in blocks:
+                b.put(keys.short(bid), keys.u32(wanted))
+
+    def short_blocks(self) -> dict[int, int]:
+        return {int.from_bytes(k[1:], "big"): int.from_bytes(v, "big")
+                for k, v in self.kv.scan(keys.SHORT, prefix_end(keys.SHORT))}
+
+    def drop_short(self, block_ids) -> None:
+        with self.kv.batch() as b:
+            for bid in block_ids:
+                b.delete(keys.short(bid))
+
+    def add_garbage(self, node: int, block_ids) -> None:
+        """Copies on `node` that no file needs (found by reconciling its block report): delete them."""
+        with self.kv.batch() as b:
+            for bid in block_ids:
+                b.put(keys.garbage(node, bid), b"")
+
+    def pending_on(self) -> dict[int, tuple[int, list[int]]]:
+        """Allocated, not yet committed blocks: (allocation time in ns, the nodes they were placed on)."""
+        return {int.from_bytes(k[1:], "big"): (rec["t"], rec["n"])
+                for k, v in self.kv.scan(keys.PENDING, prefix_end(keys.PENDING)) for rec in (self._dec(v),)}
 
     def drop_stray_copy(self, block_id: int, node: int) -> bool:
         """A copy of `block_id` landed on `node` without a known order (it timed out, or the NameNode restarted):
@@ -831,6 +872,73 @@ class MetaStore:
 
     def load_nodes(self) -> dict[int, dict]:
         return {int.from_bytes(k[1:], "big"): self._dec(v) for k, v in self.kv.scan(keys.NODES, prefix_end(keys.NODES))}
+
+    # ---------------------------------------------------------------- usage and quotas
+    # A bucket's usage counts the current, visible version of each key (delete markers, noncurrent versions,
+    # directory markers and unfinished multipart parts are not counted); every commit or delete adjusts it in its
+    # own write batch, so usage and namespace never disagree.
+    def usage(self, bucket_ino: int) -> list[int]:
+        """[bytes, objects] of a bucket; counted once by a walk for buckets made before usage was kept."""
+        u = self._usage.get(bucket_ino)
+        if u is None:
+            raw = self.kv.get(keys.usage(bucket_ino))
+            u = self._dec(raw) if raw is not None else self._count_usage(bucket_ino)
+            self._usage[bucket_ino] = u
+        return u
+
+    def _count_usage(self, bucket_ino: int) -> list[int]:
+        total = [0, 0]
+        for kind, _, val in self._walk(bucket_ino, "", "", "", prune=False):
+            if kind == "f":
+                size, n = _visible_summary(self._dec(val[1][8:]))
+                total[0] += size
+                total[1] += n
+        return total
+
+    def _add_usage(self, b, bucket_ino: int, dbytes: int, dobjects: int) -> None:
+        u = self.usage(bucket_ino)
+        u = [max(u[0] + dbytes, 0), max(u[1] + dobjects, 0)]
+        self._usage[bucket_ino] = u
+        b.put(keys.usage(bucket_ino), self._enc(u))
+
+    def _usage_delta(self, bucket: str, key: str, obj: dict) -> tuple[int, int]:
+        """What committing `obj` at `key` changes in the bucket's usage; raises QuotaExceeded if that goes over the
+        bucket's quota (only growth is refused: an overwrite that shrinks always passes)."""
+        if key.endswith("/"):
+            return 0, 0
+        try:
+            parent, name, _ = self._resolve(bucket, key)
+            raw = self.kv.get(keys.entry(parent, name, False))
+        except errors.NoSuchKey:
+            raw = None
+        old = _visible_summary(self._dec(raw[8:])) if raw is not None else (0, 0)
+        delta = (int(obj.get("size", 0)) - old[0], 1 - old[1])
+        info = self.bucket_info(bucket)
+        used = self.usage(info["ino"])
+        for i, (field, what) in enumerate((("qb", "bytes"), ("qo", "objects"))):
+            limit = info.get(field)
+            if limit is not None and delta[i] > 0 and used[i] + delta[i] > int(limit):
+                raise errors.QuotaExceeded(f"The bucket's quota of {int(limit)} {what} would be exceeded "
+                                           f"({used[i]} used, this request adds {delta[i]}).", bucket=bucket)
+        return delta
+
+    def bucket_usage(self) -> dict[str, list[int]]:
+        p = keys.entries(ROOT_INO)
+        return {k[9:-1].decode(): self.usage(int.from_bytes(v, "big"))
+                for k, v in self.kv.scan(p, prefix_end(p)) if k.endswith(b"/")}
+
+
+def _visible(rec: dict) -> tuple[int, int]:
+    """(bytes, objects) a current version adds to its bucket's usage: nothing for a delete marker."""
+    return (0, 0) if not rec or rec.get("dm") else (int(rec.get("size", 0)), 1)
+
+
+def _visible_summary(summary: list) -> tuple[int, int]:
+    return (0, 0) if summary[5] else (int(summary[0]), 1)
+
+
+def _minus(pair: tuple[int, int]) -> tuple[int, int]:
+    return -pair[0], -pair[1]
 
 
 def _norm_etag(etag: str) -> str:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from . import admin, transfer
+
 DEFAULT_PORT = 9000
 N_DATANODES = 3
 
@@ -221,7 +223,29 @@ def build_parser() -> argparse.ArgumentParser:
     down = sub.add_parser("down", help="stop a cluster started with `epochfs up --detach`")
     down.add_argument("--data-dir", default="./epochfs-data")
     down.set_defaults(func=cmd_down)
+    admin.add_parser(sub)
+    transfer.add_parser(sub)
+    mount = sub.add_parser("mount", help="mount buckets (or BUCKET[/PREFIX]) as a POSIX file system (FUSE)")
+    mount.set_defaults(func=_fuse("cmd_mount"))
+    umount = sub.add_parser("umount", help="unmount an `epochfs mount`")
+    umount.add_argument("mountpoint")
+    umount.add_argument("-l", "--lazy", action="store_true", help="detach now, clean up when no longer busy")
+    umount.set_defaults(func=_fuse("cmd_umount"))
+    _add_mount_arguments(mount)
     return ap
+
+
+def _fuse(name: str):
+    """A mount command, imported on use: pyfuse3 needs libfuse3, which the other commands don't."""
+    def run(args) -> int:
+        from epochfs.frontends.fuse import mount
+        return getattr(mount, name)(args)
+    return run
+
+
+def _add_mount_arguments(p: argparse.ArgumentParser) -> None:
+    from epochfs.frontends.fuse.options import add_arguments
+    add_arguments(p)
 
 
 def main(argv: list[str] | None = None) -> None:

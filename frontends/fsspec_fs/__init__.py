@@ -8,7 +8,11 @@ instance notices the new pid, takes fsspec's fresh loop and builds a new client 
 """
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
+import time
+from collections.abc import Iterable
 
 from fsspec.asyn import AsyncFileSystem, get_loop, sync, sync_wrapper
 from fsspec.spec import AbstractBufferedFile
@@ -18,9 +22,18 @@ from ...common.client import MIN_PART, S3Client
 from .. import errmap
 
 
+# items per batch request: a DataLoader batch (typically 32-256 samples) is one request
+BATCH_ITEMS = 256
+
+
 def _file(bucket: str, o) -> dict:
     return {"name": f"{bucket}/{o.key}", "size": o.size, "type": "file", "ETag": o.etag,
             "LastModified": o.last_modified}
+
+
+def _manifest_file(name: str, size: int, etag: str, mt: int) -> dict:
+    modified = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(mt // 1_000_000_000)) + f".{mt // 1_000_000 % 1000:03d}Z"
+    return {"name": name, "size": size, "type": "file", "ETag": etag, "LastModified": modified}
 
 
 def _dir(name: str) -> dict:
@@ -136,25 +149,26 @@ class EpochFileSystem(AsyncFileSystem):
                 raise
 
     async def _find(self, path, maxdepth=None, withdirs=False, detail=False, **kwargs):
+        """Every file under path from one streamed manifest (no per-directory listing, no stat); the directories
+        it reveals go to the listing cache, so ls/info below path cost nothing until a write invalidates them."""
         path = self._strip_protocol(path)
         bucket, key = self.split_path(path)
         if maxdepth is not None or not bucket:
             return await super()._find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
         prefix = key + "/" if key else ""
+        files = {}
         with errmap.as_oserror(path):
-            res = await self.client.list(bucket, prefix)
-        out = {}
-        for o in res.objects:
-            if o.key == prefix:
-                continue
-            out[f"{bucket}/{o.key}"] = _file(bucket, o)
-            if withdirs:  # every directory between path and the file
-                parts = o.key[len(prefix):].split("/")[:-1]
-                for i in range(1, len(parts) + 1):
-                    d = "/".join(filter(None, [path, *parts[:i]]))
-                    out.setdefault(d, _dir(d))
-        if out and withdirs:
-            out[path] = _dir(path)
+            async for page in self.client.manifest(bucket, prefix):
+                for k, size, etag, mt in page:
+                    if not k.endswith("/"):  # a directory marker is its directory, which the files imply
+                        files[f"{bucket}/{k}"] = _manifest_file(f"{bucket}/{k}", size, etag, mt)
+        out = dict(files)
+        if files:
+            tree = self._tree_dirs(path, files)
+            for d, entries in tree.items():
+                self.dircache[d] = sorted(entries, key=lambda e: e["name"])
+            if withdirs:
+                out.update((d, _dir(d)) for d in tree)
         if not out and key:
             try:
                 out[path] = await self._info(path)
@@ -166,6 +180,20 @@ class EpochFileSystem(AsyncFileSystem):
         names = sorted(out)
         return {n: out[n] for n in names} if detail else names
 
+    @staticmethod
+    def _tree_dirs(path: str, files: dict) -> dict[str, list]:
+        """Directory -> its entries (files and subdirectories), for path and every directory below it."""
+        tree: dict[str, list] = {path: []}
+        for name, entry in files.items():
+            d, child = name.rpartition("/")[0], entry
+            while True:
+                known = d in tree
+                tree.setdefault(d, []).append(child)
+                if known:
+                    break
+                d, child = d.rpartition("/")[0], _dir(d)
+        return tree
+
     # ---------------------------------------------------------------- data
     async def _cat_file(self, path, start=None, end=None, **kwargs):
         bucket, key = self.split_path(path)
@@ -175,6 +203,49 @@ class EpochFileSystem(AsyncFileSystem):
                 start = None if start is None else max(size + start, 0) if start < 0 else start
                 end = None if end is None else max(size + end, 0) if end < 0 else end
             return await self.client.get(bucket, key, start, end)
+
+    async def _cat_batch(self, paths: list[str], starts: list, ends: list) -> list[bytes | OSError]:
+        """Many files or ranges through the gateway's batch read: BATCH_ITEMS per request, requests in parallel."""
+        out: list[bytes | OSError | None] = [None] * len(paths)
+        items, where = [], []
+        for i, (p, s, e) in enumerate(zip(paths, starts, ends)):
+            bucket, key = self.split_path(p)
+            if not key:
+                out[i] = IsADirectoryError(errno.EISDIR, "a bucket is a directory", p)
+                continue
+            items.append((bucket, key, s, e))
+            where.append(i)
+        chunks = [items[i:i + BATCH_ITEMS] for i in range(0, len(items), BATCH_ITEMS)]
+        with errmap.as_oserror(paths[0] if len(paths) == 1 else None):
+            results = await asyncio.gather(*(self.client.batch_get(c) for c in chunks))
+        for i, r in zip(where, (r for rs in results for r in rs)):
+            out[i] = errmap.to_oserror(r, paths[i]) if isinstance(r, errors.DomainError) else r
+        return out
+
+    async def _cat(self, path, recursive=False, on_error="raise", batch_size=None, **kwargs):
+        paths = await self._expand_path(path, recursive=recursive)
+        out = await self._cat_batch(paths, [None] * len(paths), [None] * len(paths))
+        if on_error == "raise":
+            ex = next((r for r in out if isinstance(r, Exception)), None)
+            if ex is not None:
+                raise ex
+        if len(paths) > 1 or isinstance(path, list) or paths[0] != self._strip_protocol(path):
+            return {p: r for p, r in zip(paths, out) if on_error != "omit" or not isinstance(r, Exception)}
+        return out[0]
+
+    async def _cat_ranges(self, paths, starts, ends, max_gap=None, batch_size=None, on_error="return", **kwargs):
+        if not isinstance(paths, list):
+            raise TypeError("paths must be a list")
+        starts = starts if isinstance(starts, Iterable) else [starts] * len(paths)
+        ends = ends if isinstance(ends, Iterable) else [ends] * len(paths)
+        if len(starts) != len(paths) or len(ends) != len(paths):
+            raise ValueError("paths, starts and ends must have the same length")
+        out = await self._cat_batch([self._strip_protocol(p) for p in paths], list(starts), list(ends))
+        if on_error != "return":
+            ex = next((r for r in out if isinstance(r, Exception)), None)
+            if ex is not None:
+                raise ex
+        return out
 
     async def _pipe_file(self, path, value, mode="overwrite", **kwargs):
         bucket, key = self.split_path(path)

@@ -2,7 +2,11 @@
 
 An ACL is stored on a bucket or object either as a canned name (private, public-read, public-read-write,
 authenticated-read) or as a list of grants [grantee, permission], where grantee is "id:<canonical user id>" or
-"uri:<group URI>". Per-key grants managed by operators come with the admin API.
+"uri:<group URI>".
+
+Keys made through the admin API also carry per-bucket permissions: "read" (list, get, head), "write" (read, put,
+delete, multipart) and "owner" (everything the bucket's owner may do). They add to what ownership and ACLs give;
+anonymous requests get only what an ACL grants to AllUsers.
 """
 from __future__ import annotations
 
@@ -76,8 +80,23 @@ def grants(acl, perm: str, req) -> bool:
     return False
 
 
+_RANK = {"read": 1, "write": 2, "owner": 3}
+
+
+def key_allows(user: User, bucket: str, perm: str) -> bool:
+    """Does the key's own permission on `bucket` cover `perm` ("read", "write" or "owner")?"""
+    return user.buckets is not None and _RANK.get(user.buckets.get(bucket, ""), 0) >= _RANK[perm]
+
+
 def is_owner(ctx, req, info: dict) -> bool:
-    return req.auth is not None and (info.get("owner") == req.user.owner_id or ctx.is_admin(req.user))
+    return req.auth is not None and (info.get("owner") == req.user.owner_id or ctx.is_admin(req.user)
+                                     or key_allows(req.user, info.get("name", ""), "owner"))
+
+
+def may_list(ctx, req, info: dict) -> bool:
+    """May the caller list the bucket (and so learn which keys exist)?"""
+    return is_owner(ctx, req, info) or (req.auth is not None and key_allows(req.user, info.get("name", ""), "read")) \
+        or grants(info.get("acl"), "read", req)
 
 
 async def bucket_access(ctx, req, perm: str | None = None) -> dict:
@@ -90,11 +109,13 @@ async def bucket_access(ctx, req, perm: str | None = None) -> dict:
         return info
     if perm == "object" or (perm is not None and grants(info.get("acl"), perm, req)):
         return info
+    if perm is not None and req.auth is not None and key_allows(req.user, req.bucket, perm):
+        return info
     raise access_denied()
 
 
 def check_object_read(ctx, req, info: dict, obj: dict | None) -> None:
-    if is_owner(ctx, req, info):
+    if is_owner(ctx, req, info) or (req.auth is not None and key_allows(req.user, info.get("name", ""), "read")):
         return
     if obj is None:  # missing key: say so only to those who may list the bucket
         if grants(info.get("acl"), "read", req):

@@ -8,10 +8,11 @@ from epochfs.common import errors
 
 from . import xml
 from .body import read_all
-from .access import acl_from_xml, acl_xml, bucket_access, canned_acl
+from .access import acl_from_xml, acl_xml, bucket_access, canned_acl, key_allows
 from .errors import S3Error, access_denied, malformed_xml
 from .http import Response
 
+WRITE_POLICY_HEADER = "x-epochfs-write-policy"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
@@ -35,7 +36,7 @@ async def bucket_owned(ctx, req) -> dict:
 
 async def list_buckets(ctx, req):
     res = await ctx.cluster.nn("bucket_list") if req.auth is not None else {"buckets": []}
-    mine = [b for b in res["buckets"] if b.get("owner") == req.user.owner_id]
+    mine = [b for b in res["buckets"] if b.get("owner") == req.user.owner_id or key_allows(req.user, b["name"], "read")]
     prefix = req.query.get("prefix")
     if prefix:
         mine = [b for b in mine if b["name"].startswith(prefix)]
@@ -70,8 +71,10 @@ async def create_bucket(ctx, req):
         root = xml.parse(body)
         loc = (root.findtext("LocationConstraint") or "").strip()
     acl = canned_acl(req)
+    policy = req.headers.get(WRITE_POLICY_HEADER)  # epochfs's own: async or sync:N (default: the cluster's)
     try:
-        await ctx.cluster.nn("bucket_create", bucket=req.bucket, owner=req.user.owner_id, acl=acl, loc=loc)
+        await ctx.cluster.nn("bucket_create", bucket=req.bucket, owner=req.user.owner_id, acl=acl, loc=loc,
+                             **({"write_policy": policy.strip()} if policy else {}))
     except errors.BucketAlreadyOwnedByYou:
         if ctx.settings.region == "us-east-1":
             return Response(200, [("location", f"/{req.bucket}")])  # us-east-1 answers 200 to a repeat create

@@ -34,6 +34,7 @@ S3_ERRORS: dict[type[errors.DomainError], tuple[str, int]] = {
     errors.CorruptBlock: ("InternalError", 500),
     errors.InvalidInput: ("InvalidArgument", 400),
     errors.Conflict: ("OperationAborted", 409),
+    errors.QuotaExceeded: ("QuotaExceeded", 403),  # no standard S3 code; other S3 stores answer this
 }
 
 

@@ -7,7 +7,7 @@ import time
 
 from epochfs.common.checksums import ALGORITHMS, multipart_types
 
-from . import xml
+from . import quota, xml
 from .access import bucket_access
 from .body import BodyCheck, body_stream, read_all
 from .errors import S3Error, invalid_argument, invalid_request, malformed_xml
@@ -60,7 +60,7 @@ async def create(ctx, req):
 
 
 async def upload_part(ctx, req):
-    await bucket_access(ctx, req, "write")
+    await quota.precheck(ctx, req, await bucket_access(ctx, req, "write"), replaces_key=False)
     n = _part_number(req)
     up = await ctx.cluster.nn("mpu_get", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
     check = BodyCheck(req.headers, req.auth, keep_alg=up["a"].get("csa"))

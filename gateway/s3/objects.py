@@ -11,9 +11,8 @@ from urllib.parse import unquote
 from epochfs.common import errors
 from epochfs.common.paths import split_key
 
-from . import xml
-from .access import (acl_from_xml, acl_xml, bucket_access, canned_acl, check_object_read, grants,
-                     is_owner)
+from . import quota, xml
+from .access import acl_from_xml, acl_xml, bucket_access, canned_acl, check_object_read, may_list
 from .body import BodyCheck, body_stream, read_all
 from .bucket import bucket_owned
 from .errors import S3Error, access_denied, invalid_argument, invalid_request, malformed_xml
@@ -182,8 +181,9 @@ def version_headers(res: dict) -> list[tuple[str, str]]:
 
 
 async def put_object(ctx, req):
-    await bucket_access(ctx, req, "write")
+    info = await bucket_access(ctx, req, "write")
     check_key(req.key)
+    await quota.precheck(ctx, req, info, replaces_key=True)
     attrs = object_attrs(req)
     if "content-length" not in req.headers and "x-amz-decoded-content-length" not in req.headers \
             and "chunked" not in req.headers.get("transfer-encoding", ""):
@@ -373,7 +373,7 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
     sb, sk = parse_copy_source(req)
     info = await ctx.bucket(sb)
     check_key(sk)
-    if not is_owner(ctx, req, info) and not grants(info.get("acl"), "read", req):
+    if not may_list(ctx, req, info):
         obj = None
         try:
             obj, addrs = await _stat(ctx, sb, sk, copy_source_version(req))

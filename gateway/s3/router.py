@@ -13,14 +13,17 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from epochfs.common import errors
 
-from . import attributes, bucket, cors, ext, listing, multipart, objects
+from . import attributes, batch, bucket, cors, ext, listing, multipart, objects, posix
+from ..keys import access_key_of
 from .access import ANONYMOUS
 from .body import ClientDisconnected
 from .errors import S3Error, error_xml, from_domain, not_implemented
 from .http import Response
-from .sigv4 import AuthResult, SigV4Verifier, User
+from .sigv4 import AuthResult, User
 
 log = logging.getLogger("epochfs.s3")
+# answers that are part of normal operation (existence checks, conditional reads) are not logged
+_QUIET_ERRORS = frozenset(("NoSuchKey", "NoSuchVersion", "NotModified", "PreconditionFailed"))
 
 
 @dataclass(slots=True)
@@ -137,7 +140,7 @@ class S3App:
 
     def __init__(self, ctx) -> None:
         self.ctx = ctx
-        self.verifier = SigV4Verifier({u.access_key: u for u in ctx.users}, max_skew_s=ctx.settings.max_skew_s)
+        self.verifier = ctx.s3_verifier
         self._rid_prefix = os.urandom(4).hex().upper()
         self._rid = 0
 
@@ -154,11 +157,12 @@ class S3App:
             headers[name] = f"{headers[name]},{val}" if name in headers else val
         method = scope["method"]
         raw_path = scope.get("raw_path") or scope["path"].encode()
-        req = None
+        req = handler = None
         t0 = time.perf_counter()
         try:
             req = self._parse(method, raw_path, scope.get("query_string", b""), headers, receive, rid)
             if method != "OPTIONS":  # CORS preflights carry no credentials
+                await self.ctx.keys.load(access_key_of(headers, req.query))
                 req.auth = self.verifier.verify(method, raw_path, req.query_list, headers)  # None: anonymous
             handler = route(req)
             resp = await handler(self.ctx, req)
@@ -179,7 +183,7 @@ class S3App:
             resp.headers.append(("connection", "close"))
         if "origin" in headers and req is not None and method != "OPTIONS":
             resp.headers += await cors.actual_request_headers(self.ctx, req)
-        self.ctx.metrics.observe(req, resp, time.perf_counter() - t0)
+        self.ctx.metrics.observe(req, resp, time.perf_counter() - t0, handler)
         await self._send(send, resp, rid, method == "HEAD")
 
     def _parse(self, method, raw_path: bytes, qs: bytes, headers, receive, rid) -> S3Request:
@@ -198,8 +202,10 @@ class S3App:
 
     def _error(self, e: S3Error, req, raw_path, rid, method) -> Response:
         resource = req.resource if req is not None else raw_path.decode("latin-1")
-        if e.status >= 500:
-            log.warning("%s %s -> %s %s", method, resource, e.code, e.message)
+        if e.code not in _QUIET_ERRORS:  # logged with the RequestId the client sees in the error body
+            log.log(logging.WARNING if e.status >= 500 else logging.INFO, "s3 error", extra={
+                "rid": rid, "method": method, "resource": resource, "status": e.status, "code": e.code,
+                "user": req.user.access_key if req is not None else "", "reason": e.message})
         body = b"" if e.code == "NotModified" else error_xml(e, resource, rid)
         return Response(e.status, [("content-type", "application/xml"), *e.headers], body)
 
@@ -210,7 +216,7 @@ class S3App:
             hdrs.append((k.encode("latin-1"), str(v).encode("latin-1", "replace")))
         streaming = not isinstance(body, (bytes, bytearray, memoryview))
         if not any(k == "content-length" for k, _ in resp.headers):
-            n = resp.length if resp.length is not None else len(body)
+            n = resp.length if resp.length is not None else None if streaming else len(body)
             if n is not None and resp.status not in (204, 304):
                 hdrs.append((b"content-length", str(n).encode()))
         await send({"type": "http.response.start", "status": resp.status, "headers": hdrs})

@@ -28,6 +28,9 @@ class User:
     secret_key: str
     owner_id: str
     display_name: str
+    admin: bool = False
+    buckets: dict | None = None
+    """Per-bucket permissions ("read" | "write" | "owner") of a key made through the admin API; None for GW_USERS."""
 
 
 def parse_users(spec: str) -> list[User]:

@@ -29,7 +29,11 @@ def free_port() -> int:
 
 class Cluster:
     def __init__(self, root: Path, *, datanodes: int = 3, block_size: int = 4 << 20, nn_env: dict | None = None,
-                 dn_env: dict | None = None, gw_env: dict | None = None) -> None:
+                 dn_env: dict | None = None, gw_env: dict | None = None,
+                 dn_env_for: dict[int, dict] | None = None,
+                 hosts: dict[str, tuple[str, list[str]]] | None = None) -> None:
+        """`hosts`: service name ("nn", "gw", "dn1", ...) -> (the address it binds, advertises and is reached at, a
+        command prefix such as `ip netns exec NS`); by default every service runs here on 127.0.0.1."""
         self.root = root
         self.n_dn = datanodes
         self.block_size = block_size
@@ -37,34 +41,44 @@ class Cluster:
         self.ports = {"nn": (free_port(), free_port()), "gw": free_port(),
                       **{f"dn{i}": (free_port(), free_port()) for i in range(1, datanodes + 1)}}
         self.extra = {"nn": nn_env or {}, "dn": dn_env or {}, "gw": gw_env or {}}
-        self.endpoint = f"http://127.0.0.1:{self.ports['gw']}"
+        self.dn_env_for = dn_env_for or {}  # DataNode number -> environment of that node only
+        self.hosts = hosts or {}
+        self.endpoint = f"http://{self.addr('gw')}:{self.ports['gw']}"
         (root / "logs").mkdir(parents=True, exist_ok=True)
 
     # ---------------------------------------------------------------- processes
+    def addr(self, name: str) -> str:
+        return self.hosts.get(name, ("127.0.0.1", []))[0]
+
     def _spawn(self, name: str, module: str, env: dict) -> None:
         log = open(self.root / "logs" / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen([sys.executable, "-m", module], env={**os.environ, **env},
+        prefix = self.hosts.get(name, ("", []))[1]
+        self.procs[name] = subprocess.Popen([*prefix, sys.executable, "-m", module], env={**os.environ, **env},
                                             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
 
     def start_namenode(self) -> None:
         http, rpc = self.ports["nn"]
         self._spawn("nn", "epochfs.namenode", {
-            "NN_PORT": str(http), "NN_RPC_PORT": str(rpc), "NN_DATA_DIR": str(self.root / "nn"),
+            "NN_HOST": self.addr("nn"), "NN_PORT": str(http), "NN_RPC_PORT": str(rpc),
+            "NN_DATA_DIR": str(self.root / "nn"),
             "NN_CLUSTER_SECRET": SECRET, "NN_BLOCK_SIZE": str(self.block_size), **self.extra["nn"]})
-        self._wait_http(f"http://127.0.0.1:{http}/healthz", "nn")
+        self._wait_http(f"http://{self.addr('nn')}:{http}/healthz", "nn")
 
     def start_datanode(self, i: int) -> None:
         http, rpc = self.ports[f"dn{i}"]
         self._spawn(f"dn{i}", "epochfs.datanode", {
-            "DN_PORT": str(http), "DN_RPC_PORT": str(rpc), "DN_DATA_DIR": str(self.root / f"dn{i}"),
-            "DN_CLUSTER_SECRET": SECRET, "DN_NAMENODE": f"127.0.0.1:{self.ports['nn'][1]}",
-            "DN_HEARTBEAT_INTERVAL_S": "0.3", **self.extra["dn"]})
-        self._wait_http(f"http://127.0.0.1:{http}/healthz", f"dn{i}", lambda j: j.get("node_id") is not None)
+            "DN_HOST": self.addr(f"dn{i}"), "DN_PORT": str(http), "DN_RPC_PORT": str(rpc),
+            "DN_DATA_DIR": str(self.root / f"dn{i}"), "DN_CLUSTER_SECRET": SECRET,
+            "DN_NAMENODE": f"{self.addr('nn')}:{self.ports['nn'][1]}",
+            "DN_HEARTBEAT_INTERVAL_S": "0.3", **self.extra["dn"], **self.dn_env_for.get(i, {})})
+        self._wait_http(f"http://{self.addr(f'dn{i}')}:{http}/healthz", f"dn{i}",
+                        lambda j: j.get("node_id") is not None)
 
     def start_gateway(self) -> None:
         users = ",".join(":".join(u) for u in (MAIN, ALT))
         self._spawn("gw", "epochfs.gateway", {
-            "GW_PORT": str(self.ports["gw"]), "GW_NAMENODE": f"127.0.0.1:{self.ports['nn'][1]}",
+            "GW_HOST": self.addr("gw"), "GW_PORT": str(self.ports["gw"]),
+            "GW_NAMENODE": f"{self.addr('nn')}:{self.ports['nn'][1]}",
             "GW_CLUSTER_SECRET": SECRET, "GW_USERS": users, **self.extra["gw"]})
         self._wait_http(f"{self.endpoint}/healthz", "gw")
 
@@ -118,7 +132,7 @@ class Cluster:
         port = self.ports["nn"][1] if target == "nn" else self.ports[target][1]
 
         async def go():
-            c = RpcClient("127.0.0.1", port, SECRET)
+            c = RpcClient(self.addr(target), port, SECRET)
             try:
                 return (await c.call(op, **args))[0]
             finally:
@@ -128,7 +142,7 @@ class Cluster:
     def read_replica(self, target: str, block_id: int) -> bytes:
         """The block as DataNode `target` serves it (raises CorruptBlock if its copy fails the CRC check)."""
         async def go():
-            c = RpcClient("127.0.0.1", self.ports[target][1], SECRET)
+            c = RpcClient(self.addr(target), self.ports[target][1], SECRET)
             try:
                 return bytes((await c.call("get", block_id=block_id))[1])
             finally:
@@ -137,7 +151,7 @@ class Cluster:
 
     def node_ids(self) -> dict[str, int]:
         """DataNode name ("dn1") -> its node id, for the running DataNodes."""
-        return {name: httpx.get(f"http://127.0.0.1:{self.ports[name][0]}/healthz").json()["node_id"]
+        return {name: httpx.get(f"http://{self.addr(name)}:{self.ports[name][0]}/healthz").json()["node_id"]
                 for name in self.procs if name.startswith("dn")}
 
     def datanode_blocks(self) -> dict[str, set[int]]:

@@ -45,12 +45,18 @@ def settle_replication(c: Cluster, block_lists: list[list]) -> None:
 
 
 def flip_byte(c: Cluster, dn: str, block_id: int, chunk: int = 0, at: int = 1000) -> None:
-    """Corrupt one byte of a stored chunk directly in the stopped DataNode's RocksDB."""
-    kv = RocksKV.open(c.root / dn / "blocks")
+    """Corrupt one byte of a stored chunk directly in the stopped DataNode's RocksDB (in its bulk space, as a newer
+    file over the good one, if the block is stored there)."""
+    kv = RocksKV.open(c.root / dn / "blocks", bulk=True)
     try:
-        raw = bytearray(kv.get(dnkeys.chunk(block_id, chunk)))
+        key = dnkeys.chunk(block_id, chunk)
+        in_bulk = kv.get(dnkeys.meta(block_id))[12:13] == b"\x01"
+        raw = bytearray((kv.bulk if in_bulk else kv).get(key))
         raw[4 + at] ^= 0x40  # after the 4-byte CRC header
-        kv.put(dnkeys.chunk(block_id, chunk), bytes(raw))
+        if in_bulk:
+            kv.bulk.ingest([(key, bytes(raw))])
+        else:
+            kv.put(key, bytes(raw))
         kv.flush()
     finally:
         kv.close()
@@ -127,12 +133,13 @@ def test_killed_datanode_is_declared_dead_and_its_blocks_re_replicated(tmp_path)
         c.close()
 
 
-def test_read_of_a_corrupt_replica_succeeds_and_repairs_it(tmp_path):
+@pytest.mark.parametrize("size", [600_000, 3 * MiB], ids=["batch-layout", "bulk-layout"])
+def test_read_of_a_corrupt_replica_succeeds_and_repairs_it(tmp_path, size):
     c = Cluster(tmp_path, nn_env={"NN_HEARTBEAT_TIMEOUT_S": "10"}, dn_env={"DN_SCRUB_BYTES_PER_S": "0"}).start()
     try:
         s3 = c.s3()
         s3.create_bucket(Bucket="bkt")
-        data = os.urandom(600_000)  # one block of three 256 KiB chunks
+        data = os.urandom(size)  # one block of 256 KiB chunks: 600 KB through a write batch, 3 MiB as an ingested file
         s3.put_object(Bucket="bkt", Key="k", Body=data)
         (blk,) = c.rpc("nn", "stat", bucket="bkt", key="k")["obj"]["blk"]
         settle_replication(c, [blk])

@@ -188,3 +188,58 @@ def test_a_copy_confirmed_after_its_order_expired_is_garbage_unless_held():
     assert not w.orders and w.totals["expired"] == 3
     w.on_heartbeat(o.source, [[10, o.target], [10, 2]], [])
     assert m.garbage_for(o.target) == [10] and m.garbage_for(2) == []  # node 2 holds block 10: kept
+
+
+# ---------------------------------------------------------------- write policy, draining, top-up, block reports
+def test_write_policy_parses_async_and_sync_n():
+    import pytest
+
+    from epochfs.common import errors, write_policy
+    assert write_policy.parse("async") == 1 and write_policy.parse("sync:2") == 2
+    for bad in ("sync:0", "sync:17", "sync", "fast", ""):
+        with pytest.raises(errors.InvalidInput):
+            write_policy.parse(bad)
+
+
+def test_draining_nodes_get_no_blocks_and_are_replaced_from_other_holders():
+    from epochfs.namenode.placement import choose_targets
+    v = ClusterView((NodeView(1, True, 10**12, draining=True), NodeView(2, True, 10**12),
+                     NodeView(3, True, 10**12), NodeView(4, True, 10**12)))
+    assert all(1 not in choose_targets(v, s, 0, 3) for s in range(50))
+    (r,) = plan_repairs(v, 7, [1, 2, 3])
+    assert r == Repair(7, 2, 4, 1) and not r.grow
+    assert plan_repairs(v, 7, [1], 0)[0].source == 1  # the draining node is the only copy: it is the source
+
+
+def test_short_block_grows_to_the_wanted_count():
+    rs = plan_repairs(FOUR_ONE_DEAD, 7, [1, 2], wanted=3)
+    assert [(r.target, r.replaces, r.grow) for r in rs] == [(4, None, True)]
+    m = store_with_blocks()
+    assert m.replace_replicas([(10, None, 5, None)]) == [True]
+    assert m.find_block(10)[1][3] == [1, 2, 3, 5]
+
+
+def test_block_reports_act_on_what_two_reports_agree_on():
+    m, members = cluster_meta(dead=None)
+    w = RepairWorker(m, members)
+    for _ in range(2):
+        w.take_report(3, [10, 99])  # 99: no file refers to it; 12: node 3 should hold it but lacks it
+        w._reconcile()
+    assert m.garbage_for(3) == [99] and w.totals["surplus_deleted"] == 1
+    assert (12, 3) in w.orders and w.orders[(12, 3)].replaces is None
+    assert w.totals["topped_up"] == 2  # blocks 11 and 12 (node 3 holds both in the metadata)
+
+
+def test_decommission_finishes_when_no_block_names_the_node():
+    m, members = cluster_meta(dead=None)
+    w = RepairWorker(m, members)
+    job = w.decommission(2)
+    assert job["total"] == 3 and members.state(members.nodes[2]) == "decommissioning"
+    anyio.run(w.run_once)
+    for o in list(w.orders.values()):
+        assert o.replaces == 2 and o.target != 2
+        w.on_heartbeat(o.source, [[o.block_id, o.target]], [])
+    anyio.run(w.run_once)
+    (job,) = [j for j in w.jobs_list() if j["kind"] == "decommission"]
+    assert job["state"] == "done" and job["done"] == job["total"] == 3 and job["progress"] == 1.0
+    assert members.state(members.nodes[2]) == "decommissioned" and sorted(m.garbage_for(2)) == [10, 11, 12]

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Mount benchmark: training-style reads through `epochfs mount` next to the same reads from a local directory.
+
+What it measures, in one run, through the mount and from a local copy of the same files:
+
+    epoch 1..E   read N files of S bytes (default 20,000 x 110 KiB) in a new shuffled order each epoch with T reader
+                 threads (default 8); files/s and MB/s per epoch
+    sequential   one B-byte file (default 1 GiB) read front to back in 1 MiB reads; MB/s
+
+The ratio column is mount / local (1.0 = local-directory speed). The local copy is read from the page cache (it was
+just written), so it is the ceiling any file system on this machine can reach. The mount runs in dataset mode with
+the block cache policy "none" (--mount-args to change) and is started fresh after the upload, so epoch 1 reads
+everything from the cluster. "mount cpu ms/file" is the FUSE process's CPU (utime+stime from /proc) per file read.
+
+How to run:
+
+    python bench/mount_bench.py                 # full run: 20,000 files, 3 epochs, 1 GiB sequential
+    python bench/mount_bench.py --quick         # 2,000 files, 2 epochs, 128 MiB
+    python bench/mount_bench.py --mount-args="--cache off"     # the same without the client cache
+
+It starts its own cluster (`epochfs up --data-dir <tmp> --port <free port>`) and mount (needs root and /dev/fuse),
+and tears both down at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import boto3
+from botocore.config import Config
+
+
+def free_port_block(n: int = 20) -> int:
+    for _ in range(100):
+        base = random.randrange(20000, 60000)
+        try:
+            socks = []
+            for p in range(base, base + n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                socks.append(s)
+            for s in socks:
+                s.close()
+            return base
+        except OSError:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port block")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_cluster(root: Path) -> tuple[subprocess.Popen, dict]:
+    port = free_port_block()
+    p = subprocess.Popen([sys.executable, "-m", "epochfs.frontends.cli.main", "up", "--data-dir", str(root / "data"),
+                          "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in p.stdout:
+        if line.startswith("export AWS_ENDPOINT_URL="):
+            env = dict(re.findall(r"(AWS_[A-Z_]+)=(\S+)", line))
+            return p, {k: v.strip("'\"") for k, v in env.items()}
+    raise RuntimeError("epochfs up did not print its exports")
+
+
+def mount(env: dict, bucket: str, mp: Path, extra: list[str], log: Path) -> subprocess.Popen:
+    mp.mkdir(parents=True, exist_ok=True)
+    p = subprocess.Popen([sys.executable, "-m", "epochfs.frontends.cli.main", "mount", "-f", bucket, str(mp),
+                          "--endpoint", env["AWS_ENDPOINT_URL"], "--access-key", env["AWS_ACCESS_KEY_ID"],
+                          "--secret-key", env["AWS_SECRET_ACCESS_KEY"], *extra],
+                         stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while not os.path.ismount(mp):
+        if p.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"mount failed: {log.read_text()[-2000:]}")
+        time.sleep(0.05)
+    return p
+
+
+def read_epoch(root: Path, names: list[str], threads: int, seed: int) -> tuple[float, int]:
+    order = list(names)
+    random.Random(seed).shuffle(order)
+
+    def read(name: str) -> int:
+        with open(root / name, "rb", buffering=0) as f:
+            return len(f.read())
+
+    t0 = time.perf_counter()
+    with cf.ThreadPoolExecutor(threads) as ex:
+        total = sum(ex.map(read, order, chunksize=64))
+    return time.perf_counter() - t0, total
+
+
+def read_sequential(path: Path) -> tuple[float, int]:
+    buf = bytearray(1 << 20)
+    n = 0
+    t0 = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            k = f.readinto(buf)
+            if not k:
+                break
+            n += k
+    return time.perf_counter() - t0, n
+
+
+def upload(s3, bucket: str, names: list[str], size: int, local: Path) -> None:
+    def put(name: str) -> None:
+        body = random.Random(name).randbytes(size)
+        (local / name).write_bytes(body)
+        s3.put_object(Bucket=bucket, Key=name, Body=body)
+
+    for d in {str(Path(n).parent) for n in names}:
+        (local / d).mkdir(parents=True, exist_ok=True)
+    with cf.ThreadPoolExecutor(16) as ex:
+        list(ex.map(put, names))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--files", type=int, default=20_000)
+    ap.add_argument("--size", type=int, default=110 << 10)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--big", type=int, default=1 << 30, help="bytes of the sequential file")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--mount-args", default="--dataset --cache none --cache-mem 4G")
+    a = ap.parse_args()
+    if a.quick:
+        a.files, a.epochs, a.big = 2_000, 2, 128 << 20
+    tmp = Path(tempfile.mkdtemp(prefix="mount-bench-"))
+    cluster, env = start_cluster(tmp)
+    mnt = None
+    try:
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1",
+                          config=Config(max_pool_connections=16))
+        s3.create_bucket(Bucket="bench")
+        local = tmp / "local"
+        names = [f"shard{i % 100:03d}/sample{i:06d}.bin" for i in range(a.files)]
+        print(f"uploading {a.files} files of {a.size} B and one of {a.big} B ...", flush=True)
+        upload(s3, "bench", names, a.size, local)
+        big = os.urandom(1 << 20) * (a.big >> 20)
+        (local / "big.bin").write_bytes(big)
+        s3.upload_fileobj(open(local / "big.bin", "rb"), "bench", "big.bin")
+        del big
+        mnt = mount(env, "bench", tmp / "mnt", shlex.split(a.mount_args), tmp / "mount.log")
+        rows = []
+        for e in range(1, a.epochs + 1):
+            cpu0 = cpu_seconds(mnt.pid)
+            t_m, n_m = read_epoch(tmp / "mnt", names, a.threads, e)
+            cpu = cpu_seconds(mnt.pid) - cpu0
+            t_l, n_l = read_epoch(local, names, a.threads, e)
+            assert n_m == n_l == a.files * a.size
+            rows.append((f"epoch {e}", a.files / t_m, n_m / t_m / 1e6, a.files / t_l, n_l / t_l / 1e6,
+                         cpu / a.files * 1e3))
+        t_m, n_m = read_sequential(tmp / "mnt" / "big.bin")
+        t_l, n_l = read_sequential(local / "big.bin")
+        assert n_m == n_l
+        print(f"\nmount args: {a.mount_args}; {a.threads} reader threads; {os.cpu_count()} cores\n")
+        print(f"{'phase':<12}{'mount files/s':>15}{'mount MB/s':>12}{'local files/s':>15}{'local MB/s':>12}"
+              f"{'ratio':>8}{'mount cpu ms/file':>19}")
+        for name, fm, mm, fl, ml, cpu in rows:
+            print(f"{name:<12}{fm:>15,.0f}{mm:>12,.1f}{fl:>15,.0f}{ml:>12,.1f}{fm / fl:>8.2f}{cpu:>19.3f}")
+        print(f"{'sequential':<12}{'':>15}{n_m / t_m / 1e6:>12,.1f}{'':>15}{n_l / t_l / 1e6:>12,.1f}"
+              f"{t_l / t_m:>8.2f}")
+    finally:
+        if mnt is not None:
+            mnt.send_signal(signal.SIGTERM)
+            mnt.wait(timeout=30)
+        cluster.send_signal(signal.SIGTERM)
+        cluster.wait(timeout=60)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

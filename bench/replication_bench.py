@@ -1,0 +1,258 @@
+"""Replication benchmark: write throughput under the async, sync:2 and sync:3 write policies (ratios to async and
+server CPU per MB, from /proc), the async loss window (ack -> first secondary copy, and objects lost to a kill -9
+right after their acknowledgement), time to detect a dead DataNode, and time to restore full replication.
+
+    python bench/replication_bench.py            # 1 GiB for the restore measurement
+    python bench/replication_bench.py --quick    # small sizes, a minute or so
+    python bench/replication_bench.py --only restore --restore-mib 1024   # just the restore, on its own cluster
+
+Runs a real cluster (NameNode, 4 DataNodes, gateway) on loopback through tests/integration/cluster.py.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import botocore.exceptions
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
+sys.path.insert(0, str(HERE))
+from cluster import SECRET, Cluster  # noqa: E402
+from s3_bench import CLK_TCK, proc_ticks  # noqa: E402
+
+from epochfs.common.rpc import RpcClient  # noqa: E402
+
+MiB = 1 << 20
+POLICIES = ("async", "sync:2", "sync:3")
+RESTORE_NN = {"NN_HEARTBEAT_TIMEOUT_S": "2", "NN_REPAIR_INTERVAL_S": "0.2", "NN_REPAIR_BYTES_PER_S": "0",
+              "NN_REPAIR_MAX_INFLIGHT": "32"}
+
+
+def create_bucket(s3, name: str, policy: str) -> None:
+    def add(request, **_):
+        request.headers["x-epochfs-write-policy"] = policy
+    s3.meta.events.register("before-sign.s3.CreateBucket", add)
+    try:
+        s3.create_bucket(Bucket=name)
+    finally:
+        s3.meta.events.unregister("before-sign.s3.CreateBucket", add)
+
+
+def server_ticks(c: Cluster) -> int:
+    return sum(proc_ticks(p.pid) or 0 for p in c.procs.values())
+
+
+def parallel_puts(s3, bucket: str, bodies: list[tuple[str, bytes]], threads: int) -> list[str]:
+    """PUT everything from `threads` threads; returns the acknowledged keys."""
+    acked: list[str] = []
+    it = iter(bodies)
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                item = next(it, None)
+            if item is None:
+                return
+            try:
+                s3.put_object(Bucket=bucket, Key=item[0], Body=item[1])
+                acked.append(item[0])
+            except (botocore.exceptions.ClientError, botocore.exceptions.ConnectionError):
+                pass
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return acked
+
+
+def drain_replication(c: Cluster, timeout: float = 120.0) -> None:
+    """Wait until no DataNode has replication jobs queued."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all((n.get("replication_lag") or {}).get("queued", 0) == 0 for n in c.rpc("nn", "nodes")["nodes"]
+               if n["alive"]):
+            return
+        time.sleep(0.2)
+
+
+def throughput(c: Cluster, s3, size: int, count: int, threads: int) -> dict[str, dict]:
+    out = {}
+    for policy in POLICIES:
+        bucket = "tp-" + policy.replace(":", "")
+        create_bucket(s3, bucket, policy)
+        bodies = [(f"o{i}", os.urandom(size)) for i in range(count)]
+        time.sleep(1.0)  # let the servers go quiet
+        t0, cpu0 = time.perf_counter(), server_ticks(c)
+        acked = parallel_puts(s3, bucket, bodies, threads)
+        wall = time.perf_counter() - t0
+        drain_replication(c)  # async: the background pushes' CPU counts too
+        cpu = (server_ticks(c) - cpu0) / CLK_TCK
+        mb = len(acked) * size / 1e6
+        out[policy] = {"MB/s": mb / wall, "cpu_ms_per_MB": 1000 * cpu / mb, "acked": len(acked)}
+    return out
+
+
+async def _secondary_lag(c: Cluster, bucket: str, probes: int) -> list[float]:
+    """Seconds from a PUT's acknowledgement until its first secondary stores the block."""
+    s3 = c.s3()
+    clients = {name: RpcClient("127.0.0.1", c.ports[name][1], SECRET) for name in c.procs if name.startswith("dn")}
+    nn = clients["nn"] = RpcClient("127.0.0.1", c.ports["nn"][1], SECRET)
+    ids = {nid: name for name, nid in c.node_ids().items()}
+    lags = []
+    try:
+        for i in range(probes):
+            await asyncio.to_thread(s3.put_object, Bucket=bucket, Key=f"p{i}", Body=os.urandom(64 << 10))
+            t_ack = time.perf_counter()  # (the stat call below makes the measured lag an upper bound)
+            blk = (await nn.call("stat", bucket=bucket, key=f"p{i}"))[0]["obj"]["blk"][0]
+            second = clients[ids[blk[3][1]]]
+            while not (await second.call("has", blocks=[blk[0]]))[0]["has"][0]:
+                await asyncio.sleep(0.0005)
+            lags.append(time.perf_counter() - t_ack)
+    finally:
+        for cl in clients.values():
+            await cl.close()
+    return lags
+
+
+def kill_after_acks(c: Cluster, s3, bucket: str, n: int, victim: str) -> tuple[int, int]:
+    """Upload small objects from 12 threads, kill -9 `victim` once n/2 are acknowledged, and count the
+    acknowledged objects that cannot be read while it is down. Restarts it afterwards."""
+    bodies = {f"k{i}": os.urandom(4000) for i in range(n)}
+    acked: dict[str, bytes] = {}
+    it = iter(bodies.items())
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                item = next(it, None)
+            if item is None:
+                return
+            try:
+                s3.put_object(Bucket=bucket, Key=item[0], Body=item[1])
+                acked[item[0]] = item[1]
+            except (botocore.exceptions.ClientError, botocore.exceptions.ConnectionError):
+                pass
+
+    ts = [threading.Thread(target=worker) for _ in range(12)]
+    for t in ts:
+        t.start()
+    while len(acked) < n // 2:
+        time.sleep(0.001)
+    c.kill(victim)
+    for t in ts:
+        t.join()
+    lost = 0
+    for k, v in acked.items():
+        try:
+            ok = s3.get_object(Bucket=bucket, Key=k)["Body"].read() == v
+        except botocore.exceptions.ClientError:
+            ok = False
+        lost += not ok
+    c.start_datanode(int(victim[2:]))
+    c.replicate_once()
+    return lost, len(acked)
+
+
+def restore(root: Path, total: int, obj_size: int) -> dict:
+    """On a fresh cluster of its own (so that only this data counts): write `total` bytes, wait until every copy is
+    in place, kill -9 one DataNode, and time until it is declared dead and until each of its blocks has a new
+    confirmed replica (its re-replication job is done); then check every block is back at 3 live replicas."""
+    c = Cluster(root, datanodes=4, nn_env=RESTORE_NN, dn_env={"DN_SCRUB_BYTES_PER_S": "0"}).start()
+    try:
+        s3 = c.s3(max_pool_connections=8)
+        s3.create_bucket(Bucket="restore")
+        n = max(1, total // obj_size)
+        body = os.urandom(obj_size)
+        t0 = time.perf_counter()
+        keys = parallel_puts(s3, "restore", [(f"r{i}", body) for i in range(n)], 4)
+        write_s = time.perf_counter() - t0
+        drain_replication(c, timeout=600)
+        victim = "dn4"
+        dead = c.node_ids()[victim]
+        blocks = [b for k in keys for b in c.rpc("nn", "stat", bucket="restore", key=k)["obj"]["blk"]]
+        moved = [b for b in blocks if dead in b[3]]
+        t0 = time.perf_counter()
+        c.kill(victim)
+        while next(x for x in c.rpc("nn", "nodes")["nodes"] if x["id"] == dead)["alive"]:
+            time.sleep(0.02)
+        detect = time.perf_counter() - t0
+        while True:
+            job = next((j for j in c.rpc("nn", "jobs")["jobs"] if j["node"] == dead), None)
+            if job is not None and job["state"] == "done":
+                break
+            time.sleep(0.1)
+        restored = time.perf_counter() - t0
+        live = set(c.node_ids().values())
+        after = [b for k in keys for b in c.rpc("nn", "stat", bucket="restore", key=k)["obj"]["blk"]]
+        assert all(len(set(b[3])) == 3 and set(b[3]) <= live for b in after), "not back at 3 live replicas"
+        assert c.rpc("nn", "stats")["lost"] == 0
+        moved_bytes = sum(b[1] for b in moved)
+        return {"GiB": n * obj_size / (1 << 30), "write_s": write_s, "detect_s": detect, "restore_s": restored,
+                "blocks_moved": len(moved), "MiB_moved": moved_bytes / MiB,
+                "MB_per_s": moved_bytes / 1e6 / (restored - detect)}
+    finally:
+        c.close()
+
+
+def policies_and_window(root: Path, quick: bool) -> None:
+    c = Cluster(root, datanodes=4, nn_env=RESTORE_NN, dn_env={"DN_SCRUB_BYTES_PER_S": "0"}).start()
+    try:
+        s3 = c.s3(max_pool_connections=32)
+        count = 48 if quick else 160
+        for size, label in ((MiB, "1 MiB"), (128 << 10, "128 KiB")):
+            res = throughput(c, s3, size, count if size == MiB else count * 4, 16)
+            base = res["async"]["MB/s"]
+            print(f"\nwrite throughput, {label} objects, 16 clients, 4 DataNodes, 3 replicas:")
+            for p, r in res.items():
+                print(f"  {p:7s} {r['MB/s']:7.1f} MB/s  ({r['MB/s'] / base:4.2f}x async)  "
+                      f"server CPU {r['cpu_ms_per_MB']:6.1f} ms/MB")
+
+        create_bucket(s3, "window", "async")
+        lags = sorted(asyncio.run(_secondary_lag(c, "window", 50 if quick else 200)))
+        print(f"\nasync loss window (ack -> first secondary has the block, {len(lags)} sequential PUTs): "
+              f"median {statistics.median(lags) * 1000:.1f} ms, p99 {lags[int(len(lags) * .99) - 1] * 1000:.1f} ms,"
+              f" max {lags[-1] * 1000:.1f} ms")
+        create_bucket(s3, "killa", "async")
+        create_bucket(s3, "kills", "sync:2")
+        n = 300 if quick else 1000
+        for bucket, policy in (("killa", "async"), ("kills", "sync:2")):
+            lost, acked = kill_after_acks(c, s3, bucket, n, "dn1")
+            print(f"kill -9 of a DataNode mid-stream, {policy}: {lost} of {acked} acknowledged objects unreadable "
+                  "while it is down (all readable once it returns)")
+    finally:
+        c.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (restore 128 MiB)")
+    ap.add_argument("--restore-mib", type=int, default=None, help="data written before the kill (default 1024)")
+    ap.add_argument("--only", choices=("policies", "restore"), help="run one part (default: both)")
+    a = ap.parse_args()
+    restore_bytes = (a.restore_mib or (128 if a.quick else 1024)) * MiB
+    with tempfile.TemporaryDirectory(prefix="epochfs-repl-bench-") as tmp:
+        if a.only != "restore":
+            policies_and_window(Path(tmp) / "policies", a.quick)
+        if a.only != "policies":
+            r = restore(Path(tmp) / "restore", restore_bytes, 64 * MiB)
+            print(f"\ndead node (fresh cluster, 4 DataNodes): declared dead {r['detect_s']:.2f}s after kill -9 "
+                  f"(NN_HEARTBEAT_TIMEOUT_S=2, heartbeats every 0.3s); {r['GiB']:.2f} GiB written "
+                  f"({r['write_s']:.1f}s); its {r['blocks_moved']} blocks ({r['MiB_moved']:.0f} MiB) re-replicated, "
+                  f"full replication {r['restore_s']:.2f}s after the kill "
+                  f"({r['MB_per_s']:.1f} MB/s from detection to full replication; NN_REPAIR_BYTES_PER_S=0)")
+
+
+if __name__ == "__main__":
+    main()

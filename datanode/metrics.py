@@ -1,0 +1,13 @@
+"""The DataNode's gauges, read from its block store at scrape time."""
+from __future__ import annotations
+
+from epochfs.common.metrics import gauge
+
+
+def register(store, heartbeat) -> None:
+    gauge("epochfs_datanode_stored_blocks", "Blocks stored on this DataNode", lambda: [((), store.count)])
+    gauge("epochfs_datanode_stored_bytes", "Block bytes stored on this DataNode", lambda: [((), store.used)])
+    gauge("epochfs_datanode_replication_queue", "Replication jobs this DataNode still has to push (its lag)",
+          lambda: [((), store.replication_lag()["queued"])])
+    gauge("epochfs_datanode_registered", "1 once the NameNode gave this DataNode an id",
+          lambda: [((), 0 if heartbeat.node_id is None else 1)])

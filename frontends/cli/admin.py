@@ -1,0 +1,209 @@
+"""`epochfs admin ...`: the cluster's state and its access keys as tables, from the gateway's admin API.
+
+Endpoint and credentials come from --endpoint/--access-key/--secret-key or from AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (what `epochfs up` prints). Requests are signed with SigV4, so the
+secret never crosses the wire.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import sys
+from urllib.parse import urlsplit
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from epochfs.common import sigv4
+
+
+class SigV4Auth(httpx.Auth):
+    """Signs each request (headers, query and a hashed body) the way the gateway's verifier checks it."""
+
+    requires_request_body = True
+
+    def __init__(self, access_key: str, secret_key: str, region: str = "us-east-1") -> None:
+        self.access_key, self.secret_key, self.region = access_key, secret_key, region
+
+    def auth_flow(self, request: httpx.Request):
+        amz_date = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        payload = hashlib.sha256(request.content).hexdigest()
+        request.headers["x-amz-date"] = amz_date
+        request.headers["x-amz-content-sha256"] = payload
+        signed = sorted([("host", request.url.netloc.decode()), ("x-amz-content-sha256", payload),
+                         ("x-amz-date", amz_date)])
+        query = httpx.QueryParams(request.url.query).multi_items()
+        creq, names = sigv4.canonical_request(request.method, sigv4.canonical_path(request.url.path),
+                                              sigv4.canonical_query(query), signed, payload)
+        scope = sigv4.scope(amz_date[:8], self.region, "s3")
+        sig = sigv4.sign(sigv4.signing_key(self.secret_key, amz_date[:8], self.region, "s3"),
+                         sigv4.string_to_sign(amz_date, scope, creq))
+        request.headers["authorization"] = (f"{sigv4.ALGORITHM} Credential={self.access_key}/{scope}, "
+                                            f"SignedHeaders={names}, Signature={sig}")
+        yield request
+
+
+class AdminError(Exception):
+    pass
+
+
+class AdminClient:
+    def __init__(self, endpoint: str, access_key: str, secret_key: str, timeout: float = 30.0) -> None:
+        self.http = httpx.Client(base_url=endpoint.rstrip("/") + "/admin/v1", timeout=timeout,
+                                 auth=SigV4Auth(access_key, secret_key))
+
+    def call(self, method: str, path: str, body: dict | None = None):
+        r = self.http.request(method, path, json=body)
+        if r.status_code >= 400:
+            try:
+                detail = r.json().get("detail")
+            except ValueError:
+                detail = r.text
+            raise AdminError(f"{method} {path}: HTTP {r.status_code}: {detail}")
+        return r.json() if r.content else None
+
+
+def _size(n) -> str:
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def _table(title: str, columns: list[str], rows: list[list]) -> Table:
+    t = Table(title=title)
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*("-" if v is None else str(v) for v in r))
+    return t
+
+
+def show_status(c: AdminClient) -> Table:
+    s = c.call("GET", "/summary")
+    g = s["gateway"]
+    rows = [["health", s["health"]], ["capacity", _size(s["capacity"])], ["used", _size(s["used"])],
+            ["free", _size(s["free"])], ["buckets", s["buckets"]], ["objects", s["objects"]],
+            ["object bytes", _size(s["bytes"])],
+            ["DataNodes", ", ".join(f"{v} {k}" for k, v in s["nodes"].items()) or "none"],
+            ["under-replicated blocks", s["under_replicated"]], ["lost blocks", s["lost"]],
+            ["repairs in flight", s["repairs_in_flight"]],
+            ["gateway requests", f"{g['requests']:.0f} ({g['errors']:.0f} errors)"],
+            ["gateway bytes in / out", f"{_size(g['bytes_in'])} / {_size(g['bytes_out'])}"]]
+    return _table("epochfs cluster", ["", ""], rows)
+
+
+def show_nodes(c: AdminClient) -> Table:
+    rows = [[n["id"], n["address"], n["state"], _size(n["capacity"]), _size(n["used"]), n["blocks"],
+             "never" if n["last_heartbeat_s"] is None else f"{n['last_heartbeat_s']:.1f} s ago",
+             n["replication_lag"]] for n in c.call("GET", "/nodes")]
+    return _table("DataNodes", ["id", "address", "state", "capacity", "used", "blocks", "heartbeat",
+                                "replication lag"], rows)
+
+
+def show_buckets(c: AdminClient) -> Table:
+    rows = [[b["name"], b["owner"][:16], _size(b["bytes"]), b["objects"], b["replication"], b["write_policy"],
+             "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"]]
+            for b in c.call("GET", "/buckets")]
+    return _table("Buckets", ["name", "owner", "size", "objects", "replicas", "write policy", "quota bytes",
+                              "quota objects"], rows)
+
+
+def show_keys(c: AdminClient) -> Table:
+    rows = [[k["access_key"], k["name"], "yes" if k["admin"] else "", "disabled" if k["disabled"] else "active",
+             k["source"], "(owner and ACL rules)" if k["buckets"] is None else
+             ", ".join(f"{b}:{p}" for b, p in sorted(k["buckets"].items())) or "none"]
+            for k in c.call("GET", "/keys")]
+    return _table("Access keys", ["access key", "name", "admin", "state", "source", "buckets"], rows)
+
+
+def show_jobs(c: AdminClient) -> Table:
+    rows = [[j["id"], j["kind"], j["state"], "-" if j["progress"] is None else f"{100 * j['progress']:.0f}%",
+             j.get("node"), json.dumps(j["detail"])[:60]] for j in c.call("GET", "/jobs")]
+    return _table("Jobs", ["id", "kind", "state", "progress", "node", "detail"], rows)
+
+
+def _perms(specs: list[str] | None) -> dict:
+    out = {}
+    for spec in specs or []:
+        bucket, sep, perm = spec.rpartition(":")
+        if not sep or perm not in ("read", "write", "owner"):
+            raise AdminError(f"bad --bucket {spec!r}: want BUCKET:read|write|owner")
+        out[bucket] = perm
+    return out
+
+
+def run(args) -> int:
+    endpoint = args.endpoint or os.environ.get("AWS_ENDPOINT_URL")
+    ak = args.access_key or os.environ.get("AWS_ACCESS_KEY_ID")
+    sk = args.secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not (endpoint and ak and sk):
+        print("epochfs admin: need an endpoint and admin credentials (--endpoint/--access-key/--secret-key or "
+              "AWS_ENDPOINT_URL/AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, as `epochfs up` prints)", file=sys.stderr)
+        return 2
+    if urlsplit(endpoint).scheme not in ("http", "https"):
+        print(f"epochfs admin: bad endpoint {endpoint!r}", file=sys.stderr)
+        return 2
+    c, out = AdminClient(endpoint, ak, sk), Console()
+    try:
+        if args.what == "keys" and args.action != "list":
+            out.print(_key_action(c, args))
+        elif args.what == "jobs" and args.action != "list":
+            job = c.call("POST", "/jobs", {"kind": args.action, **({} if args.node is None else {"node": args.node})})
+            out.print(f"{job['kind']} job {job['id']}: {job['state']}")
+        elif args.what == "decommission":
+            job = c.call("POST", f"/nodes/{args.node}/decommission")
+            out.print(f"DataNode {args.node}: decommission {job['state']} (job {job['id']})")
+        else:
+            out.print({"status": show_status, "nodes": show_nodes, "buckets": show_buckets, "keys": show_keys,
+                       "jobs": show_jobs}[args.what](c))
+    except (AdminError, httpx.HTTPError) as e:
+        print(f"epochfs admin: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _key_action(c: AdminClient, args):
+    if args.action == "create":
+        k = c.call("POST", "/keys", {"name": args.name, "buckets": _perms(args.bucket), "admin": args.admin})
+        return (f"access key {k['access_key']}\nsecret key {k['secret_key']}\n"
+                "(the secret is shown only now)")
+    if not args.key:
+        raise AdminError(f"keys {args.action} needs the access key")
+    if args.action == "delete":
+        c.call("DELETE", f"/keys/{args.key}")
+        return f"deleted {args.key}"
+    if args.action in ("disable", "enable"):
+        c.call("PATCH", f"/keys/{args.key}", {"disabled": args.action == "disable"})
+        return f"{args.action}d {args.key}"
+    c.call("PATCH", f"/keys/{args.key}", {"buckets": _perms(args.bucket)})
+    return f"{args.key}: bucket permissions set"
+
+
+def add_parser(sub) -> None:
+    ap = sub.add_parser("admin", help="cluster status, DataNodes, buckets, access keys and jobs (admin API)")
+    ap.add_argument("--endpoint", help="gateway URL (default: $AWS_ENDPOINT_URL)")
+    ap.add_argument("--access-key", help="admin access key (default: $AWS_ACCESS_KEY_ID)")
+    ap.add_argument("--secret-key", help="admin secret key (default: $AWS_SECRET_ACCESS_KEY)")
+    what = ap.add_subparsers(dest="what", required=True)
+    for name, help_ in (("status", "cluster summary"), ("nodes", "DataNodes"), ("buckets", "buckets and quotas")):
+        what.add_parser(name, help=help_)
+    jobs = what.add_parser("jobs", help="list scrub / rebalance / decommission / gc jobs, or start one")
+    jobs.add_argument("action", nargs="?", default="list", choices=("list", "scrub", "rebalance", "gc"))
+    jobs.add_argument("--node", type=int, help="scrub only this DataNode")
+    keys = what.add_parser("keys", help="list, create, disable, enable, delete keys; set bucket permissions")
+    keys.add_argument("action", nargs="?", default="list",
+                      choices=("list", "create", "disable", "enable", "delete", "grant"))
+    keys.add_argument("key", nargs="?", help="the access key (all actions but list and create)")
+    keys.add_argument("--bucket", action="append", metavar="BUCKET:read|write|owner",
+                      help="a bucket permission (create, grant; repeatable; grant replaces the key's list)")
+    keys.add_argument("--name")
+    keys.add_argument("--admin", action="store_true", help="create an admin key")
+    dec = what.add_parser("decommission", help="drain a DataNode")
+    dec.add_argument("node", type=int)
+    ap.set_defaults(func=run)

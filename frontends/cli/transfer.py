@@ -1,0 +1,168 @@
+"""`epochfs cp` and `epochfs sync`: copy a local folder to a bucket (or back) with parallel transfers.
+
+A remote path is `epochfs://bucket/prefix` or `s3://bucket/prefix`; anything else is local. Endpoint and keys come
+from the variables `epochfs up` prints. sync copies only what differs: a file whose size differs, or whose source is
+newer than the destination (a download takes the object's time as its mtime, so the next sync skips it).
+"""
+from __future__ import annotations
+
+import asyncio
+import calendar
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+from epochfs.common import errors
+from epochfs.common.client import S3Client
+
+REMOTE = ("epochfs://", "s3://")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    rel: str       # path below the source/destination root, with "/" separators
+    size: int
+    mtime: float   # seconds since the epoch
+
+
+class TransferError(Exception):
+    """A problem worth one line to the user (no traceback)."""
+
+
+def _remote(path: str) -> tuple[str, str] | None:
+    for scheme in REMOTE:
+        if path.startswith(scheme):
+            bucket, _, key = path[len(scheme):].partition("/")
+            if not bucket:
+                raise TransferError(f"{path}: no bucket in the path")
+            return bucket, key
+    return None
+
+
+def _local_tree(root: Path) -> dict[str, Entry]:
+    if root.is_file():
+        st = root.stat()
+        return {"": Entry("", st.st_size, st.st_mtime)}
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            p = Path(dirpath) / f
+            st = p.stat()
+            rel = p.relative_to(root).as_posix()
+            out[rel] = Entry(rel, st.st_size, st.st_mtime)
+    return out
+
+
+async def _remote_tree(c: S3Client, bucket: str, key: str) -> dict[str, Entry]:
+    """The object `key` itself (rel "") if it exists, else every object below `key/`."""
+    prefix = key.rstrip("/") + "/" if key else ""
+    out = {}
+    async for page in c.manifest(bucket, prefix):
+        for k, size, _, mt in page:
+            if not k.endswith("/"):
+                out[k[len(prefix):]] = Entry(k[len(prefix):], size, mt / 1e9)
+    if not out and key and not key.endswith("/"):
+        try:
+            info = await c.head(bucket, key)
+        except errors.NotFound:
+            return {}
+        mt = calendar.timegm(time.strptime(info.last_modified, "%a, %d %b %Y %H:%M:%S GMT"))
+        out[""] = Entry("", info.size, float(mt))
+    return out
+
+
+def _join(base: str, rel: str) -> str:
+    return "/".join(p for p in (base.rstrip("/"), rel) if p)
+
+
+def _changed(src: Entry, dst: Entry | None) -> bool:
+    return dst is None or src.size != dst.size or src.mtime > dst.mtime + 1.0  # 1 s: mtime granularity
+
+
+async def _upload(c: S3Client, root: Path, bucket: str, key: str, e: Entry, advance) -> None:
+    path = root / e.rel if e.rel else root
+    dest = _join(key, e.rel) if e.rel else (key if key and not key.endswith("/") else _join(key, root.name))
+    if e.size <= c.multipart_threshold:
+        await c.put(bucket, dest, await asyncio.to_thread(path.read_bytes))
+    else:
+        with open(path, "rb") as f:
+            await c.put_parts(bucket, dest, iter(lambda: f.read(c.part_size), b""))
+    advance(e.size)
+
+
+async def _download(c: S3Client, bucket: str, key: str, root: Path, e: Entry, advance) -> None:
+    dest = root / e.rel if e.rel else (root / key.rsplit("/", 1)[-1] if root.is_dir() else root)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.epochfs-part")
+    try:
+        with open(tmp, "wb") as f:
+            await c.download(bucket, _join(key, e.rel) if e.rel else key, f.write)
+        os.utime(tmp, (e.mtime, e.mtime))
+        os.replace(tmp, dest)  # a file appears whole or not at all
+    finally:
+        tmp.unlink(missing_ok=True)
+    advance(e.size)
+
+
+async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool) -> tuple[int, int]:
+    """Copy src to dst (one side local, one remote); returns (files copied, files skipped as unchanged)."""
+    rs, rd = _remote(src), _remote(dst)
+    if (rs is None) == (rd is None):
+        raise TransferError("one of SRC and DST must be local and the other epochfs://bucket/... or s3://bucket/...")
+    async with S3Client(max_connections=jobs) as c:
+        if rs is None:
+            root = Path(src)
+            if not root.exists():
+                raise TransferError(f"{src}: no such file or directory")
+            todo, other = _local_tree(root), (await _remote_tree(c, *rd) if sync else {})
+        else:
+            root = Path(dst)
+            todo = await _remote_tree(c, *rs)
+            if not todo:
+                raise TransferError(f"{src}: no such object or prefix")
+            other = _local_tree(root) if sync and root.exists() else {}
+        work = [e for e in todo.values() if not sync or _changed(e, other.get(e.rel))]
+        skipped = len(todo) - len(work)
+        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                      TimeRemainingColumn(), disable=quiet or not sys.stderr.isatty(), transient=False) as bar:
+            task = bar.add_task(f"{'sync' if sync else 'cp'} {len(work)} files", total=sum(e.size for e in work))
+            sem = asyncio.Semaphore(jobs)
+
+            async def one(e: Entry) -> None:
+                async with sem:
+                    if rs is None:
+                        await _upload(c, root, *rd, e, lambda n: bar.advance(task, n))
+                    else:
+                        await _download(c, *rs, root, e, lambda n: bar.advance(task, n))
+            results = await asyncio.gather(*(one(e) for e in work), return_exceptions=True)
+        failed = [(e, r) for e, r in zip(work, results) if isinstance(r, BaseException)]
+        if failed:
+            e, r = failed[0]
+            raise TransferError(f"{len(failed)} of {len(work)} files failed; first: {e.rel or src}: {r}")
+        return len(work), skipped
+
+
+def cmd_transfer(args) -> int:
+    try:
+        copied, skipped = asyncio.run(transfer(args.src, args.dst, sync=args.cmd == "sync", jobs=args.jobs,
+                                               quiet=args.quiet))
+    except (TransferError, errors.DomainError, OSError) as e:
+        print(f"epochfs {args.cmd}: {e}", file=sys.stderr)
+        return 1
+    print(f"{copied} copied, {skipped} unchanged", file=sys.stderr)
+    return 0
+
+
+def add_parser(sub) -> None:
+    for name, help_ in (("cp", "copy a file or folder to or from epochfs://bucket/prefix"),
+                        ("sync", "copy only new and changed files (size, then mtime) to or from a bucket")):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("src")
+        p.add_argument("dst")
+        p.add_argument("-j", "--jobs", type=int, default=16, help="parallel transfers (default 16)")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+        p.set_defaults(func=cmd_transfer)

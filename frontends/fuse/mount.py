@@ -1,0 +1,106 @@
+"""`epochfs mount [BUCKET[/PREFIX]] MOUNTPOINT` and `epochfs umount MOUNTPOINT`.
+
+The mount runs pyfuse3 under trio in the foreground (-f) or, by default, as a background process of its own that the
+command waits for until the mount is up. SIGTERM and SIGINT unmount it cleanly.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from epochfs.common.client import S3Client
+from epochfs.common.service import setup_logging
+
+from .ops import EpochOperations
+from .options import MountOptions, options
+
+
+def fuse_options(opts: MountOptions, allow_other: bool) -> set[str]:
+    out = {"fsname=epochfs", "subtype=epochfs", "default_permissions"}
+    if allow_other:
+        out.add("allow_other")
+    if opts.read_only:
+        out.add("ro")
+    return out
+
+
+async def serve(ops: EpochOperations, mountpoint: str, fuse_opts: set[str]) -> None:
+    await ops.start()
+    pyfuse3.init(ops, mountpoint, fuse_opts)
+    try:
+        async with trio.open_nursery() as nursery:
+            ops.nursery = nursery
+            nursery.start_soon(_stop_on_signal)
+            await pyfuse3.main()
+            nursery.cancel_scope.cancel()
+    finally:
+        pyfuse3.close(unmount=True)
+        await ops.close()
+
+
+async def _stop_on_signal() -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            pyfuse3.terminate()
+            return
+
+
+def cmd_mount(args) -> int:
+    mp = os.path.abspath(args.mountpoint)
+    if not os.path.isdir(mp):
+        print(f"epochfs mount: {mp} is not a directory", file=sys.stderr)
+        return 2
+    if not args.foreground:
+        return _mount_background(mp)
+    setup_logging("warning")
+    opts = options(args)
+    if opts.cache_dir is not None:
+        opts.cache_dir.mkdir(parents=True, exist_ok=True)
+    client = S3Client(args.endpoint, args.access_key, args.secret_key, timeout=opts.timeout)
+    ops = EpochOperations(client, opts)
+    try:
+        trio.run(serve, ops, mp, fuse_options(opts, not args.no_allow_other))
+    except Exception as e:  # noqa: BLE001 -- the command's one place to turn a failure into a message
+        print(f"epochfs mount: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _mount_background(mp: str) -> int:
+    """Run this same command with -f in a new session and wait until the mount is up (or the child gave up). The
+    daemon logs to a file of its own: the terminal that started it may be long gone when it has something to say."""
+    argv = [sys.executable, "-m", "epochfs.frontends.cli.main", *sys.argv[1:], "--foreground"]
+    log = tempfile.NamedTemporaryFile(prefix="epochfs-mount-", suffix=".log", delete=False)
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if os.path.ismount(mp):
+            print(f"epochfs mounted on {mp} (pid {p.pid}, log {log.name}); unmount with: epochfs umount {mp}",
+                  file=sys.stderr)
+            return 0
+        if p.poll() is not None:
+            sys.stderr.write(Path(log.name).read_text())
+            return p.returncode or 1
+        time.sleep(0.05)
+    p.terminate()
+    print(f"epochfs mount: {mp} did not come up within 30 s", file=sys.stderr)
+    return 1
+
+
+def cmd_umount(args) -> int:
+    mp = os.path.abspath(args.mountpoint)
+    tool = shutil.which("fusermount3") or shutil.which("fusermount")
+    cmd = [tool, "-u", mp] if tool else ["umount", mp]
+    if args.lazy:
+        cmd = [tool, "-u", "-z", mp] if tool else ["umount", "-l", mp]
+    return subprocess.call(cmd)

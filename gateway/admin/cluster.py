@@ -1,0 +1,131 @@
+"""Cluster summary, DataNodes and jobs (scrub, rebalance, decommission, garbage collection)."""
+from __future__ import annotations
+
+import itertools
+import time
+
+from fastapi import APIRouter, HTTPException
+
+from .. import metrics
+from .auth import AdminDep
+from .common import CtxDep
+from .models import Job, JobCreate, Node, Summary, Throughput
+
+router = APIRouter(tags=["cluster"])
+_job_ids = itertools.count(1)
+
+
+def node_view(n: dict) -> Node:
+    state = n.get("state") or ("alive" if n.get("alive") else "dead")
+    lag = n.get("replication_lag", (n.get("extra") or {}).get("queued"))
+    lag_s = lag.get("oldest_s") if isinstance(lag, dict) else None
+    if isinstance(lag, dict):
+        lag = lag.get("queued")
+    capacity, used = int(n.get("capacity", 0)), int(n.get("used", 0))
+    return Node(id=n["id"], address=f"{n['host']}:{n['rpc_port']}", http_port=int(n.get("http_port", 0)),
+                capacity=capacity, used=used, free=max(capacity - used, 0), blocks=int(n.get("blocks", 0)),
+                last_heartbeat_s=n.get("heartbeat_age_s"), state=state,
+                replication_lag=None if lag is None else float(lag),
+                replication_lag_s=None if lag_s is None else float(lag_s))
+
+
+async def nodes_of(ctx) -> list[Node]:
+    return [node_view(n) for n in (await ctx.cluster.nn("nodes"))["nodes"]]
+
+
+@router.get("/summary", response_model=Summary)
+async def summary(_: AdminDep, ctx: CtxDep) -> Summary:
+    nodes = await nodes_of(ctx)
+    stats = await ctx.cluster.nn("stats")
+    usage = (await ctx.cluster.nn("bucket_usage"))["usage"]
+    states: dict[str, int] = {}
+    for n in nodes:
+        states[n.state] = states.get(n.state, 0) + 1
+    live = [n for n in nodes if n.state in ("alive", "decommissioning")]
+    under, lost = int(stats.get("under_replicated", 0)), int(stats.get("lost", 0))
+    health = "down" if not live else "degraded" if (len(live) < len(nodes) - states.get("decommissioned", 0)
+                                                    or under or lost) else "ok"
+    capacity, used = sum(n.capacity for n in live), sum(n.used for n in live)
+    return Summary(health=health, capacity=capacity, used=used, free=max(capacity - used, 0), buckets=len(usage),
+                   objects=sum(u[1] for u in usage.values()), bytes=sum(u[0] for u in usage.values()), nodes=states,
+                   under_replicated=under, lost=lost, repairs_in_flight=int(stats.get("repairs_in_flight", 0)),
+                   gateway=Throughput(**metrics.totals()))
+
+
+@router.get("/nodes", response_model=list[Node])
+async def list_nodes(_: AdminDep, ctx: CtxDep) -> list[Node]:
+    return sorted(await nodes_of(ctx), key=lambda n: n.id)
+
+
+@router.get("/nodes/{node_id}", response_model=Node, responses={404: {"description": "no such DataNode"}})
+async def get_node(node_id: int, _: AdminDep, ctx: CtxDep) -> Node:
+    for n in await nodes_of(ctx):
+        if n.id == node_id:
+            return n
+    raise HTTPException(404, f"no DataNode {node_id}")
+
+
+async def _decommission(ctx, node_id: int) -> Job:
+    if not any(n.id == node_id for n in await nodes_of(ctx)):
+        raise HTTPException(404, f"no DataNode {node_id}")
+    res = await ctx.cluster.nn("decommission", node=node_id)
+    return job_view({"kind": "decommission", "node": node_id, "state": "running", **res})
+
+
+@router.post("/nodes/{node_id}/decommission", response_model=Job, status_code=202,
+             responses={404: {"description": "no such DataNode"}})
+async def decommission(node_id: int, _: AdminDep, ctx: CtxDep) -> Job:
+    """Drain a DataNode: it gets no new blocks, its blocks are copied elsewhere, then it is decommissioned."""
+    return await _decommission(ctx, node_id)
+
+
+def job_view(j: dict) -> Job:
+    known = {"id", "kind", "state", "progress", "node"}
+    prog = j.get("progress")
+    return Job(id=str(j.get("id") or f"nn-{j.get('kind', 'job')}-{j.get('node', '')}"), kind=str(j.get("kind", "?")),
+               state=str(j.get("state", "running")), progress=None if prog is None else float(prog),
+               node=j.get("node"), detail={k: v for k, v in j.items() if k not in known})
+
+
+class GatewayJobs:
+    """Jobs this gateway ran itself (garbage collection passes); the NameNode's jobs come from its `jobs` RPC."""
+
+    def __init__(self, keep: int = 50) -> None:
+        self.done: list[Job] = []
+        self.keep = keep
+
+    def add(self, job: Job) -> Job:
+        self.done = (self.done + [job])[-self.keep:]
+        return job
+
+
+_gw_jobs = GatewayJobs()
+
+
+@router.get("/jobs", response_model=list[Job])
+async def list_jobs(_: AdminDep, ctx: CtxDep) -> list[Job]:
+    nn_jobs = [job_view(j) for j in (await ctx.cluster.nn("jobs"))["jobs"]]
+    return nn_jobs + list(_gw_jobs.done)
+
+
+@router.post("/jobs", response_model=Job, status_code=202,
+             responses={404: {"description": "no such DataNode"}, 409: {"description": "the DataNode is not alive"},
+                        422: {"description": "a node given to rebalance, or none to decommission"}})
+async def start_job(req: JobCreate, _: AdminDep, ctx: CtxDep) -> Job:
+    """Start a job: gc (one pass, done at once), decommission (of `node`), scrub (a full CRC pass on every live
+    DataNode, or on `node`), rebalance (move replicas from the fullest to the emptiest nodes). Starting a scrub or
+    rebalance while one runs returns the running one."""
+    if req.kind == "gc":
+        t = time.time()
+        res = await ctx.cluster.nn("gc_once")
+        stats = await ctx.cluster.nn("stats")
+        return _gw_jobs.add(Job(id=f"gc-{next(_job_ids)}", kind="gc", state="done", progress=1.0,
+                                detail={"expired_allocations": res.get("expired", 0),
+                                        "garbage_blocks_left": stats.get("garbage", 0), "started": t}))
+    if req.kind == "decommission":
+        if req.node is None:
+            raise HTTPException(422, "decommission needs a node")
+        return await _decommission(ctx, req.node)
+    if req.kind == "rebalance" and req.node is not None:
+        raise HTTPException(422, "a rebalance job takes no node")
+    return job_view(await ctx.cluster.nn("job_start", kind=req.kind, **({} if req.node is None else {"node": req.node})))

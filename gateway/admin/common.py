@@ -1,0 +1,13 @@
+"""What the admin routers share: the gateway context."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+
+def get_ctx(request: Request):
+    return request.app.state.ctx
+
+
+CtxDep = Annotated[object, Depends(get_ctx)]

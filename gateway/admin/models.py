@@ -1,0 +1,121 @@
+"""The admin API's request and response models (they make its OpenAPI schema at /admin/openapi.json)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Permission = Literal["read", "write", "owner"]
+BucketName = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+class Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Throughput(Msg):
+    """Cumulative counters of the gateway that answered (the dashboard turns two readings into rates)."""
+    requests: float
+    errors: float
+    bytes_in: float
+    bytes_out: float
+
+
+class Summary(Msg):
+    health: Literal["ok", "degraded", "down"]
+    capacity: int
+    used: int
+    free: int
+    buckets: int
+    objects: int
+    bytes: int = Field(description="object bytes stored (current versions, before replication)")
+    nodes: dict[str, int] = Field(description="DataNodes per state")
+    under_replicated: int
+    lost: int
+    repairs_in_flight: int
+    gateway: Throughput
+
+
+class Node(Msg):
+    id: int
+    address: str
+    http_port: int
+    capacity: int
+    used: int
+    free: int
+    blocks: int
+    last_heartbeat_s: float | None = Field(description="seconds since the last heartbeat (null: none since the "
+                                                       "NameNode started)")
+    state: str = Field(description="alive | dead | decommissioning | decommissioned")
+    replication_lag: float | None = Field(description="replication jobs queued on the node")
+    replication_lag_s: float | None = Field(None, description="age of the oldest queued replication job (s)")
+
+
+class Bucket(Msg):
+    name: str
+    owner: str
+    created: int = Field(description="creation time, ns since the epoch")
+    bytes: int
+    objects: int
+    replication: int
+    block_size: int
+    write_policy: str = Field(description="async, or sync:N (acknowledge after N replicas)")
+    quota_bytes: int | None
+    quota_objects: int | None
+    versioning: str | None
+
+
+class BucketPatch(Msg):
+    """Fields to change; a quota set to null is removed, a field left out is unchanged."""
+    replication: int | None = Field(None, ge=1, le=16)
+    write_policy: str | None = Field(None, pattern=r"^(async|sync:([1-9]|1[0-6]))$")
+    quota_bytes: int | None = Field(None, ge=0, le=1 << 62)
+    quota_objects: int | None = Field(None, ge=0, le=1 << 62)
+
+
+class KeyCreate(Msg):
+    access_key: str | None = Field(None, pattern=r"^[A-Za-z0-9_.+=-]{3,128}$",
+                                   description="default: generated")
+    secret_key: str | None = Field(None, min_length=8, max_length=128, pattern=r"^[\x21-\x7e]+$",
+                                   description="default: generated")
+    name: str | None = Field(None, max_length=128)
+    owner_id: str | None = Field(None, max_length=128, pattern=r"^[\x21-\x7e]+$",
+                                 description="canonical user id the key acts as; default: its own")
+    admin: bool = False
+    buckets: dict[str, Permission] = Field(default_factory=dict)
+
+
+class KeyPatch(Msg):
+    disabled: bool | None = None
+    admin: bool | None = None
+    name: str | None = Field(None, max_length=128)
+    buckets: dict[str, Permission] | None = Field(None, description="replaces the key's bucket permissions")
+
+
+class Key(Msg):
+    access_key: str
+    name: str
+    owner_id: str
+    admin: bool
+    disabled: bool
+    buckets: dict[str, Permission] | None = Field(description="null: a GW_USERS key (owner and ACL rules only)")
+    source: Literal["bootstrap", "admin"]
+
+
+class KeyCreated(Key):
+    secret_key: str = Field(description="shown this once")
+
+
+class JobCreate(Msg):
+    kind: Literal["scrub", "rebalance", "decommission", "gc"]
+    node: int | None = Field(None, ge=0, le=1 << 31,
+                             description="the DataNode (decommission; scrub: only this one; rebalance: none)")
+
+
+class Job(Msg):
+    id: str
+    kind: str
+    state: str = Field(description="running | done | failed | ...")
+    progress: float | None = Field(description="0..1 where known")
+    node: int | None = None
+    detail: dict = Field(default_factory=dict)

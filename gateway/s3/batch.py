@@ -1,0 +1,248 @@
+"""Batch reads and dataset manifests for training loaders, at /_epochfs/batch and /_epochfs/manifest.
+
+  POST /_epochfs/batch[/<bucket>]   {"items": [{"bucket": b, "key": k, "start": s, "end": e}, ...]}
+      bucket defaults to the one in the path; start/end are optional and read like a Python slice (end exclusive,
+      negative counts from the end). Answer: a 4-byte big-endian length, a JSON index
+      {"items": [{"len": n, "size": object size, "etag": e, "mt": mtime_ns} | {"err": S3 code, "msg": text}]},
+      then the items' bytes back to back in request order. One bad key is one item's error, not a failed batch.
+  GET /_epochfs/manifest/<bucket>[/<prefix>]?after=
+      every key under the prefix (no delimiter), streamed as lines, each a JSON array of [key, size, etag,
+      mtime_ns] entries (one NameNode page per line, keys in S3 order, read from directory entries, no stat).
+
+A batch costs one NameNode RPC for all its keys (stat_many) and one RPC per DataNode for all the blocks it serves
+(get_many), instead of a stat and a block read per object. Items are checked exactly as GetObject checks them
+(bucket ownership, key permissions, ACLs). Reads go out in windows of WINDOW_BYTES so a huge batch streams in
+bounded memory; a piece whose chosen replica fails is read again from the others (with read repair), and if that
+fails too the item carries the error (in the first window; past it the index is sent, so the connection is cut).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import struct
+
+import orjson
+
+from epochfs.common import errors
+
+from .access import bucket_access, check_object_read
+from .body import read_all
+from .errors import S3Error, from_domain, invalid_argument
+from .ext import extension
+from .http import Response
+from .objects import check_key
+
+MAX_ITEMS = 10_000
+MAX_BODY = 8 << 20
+WINDOW_BYTES = 32 << 20
+MANIFEST_PAGE = 10_000
+_LEN = struct.Struct(">I")
+
+
+@dataclasses.dataclass(slots=True)
+class _Item:
+    bucket: str
+    key: str
+    start: int | None
+    end: int | None
+    meta: dict | None = None            # the index entry: {"len", "size", "etag", "mt"} or {"err", "msg"}
+    pieces: list = dataclasses.field(default_factory=list)  # (blk, offset, length), then the bytes read
+
+    def fail(self, e: Exception) -> None:
+        s3e = e if isinstance(e, S3Error) else from_domain(e)
+        self.meta = {"err": s3e.code, "msg": s3e.message}
+        self.pieces = []
+
+
+def _parse(body: bytes, default_bucket: str | None) -> list[_Item]:
+    try:
+        raw = orjson.loads(body)["items"]
+        items = [_Item(it.get("bucket") or default_bucket, it["key"], it.get("start"), it.get("end"))
+                 for it in raw]
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        raise S3Error("MalformedJSON", 'The body must be {"items": [{"bucket", "key", "start", "end"}, ...]}.',
+                      400) from None
+    if len(items) > MAX_ITEMS:
+        raise invalid_argument(f"A batch holds at most {MAX_ITEMS} items.")
+    for it in items:
+        if not isinstance(it.bucket, str) or not isinstance(it.key, str) or not it.key:
+            raise invalid_argument("Every item needs a bucket and a non-empty key.")
+        if not all(v is None or type(v) is int for v in (it.start, it.end)):
+            raise invalid_argument("start and end must be integers.")
+    return items
+
+
+def _slice(size: int, start: int | None, end: int | None) -> tuple[int, int]:
+    s = 0 if start is None else max(size + start, 0) if start < 0 else min(start, size)
+    e = size if end is None else max(size + end, 0) if end < 0 else min(end, size)
+    return s, max(s, e)
+
+
+def _plan(blocks: list, start: int, end: int) -> list[tuple[list, int, int]]:
+    out, pos = [], 0
+    for blk in blocks:
+        bstart, bend = pos, pos + blk[1]
+        pos = bend
+        if bend > start and bstart < end:
+            off = max(start - bstart, 0)
+            out.append((blk, off, min(end, bend) - bstart - off))
+    return out
+
+
+async def _stat_items(ctx, req, items: list[_Item]) -> dict:
+    """Check each bucket once and stat every key in one NameNode call; failed items get their error."""
+    infos: dict[str, dict | Exception] = {}
+    for b in {it.bucket for it in items}:
+        try:
+            infos[b] = await bucket_access(ctx, dataclasses.replace(req, bucket=b, key=None), "object")
+        except (S3Error, errors.DomainError) as e:
+            infos[b] = e
+    todo = []
+    for it in items:
+        info = infos[it.bucket]
+        if isinstance(info, Exception):
+            it.fail(info)
+            continue
+        try:
+            check_key(it.key)
+        except S3Error as e:
+            it.fail(e)
+            continue
+        todo.append(it)
+    if not todo:
+        return {}
+    res = await ctx.cluster.nn("stat_many", items=[[it.bucket, it.key] for it in todo])
+    for it, obj in zip(todo, res["objs"]):
+        info = infos[it.bucket]
+        try:
+            if "err" in obj:
+                e = errors.by_name(obj["err"])(obj["msg"])
+                if isinstance(e, errors.NoSuchKey):
+                    check_object_read(ctx, req, info, None)  # AccessDenied for those who may not list
+                raise e
+            check_object_read(ctx, req, info, obj)
+        except (S3Error, errors.DomainError) as e:
+            it.fail(e)
+            continue
+        s, e = _slice(obj.get("size", 0), it.start, it.end)
+        it.meta = {"len": e - s, "size": obj.get("size", 0), "etag": obj.get("etag", "").strip('"'),
+                   "mt": obj.get("mt", 0)}
+        it.pieces = _plan(obj.get("blk", []), s, e)
+    return res["addrs"]
+
+
+def _windows(items: list[_Item]) -> list[list[_Item]]:
+    out, cur, n = [], [], 0
+    for it in items:
+        cur.append(it)
+        n += it.meta.get("len", 0)
+        if n >= WINDOW_BYTES:
+            out.append(cur)
+            cur, n = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _replica(blk: list, addrs: dict) -> str | None:
+    """The replica a batch reads a block from: rotated by block id, so the reads of a batch spread over every
+    holder (placement already stripes primaries; this spreads the secondaries' share too)."""
+    nodes = blk[3]
+    for i in range(len(nodes)):
+        addr = addrs.get(str(nodes[(blk[0] + i) % len(nodes)]))
+        if addr is not None:
+            return addr
+    return None
+
+
+async def _fetch(ctx, items: list[_Item], addrs: dict, first: bool) -> None:
+    """Replace every piece of the window's items by its bytes: one get_many per DataNode, then the pieces that
+    failed one by one through the cluster's replica fallback."""
+    by_node: dict[str, list[tuple[_Item, int]]] = {}
+    for it in items:
+        for j, (blk, off, n) in enumerate(it.pieces):
+            by_node.setdefault(_replica(blk, addrs) or "", []).append((it, j))
+
+    async def node_reads(addr: str, refs: list[tuple[_Item, int]]) -> None:
+        if not addr:
+            return
+        reads = [[it.pieces[j][0][0], it.pieces[j][1], it.pieces[j][2]] for it, j in refs]
+        try:
+            head, payload = await ctx.cluster.peers.get(addr).call("get_many", reads=reads)
+        except errors.DomainError:
+            return  # every piece of this node goes through the fallback
+        view, pos = memoryview(payload), 0
+        for (it, j), n in zip(refs, head["lens"]):
+            if n >= 0:
+                it.pieces[j] = view[pos:pos + n]
+                pos += n
+
+    await asyncio.gather(*(node_reads(a, refs) for a, refs in by_node.items()))
+    todo = [(it, j) for it in items for j, p in enumerate(it.pieces) if isinstance(p, tuple)]
+    got = await asyncio.gather(*(_read_piece(ctx, it.pieces[j], addrs) for it, j in todo), return_exceptions=True)
+    for (it, j), r in zip(todo, got):
+        if isinstance(r, BaseException):
+            if not first or not isinstance(r, errors.DomainError):
+                raise r
+            it.fail(r)
+        elif it.pieces:  # empty once another piece of the item failed
+            it.pieces[j] = r
+
+
+def _read_piece(ctx, piece: tuple, addrs: dict):
+    blk, off, n = piece
+    return ctx.cluster.read_block(blk, addrs, off, n)
+
+
+@extension("POST", "batch")
+async def batch_read(ctx, req):
+    items = _parse(await read_all(req.receive, MAX_BODY), req.bucket)
+    addrs = await _stat_items(ctx, req, items)
+    windows = _windows([it for it in items if "len" in it.meta])
+    if windows:
+        await _fetch(ctx, windows[0], addrs, first=True)
+    index = orjson.dumps({"items": [it.meta for it in items]})
+    total = _LEN.size + len(index) + sum(it.meta.get("len", 0) for it in items)
+
+    async def body():
+        yield _LEN.pack(len(index)) + index
+        nxt = None
+        for w, window in enumerate(windows):
+            if nxt is not None:
+                await nxt
+            if w + 1 < len(windows):  # read the next window while this one goes out
+                nxt = asyncio.ensure_future(_fetch(ctx, windows[w + 1], addrs, first=False))
+            try:
+                for it in window:
+                    for p in it.pieces:
+                        yield p
+            except BaseException:
+                if nxt is not None:
+                    nxt.cancel()
+                raise
+            for it in window:
+                it.pieces = []  # sent: let the buffers go
+
+    return Response(200, [("content-type", "application/x-epochfs-batch")], body(), length=total)
+
+
+@extension("GET", "manifest")
+async def manifest(ctx, req):
+    if req.bucket is None:
+        raise invalid_argument("GET /_epochfs/manifest/<bucket>[/<prefix>]: the bucket is missing")
+    await bucket_access(ctx, req, "read")  # the same right as ListObjects
+    prefix, after = req.key or "", req.query.get("after", "")
+    first = await ctx.cluster.nn("manifest", bucket=req.bucket, prefix=prefix, after=after, limit=MANIFEST_PAGE)
+
+    async def lines():
+        page = first
+        while True:
+            for it in page["items"]:
+                it[2] = it[2].strip('"')
+            yield orjson.dumps(page["items"]) + b"\n"
+            if not page["truncated"] or not page["items"]:
+                return
+            page = await ctx.cluster.nn("manifest", bucket=req.bucket, prefix=prefix, after=page["items"][-1][0],
+                                        limit=MANIFEST_PAGE)
+
+    return Response(200, [("content-type", "application/x-ndjson")], lines(), length=None)

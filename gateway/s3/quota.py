@@ -1,0 +1,34 @@
+"""Bucket quotas, checked early: a PUT or UploadPart that cannot fit is refused before its body is read.
+
+The NameNode checks every commit against the quota in the commit's own batch (the authoritative check); this one
+only saves uploading data that would be refused, so it runs only for buckets that have a quota.
+"""
+from __future__ import annotations
+
+from epochfs.common import errors
+
+
+def declared_length(req) -> int | None:
+    n = req.headers.get("x-amz-decoded-content-length") or req.headers.get("content-length")
+    return int(n) if n is not None and n.isdigit() else None
+
+
+async def precheck(ctx, req, info: dict, replaces_key: bool) -> None:
+    """Refuse with QuotaExceeded if the request's declared body cannot fit in the bucket's byte quota.
+    replaces_key: the body becomes the object at req.key (a PUT), so an existing object's size is given back."""
+    limit, length = info.get("qb"), declared_length(req)
+    if limit is None or length is None:
+        return
+    used = (await ctx.cluster.nn("bucket_usage", bucket=req.bucket))["usage"][req.bucket][0]
+    if used + length <= int(limit):
+        return
+    if replaces_key:
+        try:
+            old = (await ctx.cluster.nn("stat", bucket=req.bucket, key=req.key))["obj"]
+            used -= 0 if old.get("dm") else int(old.get("size", 0))
+        except errors.NotFound:
+            pass
+        if used + length <= int(limit):
+            return
+    raise errors.QuotaExceeded(f"The bucket's quota of {int(limit)} bytes would be exceeded ({used} used, this "
+                               f"request adds {length}).", bucket=req.bucket)

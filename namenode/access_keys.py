@@ -1,0 +1,111 @@
+"""S3 access keys created through the gateway's admin API, kept in the NameNode's RocksDB so that every gateway sees
+the same keys (gateways cache them for a few seconds).
+
+A record holds the secret (SigV4 needs it to verify signatures), the canonical owner id the key acts as, a display
+name, whether it is an admin key, whether it is disabled, and per-bucket permissions {bucket: "read"|"write"|"owner"}.
+The bootstrap users of GW_USERS are not stored here.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+import orjson
+
+from epochfs.common import errors
+from epochfs.common.kv import KV, prefix_end
+
+from . import keys
+
+PERMISSIONS = ("read", "write", "owner")
+_ACCESS_KEY = re.compile(r"^[A-Za-z0-9_.+=-]{3,128}$")
+_FIELDS = {"secret_key", "owner_id", "name", "admin", "disabled", "buckets"}
+
+
+def check_buckets(perms) -> dict:
+    if not isinstance(perms, dict) or not all(isinstance(b, str) and b and p in PERMISSIONS for b, p in perms.items()):
+        raise errors.InvalidInput(f"bucket permissions must map bucket names to one of {', '.join(PERMISSIONS)}")
+    return dict(perms)
+
+
+class AccessKeys:
+    def __init__(self, kv: KV) -> None:
+        self.kv = kv
+
+    def get(self, access_key: str) -> dict:
+        raw = self.kv.get(keys.access_key(access_key))
+        if raw is None:
+            raise errors.NotFound(f"no access key {access_key!r}")
+        return {"access_key": access_key, **orjson.loads(raw)}
+
+    def create(self, rec: dict) -> dict:
+        ak = rec.get("access_key", "")
+        if not isinstance(ak, str) or not _ACCESS_KEY.match(ak):
+            raise errors.InvalidInput("an access key is 3-128 letters, digits or _.+=-")
+        if not isinstance(rec.get("secret_key"), str) or len(rec["secret_key"]) < 8:
+            raise errors.InvalidInput("a secret key has at least 8 characters")
+        if self.kv.get(keys.access_key(ak)) is not None:
+            raise errors.AlreadyExists(f"access key {ak!r} exists")
+        body = {"secret_key": rec["secret_key"], "owner_id": str(rec.get("owner_id") or ""),
+                "name": str(rec.get("name") or ak), "admin": bool(rec.get("admin")), "disabled": False,
+                "buckets": check_buckets(rec.get("buckets") or {}), "created": time.time_ns()}
+        self.kv.put(keys.access_key(ak), orjson.dumps(body))
+        return {"access_key": ak, **body}
+
+    def update(self, access_key: str, fields: dict) -> dict:
+        rec = self.get(access_key)
+        bad = set(fields) - (_FIELDS - {"secret_key"})
+        if bad:
+            raise errors.InvalidInput(f"cannot change {', '.join(sorted(bad))}")
+        if "buckets" in fields:
+            fields = {**fields, "buckets": check_buckets(fields["buckets"])}
+        rec.update(fields)
+        self.kv.put(keys.access_key(access_key), orjson.dumps({k: v for k, v in rec.items() if k != "access_key"}))
+        return rec
+
+    def delete(self, access_key: str) -> None:
+        self.get(access_key)
+        self.kv.delete(keys.access_key(access_key))
+
+    def list(self) -> list[dict]:
+        """Every key, without its secret."""
+        p = keys.ACCESS_KEYS
+        out = []
+        for k, v in self.kv.scan(p, prefix_end(p)):
+            rec = orjson.loads(v)
+            rec.pop("secret_key", None)
+            out.append({"access_key": k[1:].decode(), **rec})
+        return out
+
+    def forget_bucket(self, bucket: str) -> None:
+        """A deleted bucket's name may be taken by someone else: grants on it go with it."""
+        for rec in self.list():
+            if bucket in rec["buckets"]:
+                self.update(rec["access_key"], {"buckets": {b: p for b, p in rec["buckets"].items() if b != bucket}})
+
+
+def handlers(store: AccessKeys, meta) -> dict:
+    """The NameNode RPC ops for access keys and bucket usage (merged into namenode/api.py's table)."""
+    async def key_create(a, _):
+        return store.create(a["rec"])
+
+    async def key_get(a, _):
+        return store.get(a["access_key"])
+
+    async def key_list(a, _):
+        return {"keys": store.list()}
+
+    async def key_update(a, _):
+        return store.update(a["access_key"], a["fields"])
+
+    async def key_delete(a, _):
+        store.delete(a["access_key"])
+        return {}
+
+    async def bucket_usage(a, _):
+        """{"usage": {bucket: [bytes, objects]}} for one bucket or all."""
+        if a.get("bucket"):
+            return {"usage": {a["bucket"]: meta.usage(meta.bucket_ino(a["bucket"]))}}
+        return {"usage": meta.bucket_usage()}
+
+    return {f.__name__: f for f in (key_create, key_get, key_list, key_update, key_delete, bucket_usage)}

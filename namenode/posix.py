@@ -1,0 +1,459 @@
+"""POSIX operations on the namespace, addressed by inode, for the mount (through the gateway's /_epochfs/fs).
+
+S3 names a file by its full key, which stops at 1,024 bytes; the mount names it by (parent inode, name), so paths
+through the mount may be PATH_MAX long. The records are the MetaStore's own: a directory inode with its entries, a
+file inode whose entries carry the listing summary. What POSIX adds:
+
+  file inode   "ln": [[parent, name], ...]   every entry that names it (hard links; nlink is its length), so a
+                                            commit by inode can refresh each entry's listing summary
+               "at": atime (ns)
+  symlink      {"t": "l", "tg": target}     target bytes kept as latin-1 text (lossless)
+  special file {"t": "s", "rdev": n}        FIFOs, sockets, device nodes
+  directory    "mk": marker                 mkdir makes a directory marker, so S3 lists it as "dir/"
+
+Symlinks and special files have entries whose summary says "delete marker", so ListObjects skips them and GetObject
+answers NoSuchKey: S3 sees regular files and directories only. Each operation is one RocksDB write batch.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import stat as st
+
+from epochfs.common import errors
+from epochfs.common.kv import prefix_end
+
+from . import keys
+from .keys import ROOT_INO
+from .metastore import S_IFDIR, S_IFLNK, S_IFREG, MetaStore, now_ns
+
+NAME_MAX = 255
+ORPHAN_GRACE_S = 60.0
+DIR_NLINK_SCAN = 4096
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+EMPTY_ETAG = f'"{hashlib.md5(b"").hexdigest()}"'
+
+
+def _fail(cls: type[errors.DomainError], code: int, what: str) -> errors.DomainError:
+    return cls(what, errno=code)
+
+
+class Posix:
+    def __init__(self, meta: MetaStore) -> None:
+        self.meta = meta
+        self.kv = meta.kv
+
+    # ---------------------------------------------------------------- reading
+    def _inode(self, ino: int) -> dict:
+        rec = self.meta.get_inode(ino)
+        if rec is None:
+            raise _fail(errors.NotFound, errno.ENOENT, f"no inode {ino}")
+        return rec
+
+    def _dir(self, ino: int) -> dict:
+        rec = self._inode(ino)
+        if rec.get("t") != "d":
+            raise _fail(errors.NotADirectory, errno.ENOTDIR, f"inode {ino} is not a directory")
+        return rec
+
+    @staticmethod
+    def _check_name(name: str) -> None:
+        if len(name.encode()) > NAME_MAX:
+            raise _fail(errors.KeyTooLong, errno.ENAMETOOLONG, "name longer than 255 bytes")
+        if not name or "/" in name or "\0" in name or name in (".", ".."):
+            raise _fail(errors.InvalidInput, errno.EINVAL, f"invalid name {name!r}")
+
+    def _child(self, parent: int, name: str) -> tuple[int, bool] | None:
+        """(ino, is a directory) of the entry `name` in `parent`; a directory wins over a file of the same name
+        (S3 allows both "a" and "a/b")."""
+        raw = self.kv.get(keys.entry(parent, name, True))
+        if raw is not None:
+            return int.from_bytes(raw[:8], "big"), True
+        raw = self.kv.get(keys.entry(parent, name, False))
+        if raw is not None:
+            return int.from_bytes(raw[:8], "big"), False
+        return None
+
+    def _dir_nlink(self, ino: int) -> int:
+        """2 + subdirectories (their ".." links), counted from the entries; 1 ("not counted", as find and fts
+        read it) for a directory too large to count on every getattr."""
+        p = keys.entries(ino)
+        n = 2
+        for i, k in enumerate(self.kv.scan_keys(p, prefix_end(p))):
+            if i >= DIR_NLINK_SCAN:
+                return 1
+            n += k.endswith(b"/")
+        return n
+
+    def attr(self, ino: int, rec: dict) -> dict:
+        t = rec.get("t")
+        if t == "d":
+            mode, size, nlink = rec.get("mode", S_IFDIR | 0o755), 0, self._dir_nlink(ino)
+        elif t == "l":
+            mode, size, nlink = rec.get("mode", S_IFLNK | 0o777), len(rec.get("tg", "")), len(rec.get("ln", [1]))
+        else:
+            mode, size, nlink = rec.get("mode", S_IFREG | 0o644), rec.get("size", 0), len(rec.get("ln", [1]))
+        mt = rec.get("mt", 0)
+        return {"ino": ino, "mode": mode, "nlink": nlink, "uid": rec.get("uid", 0), "gid": rec.get("gid", 0),
+                "size": size, "rdev": rec.get("rdev", 0), "at": rec.get("at", mt), "mt": mt, "ct": rec.get("ct", mt),
+                "etag": rec.get("etag", "")}
+
+    def getattr(self, ino: int) -> dict:
+        return self.attr(ino, self._inode(ino))
+
+    def lookup(self, parent: int, name: str) -> dict:
+        self._check_name(name)
+        self._dir(parent)
+        found = self._child(parent, name)
+        if found is None:
+            raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r} in {parent}")
+        rec = self.meta.get_inode(found[0])
+        if rec is None:  # a link left dangling by an S3 delete of another name
+            raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r} in {parent}")
+        return self.attr(found[0], rec)
+
+    def readdir(self, ino: int, after: str = "", limit: int = 1000) -> dict:
+        """Entries with their attributes, in key order after the entry key suffix `after`: {"entries": [[name,
+        attr], ...], "next": the `after` of the next page or None}."""
+        self._dir(ino)
+        p = keys.entries(ino)
+        start = p + after.encode() + b"\0" if after else p
+        out, last = [], None
+        for k, v in self.kv.scan(start, prefix_end(p)):
+            if len(out) >= limit:
+                return {"entries": out, "next": last}
+            name = k[9:].decode()
+            last = name
+            child = int.from_bytes(v[:8], "big")
+            rec = self.meta.get_inode(child)
+            if rec is not None:
+                out.append([name.rstrip("/") if name.endswith("/") else name, self.attr(child, rec)])
+        return {"entries": out, "next": None}
+
+    def readlink(self, ino: int) -> str:
+        rec = self._inode(ino)
+        if rec.get("t") != "l":
+            raise _fail(errors.InvalidInput, errno.EINVAL, f"inode {ino} is not a symlink")
+        return rec["tg"]
+
+    def blocks(self, ino: int) -> dict:
+        rec = self._inode(ino)
+        if rec.get("t") == "d":
+            raise _fail(errors.IsADirectory, errno.EISDIR, f"inode {ino} is a directory")
+        return {"blk": rec.get("blk", []), "size": rec.get("size", 0), "etag": rec.get("etag", "")}
+
+    # ---------------------------------------------------------------- writing helpers
+    def _writable_dir(self, parent: int) -> dict:
+        if parent == ROOT_INO:
+            raise _fail(errors.MethodNotAllowed, errno.EPERM, "buckets are made through S3, not mkdir")
+        return self._dir(parent)
+
+    def _touch_dir(self, b, ino: int, rec: dict, t: int) -> None:
+        rec["mt"] = rec["ct"] = t
+        b.put(keys.inode(ino), self.meta._enc(rec))
+
+    def _put_entry(self, b, parent: int, name: str, ino: int, rec: dict) -> None:
+        """The entry (parent, name) -> ino with the listing summary of `rec` (symlinks and special files are hidden
+        from S3 by the delete-marker flag)."""
+        if rec["t"] == "d":
+            b.put(keys.entry(parent, name, True), keys.u64(ino))
+            return
+        hidden = rec["t"] != "f" or bool(rec.get("dm"))
+        summary = [rec.get("size", 0), rec.get("etag", ""), rec.get("mt", 0), rec.get("owner", ""),
+                   rec.get("sc", "STANDARD"), hidden]
+        b.put(keys.entry(parent, name, False), keys.u64(ino) + self.meta._enc(summary))
+
+    def _put_links(self, b, ino: int, rec: dict) -> None:
+        """Write an inode and, for a non-directory, the summary in each of its entries."""
+        b.put(keys.inode(ino), self.meta._enc(rec))
+        for parent, name in rec.get("ln", []) if rec.get("t") != "d" else []:
+            self._put_entry(b, parent, name, ino, rec)
+
+    @staticmethod
+    def _visible(rec: dict) -> tuple[int, int]:
+        """(bytes, objects) one name of this inode adds to its bucket's usage: S3 sees regular files only."""
+        return (int(rec.get("size", 0)), 1) if rec.get("t") == "f" and not rec.get("dm") else (0, 0)
+
+    def _charge(self, bucket: str | None, dbytes: int, dobjects: int):
+        """Check a change of the bucket's usage against its quota (before the batch: EDQUOT commits nothing);
+        returns what applies it inside the batch. Without a bucket name (an old client) usage is left alone."""
+        if bucket is None or (dbytes == 0 and dobjects == 0):
+            return lambda b: None
+        info = self.meta.bucket_info(bucket)
+        used = self.meta.usage(info["ino"])
+        for i, (field, d) in enumerate((("qb", dbytes), ("qo", dobjects))):
+            limit = info.get(field)
+            if limit is not None and d > 0 and used[i] + d > int(limit):
+                raise _fail(errors.QuotaExceeded, errno.EDQUOT, f"bucket {bucket} would exceed its quota")
+        return lambda b: self.meta._add_usage(b, info["ino"], dbytes, dobjects)
+
+    def _drop_link(self, b, parent: int, name: str, ino: int, rec: dict, t: int) -> None:
+        """Remove one name of a non-directory. Without names left the inode becomes an orphan, still readable by inode
+        for a grace period (as an unlinked file stays readable through open descriptors), then freed."""
+        b.delete(keys.entry(parent, name, False))
+        rec["ln"] = [ln for ln in rec.get("ln", [[parent, name]]) if ln != [parent, name]]
+        rec["ct"] = t
+        if not rec["ln"]:  # kept for ORPHAN_GRACE_S: the kernel may hold it open, or be opening it right now
+            b.put(keys.orphan(t, ino), b"")
+        self._put_links(b, ino, rec)
+        self._reap(b, t)
+
+    def _reap(self, b, t: int) -> None:
+        """Free the orphans whose grace period is over."""
+        cutoff = keys.orphan(t - int(ORPHAN_GRACE_S * 1e9), 0)
+        for k in self.kv.scan_keys(keys.ORPHANS, cutoff):
+            ino = int.from_bytes(k[9:], "big")
+            rec = self.meta.get_inode(ino)
+            if rec is not None and not rec.get("ln"):
+                self.meta._garbage_blocks(b, rec.get("blk", []))
+                b.delete(keys.inode(ino))
+            b.delete(k)
+
+    def _new(self, parent: int, name: str, rec: dict, charge=None) -> dict:
+        """Create `name` in `parent` as a new inode `rec`; EEXIST if the name is taken."""
+        self._check_name(name)
+        prec = self._writable_dir(parent)
+        if self._child(parent, name) is not None:
+            raise _fail(errors.AlreadyExists, errno.EEXIST, f"{name!r} exists")
+        t = now_ns()
+        if prec.get("mode", 0) & st.S_ISGID:  # BSD group semantics in a set-group-ID directory, as Linux does
+            rec["gid"] = prec.get("gid", 0)
+            if rec["t"] == "d":
+                rec["mode"] |= st.S_ISGID
+        rec.update(mt=t, ct=t, at=t)
+        if "mk" in rec:
+            rec["mk"]["mt"] = t
+        with self.kv.batch() as b:
+            ino = self.meta._next(b, b"ino")
+            if rec["t"] != "d":
+                rec["ln"] = [[parent, name]]
+            b.put(keys.inode(ino), self.meta._enc(rec))
+            self._put_entry(b, parent, name, ino, rec)
+            self._touch_dir(b, parent, prec, t)
+            if charge is not None:
+                charge(b)
+        return self.attr(ino, rec)
+
+    # ---------------------------------------------------------------- namespace operations
+    def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> dict:
+        mk = {"size": 0, "etag": EMPTY_ETAG, "ctype": "application/x-directory"}
+        return self._new(parent, name, {"t": "d", "mode": S_IFDIR | (mode & 0o7777), "uid": uid, "gid": gid,
+                                        "mk": mk})
+
+    def mknod(self, parent: int, name: str, mode: int, uid: int, gid: int, rdev: int = 0,
+              bucket: str | None = None) -> dict:
+        fmt = st.S_IFMT(mode) or S_IFREG
+        if fmt == S_IFREG:
+            rec = {"t": "f", "size": 0, "etag": EMPTY_ETAG, "blk": []}
+        elif fmt in (st.S_IFIFO, st.S_IFSOCK, st.S_IFCHR, st.S_IFBLK):
+            rec = {"t": "s", "rdev": rdev}
+        else:
+            raise _fail(errors.InvalidInput, errno.EINVAL, f"cannot mknod type {fmt:o}")
+        return self._new(parent, name, {**rec, "mode": fmt | (mode & 0o7777), "uid": uid, "gid": gid},
+                         self._charge(bucket, 0, 1) if fmt == S_IFREG else None)
+
+    def symlink(self, parent: int, name: str, target: str, uid: int, gid: int) -> dict:
+        return self._new(parent, name, {"t": "l", "mode": S_IFLNK | 0o777, "uid": uid, "gid": gid, "tg": target})
+
+    def link(self, ino: int, parent: int, name: str, bucket: str | None = None) -> dict:
+        self._check_name(name)
+        prec = self._writable_dir(parent)
+        rec = self._inode(ino)
+        if rec.get("t") == "d":
+            raise _fail(errors.MethodNotAllowed, errno.EPERM, "hard links to directories are not allowed")
+        if self._child(parent, name) is not None:
+            raise _fail(errors.AlreadyExists, errno.EEXIST, f"{name!r} exists")
+        charge = self._charge(bucket, *self._visible(rec))
+        t = now_ns()
+        rec["ln"] = rec.get("ln", []) + [[parent, name]]
+        rec["ct"] = t
+        with self.kv.batch() as b:
+            self._put_links(b, ino, rec)
+            self._touch_dir(b, parent, prec, t)
+            charge(b)
+        return self.attr(ino, rec)
+
+    def unlink(self, parent: int, name: str, bucket: str | None = None) -> None:
+        prec = self._writable_dir(parent)
+        found = self._child(parent, name)
+        if found is None:
+            raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r}")
+        if found[1]:
+            raise _fail(errors.IsADirectory, errno.EISDIR, f"{name!r} is a directory")
+        rec = self.meta.get_inode(found[0]) or {}
+        size, n = self._visible(rec)
+        charge = self._charge(bucket, -size, -n)
+        t = now_ns()
+        with self.kv.batch() as b:
+            self._drop_link(b, parent, name, found[0], rec, t)
+            self._touch_dir(b, parent, prec, t)
+            charge(b)
+
+    def rmdir(self, parent: int, name: str) -> None:
+        prec = self._writable_dir(parent)
+        found = self._child(parent, name)
+        if found is None:
+            raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r}")
+        if not found[1]:
+            raise _fail(errors.NotADirectory, errno.ENOTDIR, f"{name!r} is not a directory")
+        if not self.meta._is_empty(found[0]):
+            raise _fail(errors.DirectoryNotEmpty, errno.ENOTEMPTY, f"{name!r} is not empty")
+        with self.kv.batch() as b:
+            b.delete(keys.entry(parent, name, True))
+            b.delete(keys.inode(found[0]))
+            self._touch_dir(b, parent, prec, now_ns())
+
+    def rename(self, parent: int, name: str, newparent: int, newname: str, flags: int = 0,
+               bucket: str | None = None) -> None:
+        """Move one entry (a file, or a directory with everything below it) in one batch. RENAME_NOREPLACE fails
+        with EEXIST if the target exists; RENAME_EXCHANGE swaps two existing entries."""
+        self._check_name(newname)
+        src_dir = self._writable_dir(parent)
+        dst_dir = src_dir if newparent == parent else self._writable_dir(newparent)
+        src = self._child(parent, name)
+        if src is None:
+            raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r}")
+        dst = self._child(newparent, newname)
+        if dst is not None and flags & RENAME_NOREPLACE:
+            raise _fail(errors.AlreadyExists, errno.EEXIST, f"{newname!r} exists")
+        if flags & RENAME_EXCHANGE:
+            if dst is None:
+                raise _fail(errors.NotFound, errno.ENOENT, f"no entry {newname!r}")
+            return self._exchange(parent, name, src, newparent, newname, dst, src_dir, dst_dir)
+        if dst is not None:
+            if dst[0] == src[0]:
+                return None  # two names of one file: POSIX says do nothing
+            if src[1] and not dst[1]:
+                raise _fail(errors.NotADirectory, errno.ENOTDIR, f"{newname!r} is not a directory")
+            if dst[1] and not src[1]:
+                raise _fail(errors.IsADirectory, errno.EISDIR, f"{newname!r} is a directory")
+            if dst[1] and not self.meta._is_empty(dst[0]):
+                raise _fail(errors.DirectoryNotEmpty, errno.ENOTEMPTY, f"{newname!r} is not empty")
+        t = now_ns()
+        rec = self._inode(src[0])
+        drec = (self.meta.get_inode(dst[0]) or {}) if dst is not None else {}
+        size, n = self._visible(drec)
+        charge = self._charge(bucket, -size, -n)  # the replaced file's name goes; the moved one stays counted
+        with self.kv.batch() as b:
+            charge(b)
+            if dst is not None:
+                if dst[1]:
+                    b.delete(keys.entry(newparent, newname, True))
+                    b.delete(keys.inode(dst[0]))
+                else:
+                    self._drop_link(b, newparent, newname, dst[0], drec, t)
+            b.delete(keys.entry(parent, name, src[1]))
+            self._relink(rec, parent, name, newparent, newname)
+            rec["ct"] = t
+            b.put(keys.inode(src[0]), self.meta._enc(rec))
+            self._put_entry(b, newparent, newname, src[0], rec)
+            self._touch_dir(b, parent, src_dir, t)
+            if newparent != parent:
+                self._touch_dir(b, newparent, dst_dir, t)
+
+    @staticmethod
+    def _relink(rec: dict, parent: int, name: str, newparent: int, newname: str) -> None:
+        if rec.get("t") != "d":
+            rec["ln"] = [ln for ln in rec.get("ln", [[parent, name]]) if ln != [parent, name]] + \
+                [[newparent, newname]]
+
+    def _exchange(self, parent, name, src, newparent, newname, dst, src_dir, dst_dir) -> None:
+        t = now_ns()
+        a, z = self._inode(src[0]), self._inode(dst[0])
+        with self.kv.batch() as b:
+            b.delete(keys.entry(parent, name, src[1]))
+            b.delete(keys.entry(newparent, newname, dst[1]))
+            self._relink(a, parent, name, newparent, newname)
+            self._relink(z, newparent, newname, parent, name)
+            a["ct"] = z["ct"] = t
+            b.put(keys.inode(src[0]), self.meta._enc(a))
+            b.put(keys.inode(dst[0]), self.meta._enc(z))
+            self._put_entry(b, newparent, newname, src[0], a)
+            self._put_entry(b, parent, name, dst[0], z)
+            self._touch_dir(b, parent, src_dir, t)
+            if newparent != parent:
+                self._touch_dir(b, newparent, dst_dir, t)
+
+    def setattr(self, ino: int, fields: dict, bucket: str | None = None) -> dict:
+        """chmod, chown, utimens (fields mode, uid, gid, at, mt in ns) and truncate to zero (size 0); ctime becomes
+        now. Other sizes are written by the client (commit) since they need the data."""
+        rec = self._inode(ino)
+        t = now_ns()
+        if "mode" in fields:
+            rec["mode"] = st.S_IFMT(rec.get("mode", 0)) | (int(fields["mode"]) & 0o7777)
+        for k in ("uid", "gid", "at", "mt"):
+            if k in fields:
+                rec[k] = int(fields[k])
+        if "size" in fields:
+            if rec.get("t") != "f":
+                raise _fail(errors.InvalidInput, errno.EINVAL, "only regular files have a size to set")
+            if int(fields["size"]) != 0:
+                raise _fail(errors.InvalidInput, errno.EINVAL, "only truncation to zero is done in place")
+            if rec.get("size", 0) != 0 or rec.get("blk"):
+                charge = self._charge(bucket, -self._visible(rec)[0] * len(rec.get("ln", [1])), 0)
+                with self.kv.batch() as b:
+                    charge(b)
+                    self.meta._garbage_blocks(b, rec.get("blk", []))
+                    rec.update(size=0, blk=[], etag=EMPTY_ETAG)
+                    rec.pop("cs", None)
+                    if "mt" not in fields:
+                        rec["mt"] = t
+                    rec["ct"] = t
+                    self._put_links(b, ino, rec)
+                return self.attr(ino, rec)
+        rec["ct"] = t
+        with self.kv.batch() as b:
+            self._put_links(b, ino, rec)
+        return self.attr(ino, rec)
+
+    def commit(self, ino: int, blk: list, size: int, etag: str, bucket: str | None = None) -> dict:
+        """New content of file `ino` (blocks already durable on DataNodes): replaces the old block list at once,
+        frees the old blocks, and refreshes every name's listing summary."""
+        rec = self._inode(ino)
+        if rec.get("t") != "f":
+            raise _fail(errors.InvalidInput, errno.EINVAL, f"inode {ino} is not a regular file")
+        charge = self._charge(bucket, (size - int(rec.get("size", 0))) * len(rec.get("ln", [1])), 0)
+        t = now_ns()
+        with self.kv.batch() as b:
+            charge(b)
+            self.meta._garbage_blocks(b, rec.get("blk", []))
+            rec.pop("cs", None)
+            rec.pop("mpu", None)
+            rec.pop("ps", None)
+            rec.update(blk=blk, size=size, etag=etag, mt=t, ct=t)
+            for x in blk:
+                b.delete(keys.pending(x[0]))
+            self._put_links(b, ino, rec)
+        return self.attr(ino, rec)
+
+
+OPS = ("getattr", "lookup", "readdir", "readlink", "mkdir", "mknod", "symlink", "link", "unlink", "rmdir", "rename",
+       "setattr")
+
+
+def handlers(meta: MetaStore, members) -> dict:
+    """RPC handlers for the gateway's /_epochfs/fs: "fs" runs one namespace operation, the others serve the data
+    path (a file's blocks with their holders' addresses, a commit of new content) and statfs."""
+    posix = Posix(meta)
+
+    async def fs(a, _):
+        op = a["name"]
+        if op not in OPS:
+            raise errors.InvalidInput(f"unknown fs operation {op!r}")
+        return {"r": getattr(posix, op)(**a["args"])}
+
+    async def fs_blocks(a, _):
+        res = posix.blocks(int(a["ino"]))
+        res["addrs"] = members.addrs({n for blk in res["blk"] for n in blk[3]})
+        return res
+
+    async def fs_commit(a, _):
+        return posix.commit(int(a["ino"]), a["blk"], int(a["size"]), a["etag"], a.get("bucket"))
+
+    async def fs_statfs(a, _):
+        nodes = [n for n in members.nodes.values() if members.alive(n)]
+        return {"capacity": sum(n.capacity for n in nodes), "used": sum(n.used for n in nodes),
+                "files": int.from_bytes(meta.kv.get(keys.counter(b"ino")) or b"", "big")}  # inodes ever made
+
+    return {f.__name__: f for f in (fs, fs_blocks, fs_commit, fs_statfs)}

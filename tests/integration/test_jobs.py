@@ -1,0 +1,123 @@
+"""Operator jobs through the admin API on a real cluster: a scrub job finds a flipped byte nobody reads (background
+scrubbing is off) and reaches done; a rebalance job moves replicas onto a fourth DataNode that joined late, with
+no block ever below its replication factor and every object intact."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from cluster import MAIN, Cluster
+from test_recovery import _reads_back, flip_byte, settle_replication, wait_for
+
+from epochfs.common import errors
+from epochfs.frontends.cli.admin import AdminClient
+
+pytestmark = pytest.mark.integration
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def jobs_cluster(tmp_path_factory):
+    """Three DataNodes running (a fourth one's slot is free), background scrubbing off, repairs at most 4 in flight."""
+    c = Cluster(tmp_path_factory.mktemp("jobs"), datanodes=4, block_size=MiB,
+                nn_env={"NN_HEARTBEAT_TIMEOUT_S": "10", "NN_REPAIR_INTERVAL_S": "0.2", "NN_REPAIR_MAX_INFLIGHT": "4",
+                        "NN_REPAIR_BYTES_PER_S": str(16 * MiB)},
+                dn_env={"DN_SCRUB_BYTES_PER_S": "0"})
+    try:
+        c.start_namenode()
+        for i in (1, 2, 3):
+            c.start_datanode(i)
+        c.start_gateway()
+        yield c
+    finally:
+        c.close()
+
+
+def job(admin: AdminClient, job_id: str) -> dict:
+    return next(j for j in admin.call("GET", "/jobs") if j["id"] == job_id)
+
+
+def test_scrub_job_finds_a_flipped_byte_and_reaches_done(jobs_cluster):
+    c = jobs_cluster
+    admin = AdminClient(c.endpoint, MAIN[0], MAIN[1])
+    s3 = c.s3()
+    s3.create_bucket(Bucket="scrub")
+    data = {f"k{i}": os.urandom(300_000) for i in range(5)}
+    for k, v in data.items():
+        s3.put_object(Bucket="scrub", Key=k, Body=v)
+    blk = c.rpc("nn", "stat", bucket="scrub", key="k2")["obj"]["blk"][0]
+    settle_replication(c, [blk])
+    holder = next(name for name, nid in c.node_ids().items() if nid == blk[3][1])
+    c.stop(holder)
+    flip_byte(c, holder, blk[0], chunk=0, at=10)
+    c.start_datanode(int(holder[2:]))
+    with pytest.raises(errors.CorruptBlock):
+        c.read_replica(holder, blk[0])
+    time.sleep(1.0)
+    assert c.rpc("nn", "stats")["read_repairs"] == 0  # nobody read it and the background scrubber is off
+
+    started = admin.call("POST", "/jobs", {"kind": "scrub"})
+    assert started["kind"] == "scrub" and started["state"] == "running"
+    assert admin.call("POST", "/jobs", {"kind": "scrub"})["id"] == started["id"]  # one at a time
+    done = wait_for(lambda: (j := job(admin, started["id"]))["state"] != "running" and j, 30, "the scrub job")
+    assert done["state"] == "done" and done["progress"] == 1.0, done
+    detail = done["detail"]
+    assert detail["bad"] == 1 and detail["blocks"] >= 3 * len(data), detail
+    assert sorted(detail["parts"]) == sorted(str(n) for n in c.node_ids().values())
+    assert all(p["state"] == "done" for p in detail["parts"].values())
+    wait_for(lambda: _reads_back(c, holder, blk[0]) == data["k2"], 20, "the scrub job's repair")
+    assert c.rpc("nn", "stats")["read_repairs"] == 1
+    for k, v in data.items():
+        assert s3.get_object(Bucket="scrub", Key=k)["Body"].read() == v
+
+
+def test_rebalance_job_moves_replicas_onto_a_new_datanode(jobs_cluster):
+    c = jobs_cluster
+    admin = AdminClient(c.endpoint, MAIN[0], MAIN[1])
+    s3 = c.s3()
+    s3.create_bucket(Bucket="rebalance")
+    data = {f"r{i}": os.urandom(MiB + i * 1000) for i in range(12)}  # two blocks each: a full one and a short one
+    for k, v in data.items():
+        s3.put_object(Bucket="rebalance", Key=k, Body=v)
+
+    def blocks() -> list[list]:
+        return [b for k in data for b in c.rpc("nn", "stat", bucket="rebalance", key=k)["obj"]["blk"]]
+
+    settle_replication(c, blocks())
+    c.start_datanode(4)
+    new = c.node_ids()["dn4"]
+    started = admin.call("POST", "/jobs", {"kind": "rebalance"})
+    assert started["kind"] == "rebalance" and started["state"] == "running"
+    deadline = time.monotonic() + 60
+    while (j := job(admin, started["id"]))["state"] == "running":
+        for b in blocks():  # copy first, then drop the old replica: never fewer than 3
+            assert len(set(b[3])) == 3, b
+        stats = c.rpc("nn", "stats")
+        assert stats["under_replicated"] == 0 and stats["repairs_in_flight"] <= 4
+        k = f"r{int(time.monotonic() * 10) % len(data)}"
+        assert s3.get_object(Bucket="rebalance", Key=k)["Body"].read() == data[k]
+        assert time.monotonic() < deadline, f"rebalance did not finish: {j}"
+        time.sleep(0.05)
+    assert j["state"] == "done" and j["progress"] == 1.0 and j["detail"]["done"] == j["detail"]["total"] > 0, j
+    on_new = [b for b in blocks() if new in b[3]]
+    assert len(on_new) >= 6 and j["detail"]["bytes_moved"] > 0
+    load = {nid: 0 for nid in c.node_ids().values()}
+    for b in blocks() + [b for k in ("k0", "k1", "k2", "k3", "k4") for b in _blocks_if_any(c, "scrub", k)]:
+        for n in b[3]:
+            load[n] += b[1]
+    assert max(load.values()) - min(load.values()) <= 2 * MiB, load
+    c.collect_garbage()  # the old copies are deleted: every node stores exactly what the metadata says
+    stored = {c.node_ids()[name]: have for name, have in c.datanode_blocks().items()}
+    for b in blocks():
+        assert {n for n in stored if b[0] in stored[n]} == set(b[3]), b
+    for k, v in data.items():
+        assert s3.get_object(Bucket="rebalance", Key=k)["Body"].read() == v
+
+
+def _blocks_if_any(c: Cluster, bucket: str, key: str) -> list[list]:
+    try:
+        return c.rpc("nn", "stat", bucket=bucket, key=key)["obj"]["blk"]
+    except errors.NotFound:
+        return []

@@ -1,0 +1,108 @@
+"""POSIX operations by inode on an in-memory namespace, and what S3 sees of their results."""
+import errno
+import stat
+
+import pytest
+
+from epochfs.common import errors
+from epochfs.common.kv import MemoryKV
+from epochfs.namenode import posix as posix_mod
+from epochfs.namenode.metastore import MetaStore
+from epochfs.namenode.posix import RENAME_EXCHANGE, RENAME_NOREPLACE, Posix
+
+
+@pytest.fixture
+def fs():
+    m = MetaStore(MemoryKV())
+    m.create_bucket("bkt", "owner")
+    p = Posix(m)
+    p.b = m.bucket_ino("bkt")
+    return p
+
+
+def keys(fs):
+    return [i[1] for i in fs.meta.list_objects("bkt")["items"]]
+
+
+def errno_of(fn, *args, **kw) -> int:
+    with pytest.raises(errors.DomainError) as e:
+        fn(*args, **kw)
+    return e.value.details["errno"]
+
+
+def test_create_and_list_through_both_views(fs):
+    d = fs.mkdir(fs.b, "d", 0o750, 7, 8)
+    assert stat.S_ISDIR(d["mode"]) and stat.S_IMODE(d["mode"]) == 0o750 and (d["uid"], d["gid"]) == (7, 8)
+    f = fs.mknod(d["ino"], "f", stat.S_IFREG | 0o600, 7, 8)
+    fs.symlink(d["ino"], "l", "f", 7, 8)
+    fs.mknod(d["ino"], "p", stat.S_IFIFO | 0o644, 7, 8)
+    assert [n for n, _ in fs.readdir(d["ino"])["entries"]] == ["f", "l", "p"]
+    assert fs.lookup(d["ino"], "f")["ino"] == f["ino"]
+    assert keys(fs) == ["d/", "d/f"]  # no symlink or FIFO through S3
+    assert fs.meta.stat("bkt", "d/f")["size"] == 0
+    assert errno_of(fs.mkdir, d["ino"], "f", 0o755, 0, 0) == errno.EEXIST
+    assert errno_of(fs.lookup, d["ino"], "x" * 256) == errno.ENAMETOOLONG
+    assert errno_of(fs.rmdir, fs.b, "d") == errno.ENOTEMPTY
+    assert errno_of(fs.mkdir, 1, "newbucket", 0o755, 0, 0) == errno.EPERM
+
+
+def test_commit_and_hard_links_refresh_every_listing_entry(fs):
+    f = fs.mknod(fs.b, "a", stat.S_IFREG | 0o644, 0, 0)
+    fs.link(f["ino"], fs.b, "b")
+    assert fs.getattr(f["ino"])["nlink"] == 2
+    fs.commit(f["ino"], [], 0, '"e2"')
+    assert [(i[1], i[3]) for i in fs.meta.list_objects("bkt")["items"]] == [("a", '"e2"'), ("b", '"e2"')]
+    fs.unlink(fs.b, "a")
+    assert fs.getattr(f["ino"])["nlink"] == 1 and keys(fs) == ["b"]
+
+
+def test_rename_moves_a_directory_in_one_entry(fs):
+    a = fs.mkdir(fs.b, "a", 0o755, 0, 0)
+    sub = fs.mkdir(a["ino"], "sub", 0o755, 0, 0)
+    fs.mknod(sub["ino"], "f", stat.S_IFREG | 0o644, 0, 0)
+    assert fs.getattr(a["ino"])["nlink"] == 3  # ".", its name, and sub's ".."
+    fs.rename(fs.b, "a", fs.b, "z")
+    assert keys(fs) == ["z/", "z/sub/", "z/sub/f"]
+    g = fs.mknod(fs.b, "g", stat.S_IFREG | 0o644, 0, 0)
+    assert errno_of(fs.rename, fs.b, "g", fs.b, "z") == errno.EISDIR
+    assert errno_of(fs.rename, fs.b, "z", fs.b, "g") == errno.ENOTDIR
+    assert errno_of(fs.rename, fs.b, "g", fs.b, "z", RENAME_NOREPLACE) == errno.EEXIST
+    fs.rename(fs.b, "g", fs.b, "z", RENAME_EXCHANGE)
+    assert fs.lookup(fs.b, "z")["ino"] == g["ino"] and fs.lookup(fs.b, "g")["ino"] == a["ino"]
+
+
+def test_replaced_file_stays_readable_by_inode_until_reaped(fs, monkeypatch):
+    old = fs.mknod(fs.b, "cur", stat.S_IFREG | 0o644, 0, 0)
+    new = fs.mknod(fs.b, "tmp", stat.S_IFREG | 0o644, 0, 0)
+    fs.rename(fs.b, "tmp", fs.b, "cur")
+    assert fs.getattr(old["ino"])["nlink"] == 0  # open handles may still read it
+    monkeypatch.setattr(posix_mod, "ORPHAN_GRACE_S", 0.0)
+    fs.unlink(fs.b, "cur")  # any later unlink reaps expired orphans
+    assert errno_of(fs.getattr, old["ino"]) == errno.ENOENT
+    assert fs.getattr(new["ino"])["nlink"] == 0
+
+
+def test_setattr_and_truncate(fs):
+    f = fs.mknod(fs.b, "f", stat.S_IFREG | 0o644, 0, 0)
+    fs.commit(f["ino"], [], 10, '"x"')
+    a = fs.setattr(f["ino"], {"mode": 0o4711, "uid": 5, "at": 1, "mt": 2})
+    assert (a["mode"], a["uid"], a["at"], a["mt"]) == (stat.S_IFREG | 0o4711, 5, 1, 2)
+    assert fs.setattr(f["ino"], {"size": 0})["size"] == 0
+    assert errno_of(fs.setattr, f["ino"], {"size": 3}) == errno.EINVAL
+
+
+def test_bucket_usage_follows_mount_changes(fs):
+    """What S3 would count (regular files, one object per name) stays in step, and a quota gives EDQUOT."""
+    f = fs.mknod(fs.b, "f", stat.S_IFREG | 0o644, 0, 0, bucket="bkt")
+    fs.mknod(fs.b, "p", stat.S_IFIFO | 0o644, 0, 0, bucket="bkt")
+    fs.commit(f["ino"], [], 10, '"x"', bucket="bkt")
+    fs.link(f["ino"], fs.b, "g", bucket="bkt")
+    assert fs.meta.usage(fs.b) == [20, 2]
+    h = fs.mknod(fs.b, "h", stat.S_IFREG | 0o644, 0, 0, bucket="bkt")
+    fs.rename(fs.b, "h", fs.b, "g", bucket="bkt")  # g's name (10 bytes) goes, h's empty file takes it
+    assert fs.meta.usage(fs.b) == [10, 2]
+    fs.unlink(fs.b, "f", bucket="bkt")
+    assert fs.meta.usage(fs.b) == [0, 1]
+    fs.meta.update_bucket("bkt", {"qb": 5})
+    assert errno_of(fs.commit, h["ino"], [], 6, '"y"', bucket="bkt") == errno.EDQUOT
+    assert fs.getattr(h["ino"])["size"] == 0
