@@ -6,7 +6,8 @@ right after their acknowledgement), time to detect a dead DataNode, and time to 
     python bench/replication_bench.py --quick    # small sizes, a minute or so
     python bench/replication_bench.py --only restore --restore-mib 1024   # just the restore, on its own cluster
 
-Runs a real cluster (NameNode, 4 DataNodes, gateway) on loopback through tests/integration/cluster.py.
+Runs real clusters (NameNode, 4 DataNodes, gateway) on loopback through tests/integration/cluster.py: one for the
+write policies and the loss window, and a fresh one for the restore, so that only the data it writes counts.
 """
 from __future__ import annotations
 

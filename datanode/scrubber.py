@@ -64,9 +64,9 @@ class Scrubber(Worker):
                     if self.store.has(bid):
                         log.warning("scrubber: block %s chunk %s failed its crc32c check", bid,
                                     int.from_bytes(k[9:13], "big"))
+                        self._count("bad", bid not in self.bad)  # bad blocks, not chunks
                         self.bad.add(bid)
                         self.totals["corrupt"] += 1
-                        self._count("bad", 1)
                 if read >= budget:
                     self.cursor = k + b"\0"
                     self.totals["bytes"] += read
