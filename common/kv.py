@@ -62,7 +62,7 @@ class RocksKV:
     fsync per put would cap small writes at disk-flush rate.
     """
 
-    def __init__(self, db: rocksdict.Rdict, bulk: "RocksBulk | None" = None) -> None:
+    def __init__(self, db: rocksdict.Rdict, bulk: RocksBulk | None = None) -> None:
         self._db = db
         self._wo = rocksdict.WriteOptions()
         self._wo.sync = False
@@ -96,7 +96,7 @@ class RocksKV:
         opts.set_max_open_files(RocksBulk.MAX_OPEN_FILES)
         bulk_opts = RocksBulk.options(cls._options())
         db = rocksdict.Rdict(str(path), options=opts, column_families={RocksBulk.CF: bulk_opts})
-        return cls(db, RocksBulk(db, bulk_opts, Path(str(path) + ".ingest"), cls._options()))
+        return cls(db, RocksBulk(db, Path(str(path) + ".ingest"), cls._options()))
 
     def get(self, key: bytes) -> bytes | None:
         return self._db.get(key)
@@ -165,7 +165,7 @@ class RocksBulk:
     CF = "bulk"
     MAX_OPEN_FILES = 512  # one file per ingested block: keep the open table readers (fds, mmaps) bounded
 
-    def __init__(self, db: rocksdict.Rdict, opts: rocksdict.Options, tmp: Path, writer_opts: rocksdict.Options) -> None:
+    def __init__(self, db: rocksdict.Rdict, tmp: Path, writer_opts: rocksdict.Options) -> None:
         self._cf = db.get_column_family(self.CF)
         self._handle = db.get_column_family_handle(self.CF)
         self._db = db

@@ -20,8 +20,10 @@ from . import keys
 # the rest. Measured with bench/s3_bench.py: 1 MiB chunks cost 1.5 ms of DataNode CPU per random 1 MiB range.
 CHUNK_SIZE = 256 << 10
 # Blocks at least this large go to the bulk key space as one ingested file each (no WAL, memtable, flush or
-# compaction copies); smaller ones through a write batch, whose fixed cost is lower. bench/kv_write_path.py: per MB,
-# ingest / batch (flush and compaction included) cost 13.1 / 3.0 ms at 128 KiB, 7.6 / ~7 at 1 MiB, 1.4 / 4.4 at 4 MiB.
+# compaction copies); smaller ones through a write batch, whose fixed cost is lower. bench/kv_write_path.py, CPU per
+# MB written, ingest / batch (its flushes and compactions included): 18.6 / 3.0 ms at 128 KiB, 3.3 / 4.4 at 1 MiB,
+# 1.7 / 3.0 at 2 MiB, 1.4 / 3.9 at 4 MiB (more for batch as the LSM grows). Not 1 MiB: every ingest also waits for
+# an fsync (~5-10 ms here) with the event loop held (rocksdict keeps the GIL), and adds a file.
 BULK_MIN = 2 << 20
 TOMBSTONE_S = 600.0
 BULK = b"\x01"  # layout byte at the end of a meta whose chunks are in the bulk key space
@@ -40,6 +42,11 @@ class BlockStore:
         self.used = 0
         self.count = 0
         self._tombstones: dict[int, float] = {}
+        # The replication queue, mirrored in memory: RocksDB keeps it durable, but every job completes by a delete,
+        # and scanning the range through those tombstones cost each idle DataNode ~8 ms of CPU per second.
+        self._jobs: dict[tuple[int, int], dict] = {
+            (int.from_bytes(k[1:5], "big"), int.from_bytes(k[5:], "big")): orjson.loads(v)
+            for k, v in kv.scan(keys.REPL, prefix_end(keys.REPL))}
         for _, v in kv.scan(keys.METAS, prefix_end(keys.METAS)):
             self.used += int.from_bytes(v[:8], "big")
             self.count += 1
@@ -85,9 +92,12 @@ class BlockStore:
                     b.put(k, v)
             if old is not None and was_bulk != bulk:  # a copy stored in the other layout (another bulk_min)
                 self._forget_chunks(b, block_id, old)
-            now = time.time() + jobs_due_in
-            for target, addr in secondaries:
-                b.put(keys.repl(target, block_id), orjson.dumps({"a": addr, "n": 0, "due": now}))
+            now = time.time()
+            jobs = {(target, block_id): {"a": addr, "n": 0, "due": now + jobs_due_in, "t": now}
+                    for target, addr in secondaries}
+            for (target, _), job in jobs.items():
+                b.put(keys.repl(target, block_id), orjson.dumps(job))
+        self._jobs.update(jobs)
         if old is None:
             self.used += n
             self.count += 1
@@ -156,10 +166,12 @@ class BlockStore:
                 self._forget_chunks(b, bid, raw)
         # drop replication jobs for deleted blocks
         gone = set(block_ids)
-        with self.kv.batch() as b:
-            for k in self.kv.scan_keys(keys.REPL, prefix_end(keys.REPL)):
-                if int.from_bytes(k[5:], "big") in gone:
-                    b.delete(k)
+        dropped = [tb for tb in self._jobs if tb[1] in gone]
+        if dropped:
+            with self.kv.batch() as b:
+                for target, bid in dropped:
+                    b.delete(keys.repl(target, bid))
+                    del self._jobs[(target, bid)]
 
     def purge(self, limit: int | None = None) -> int:
         """Drop the bulk chunks of up to `limit` `pending` blocks whose meta does not say bulk (deleted, or a put
@@ -183,36 +195,33 @@ class BlockStore:
     def due_replications(self, limit: int, now: float | None = None) -> list[tuple[int, int, dict]]:
         now = time.time() if now is None else now
         out = []
-        for k, v in self.kv.scan(keys.REPL, prefix_end(keys.REPL)):
-            job = orjson.loads(v)
+        for (target, bid), job in self._jobs.items():
             if job["due"] <= now:
-                out.append((int.from_bytes(k[1:5], "big"), int.from_bytes(k[5:], "big"), job))
+                out.append((target, bid, job))
                 if len(out) >= limit:
                     break
         return out
 
     def complete(self, target: int, block_id: int) -> None:
         self.kv.delete(keys.repl(target, block_id))
+        self._jobs.pop((target, block_id), None)
 
     def complete_many(self, block_id: int, targets: list[int]) -> None:
         with self.kv.batch() as b:
             for t in targets:
                 b.delete(keys.repl(t, block_id))
+                self._jobs.pop((t, block_id), None)
 
     def backoff(self, target: int, block_id: int, job: dict) -> None:
         n = job["n"] + 1
-        self.kv.put(keys.repl(target, block_id),
-                    orjson.dumps({**job, "n": n, "due": time.time() + min(60.0, 0.5 * 2 ** min(n, 7))}))
+        job = {**job, "n": n, "due": time.time() + min(60.0, 0.5 * 2 ** min(n, 7))}
+        self.kv.put(keys.repl(target, block_id), orjson.dumps(job))
+        self._jobs[(target, block_id)] = job
 
     def replication_lag(self) -> dict:
         """Queued replication jobs and the age of the oldest in seconds (reported with every heartbeat)."""
-        queued, oldest = 0, None
-        for _, v in self.kv.scan(keys.REPL, prefix_end(keys.REPL)):
-            queued += 1
-            t = orjson.loads(v).get("t")
-            if t is not None and (oldest is None or t < oldest):
-                oldest = t
-        return {"queued": queued, "oldest_s": 0.0 if oldest is None else round(max(time.time() - oldest, 0.0), 3)}
+        oldest = min((j.get("t", j["due"]) for j in self._jobs.values()), default=None)
+        return {"queued": len(self._jobs), "oldest_s": 0.0 if oldest is None else round(max(time.time() - oldest, 0.0), 3)}
 
 
 class Purger(Worker):

@@ -155,7 +155,9 @@ def test_bulk_blocks_in_rocksdb_survive_reopen_and_deletes_free_their_files(tmp_
     for bid, data in blocks.items():
         assert joined(s.read(bid)) == data
         assert joined(s.read(bid, CHUNK_SIZE - 5, 1 << 20)) == data[CHUNK_SIZE - 5:CHUNK_SIZE - 5 + (1 << 20)]
-    ssts = lambda: sorted(p.name for p in path.glob("*.sst"))  # noqa: E731
+    def ssts() -> list[str]:
+        return sorted(p.name for p in path.glob("*.sst"))
+
     before = ssts()
     s.delete([2])
     assert s.purge() == 1 and len(ssts()) == len(before) - 1, "the deleted block's file is gone at once"

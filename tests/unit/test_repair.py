@@ -5,7 +5,7 @@ from epochfs.common.blocks import crc32c
 from epochfs.common.kv import MemoryKV
 from epochfs.datanode import keys as dnkeys
 from epochfs.datanode.blockstore import BlockStore
-from epochfs.datanode.scrubber import Scrubber
+from epochfs.datanode.scrubber import MIN_CHUNK_COST, Scrubber
 from epochfs.namenode import keys
 from epochfs.namenode.membership import Membership
 from epochfs.namenode.metastore import MetaStore
@@ -170,7 +170,7 @@ def test_scrubber_finds_a_flipped_byte_and_reports_it_once_delivered():
         reported.append(list(bids))
         return bids if len(reported) > 1 else []  # the first report does not get through
 
-    sc = Scrubber(s, report, bytes_per_s=4000, interval_s=1.0)
+    sc = Scrubber(s, report, bytes_per_s=4 * MIN_CHUNK_COST, interval_s=1.0)  # small chunks count MIN_CHUNK_COST
     anyio.run(sc.run_once)  # chunks of block 1 and the first of block 2
     assert reported == [] and sc.totals["corrupt"] == 0
     anyio.run(sc.run_once)
