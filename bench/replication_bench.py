@@ -26,10 +26,9 @@ import botocore.exceptions
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
 sys.path.insert(0, str(HERE))
-from cluster import SECRET, Cluster  # noqa: E402
-from s3_bench import CLK_TCK, proc_ticks  # noqa: E402
-
-from epochfs.common.rpc import RpcClient  # noqa: E402
+from cluster import SECRET, Cluster, upload_until
+from epochfs.common.rpc import RpcClient
+from s3_bench import CLK_TCK, proc_ticks
 
 MiB = 1 << 20
 POLICIES = ("async", "sync:2", "sync:3")
@@ -51,32 +50,6 @@ def server_ticks(c: Cluster) -> int:
     return sum(proc_ticks(p.pid) or 0 for p in c.procs.values())
 
 
-def parallel_puts(s3, bucket: str, bodies: list[tuple[str, bytes]], threads: int) -> list[str]:
-    """PUT everything from `threads` threads; returns the acknowledged keys."""
-    acked: list[str] = []
-    it = iter(bodies)
-    lock = threading.Lock()
-
-    def worker():
-        while True:
-            with lock:
-                item = next(it, None)
-            if item is None:
-                return
-            try:
-                s3.put_object(Bucket=bucket, Key=item[0], Body=item[1])
-                acked.append(item[0])
-            except (botocore.exceptions.ClientError, botocore.exceptions.ConnectionError):
-                pass
-
-    ts = [threading.Thread(target=worker) for _ in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return acked
-
-
 def drain_replication(c: Cluster, timeout: float = 120.0) -> None:
     """Wait until no DataNode has replication jobs queued."""
     deadline = time.monotonic() + timeout
@@ -92,10 +65,10 @@ def throughput(c: Cluster, s3, size: int, count: int, threads: int) -> dict[str,
     for policy in POLICIES:
         bucket = "tp-" + policy.replace(":", "")
         create_bucket(s3, bucket, policy)
-        bodies = [(f"o{i}", os.urandom(size)) for i in range(count)]
+        bodies = {f"o{i}": os.urandom(size) for i in range(count)}
         time.sleep(1.0)  # let the servers go quiet
         t0, cpu0 = time.perf_counter(), server_ticks(c)
-        acked = parallel_puts(s3, bucket, bodies, threads)
+        acked = upload_until(s3, bucket, bodies, threading.Event(), threads)
         wall = time.perf_counter() - t0
         drain_replication(c)  # async: the background pushes' CPU counts too
         cpu = (server_ticks(c) - cpu0) / CLK_TCK
@@ -131,29 +104,12 @@ def kill_after_acks(c: Cluster, s3, bucket: str, n: int, victim: str) -> tuple[i
     acknowledged objects that cannot be read while it is down. Restarts it afterwards."""
     bodies = {f"k{i}": os.urandom(4000) for i in range(n)}
     acked: dict[str, bytes] = {}
-    it = iter(bodies.items())
-    lock = threading.Lock()
-
-    def worker():
-        while True:
-            with lock:
-                item = next(it, None)
-            if item is None:
-                return
-            try:
-                s3.put_object(Bucket=bucket, Key=item[0], Body=item[1])
-                acked[item[0]] = item[1]
-            except (botocore.exceptions.ClientError, botocore.exceptions.ConnectionError):
-                pass
-
-    ts = [threading.Thread(target=worker) for _ in range(12)]
-    for t in ts:
-        t.start()
+    up = threading.Thread(target=upload_until, args=(s3, bucket, bodies, threading.Event(), 12, acked))
+    up.start()
     while len(acked) < n // 2:
         time.sleep(0.001)
     c.kill(victim)
-    for t in ts:
-        t.join()
+    up.join()
     lost = 0
     for k, v in acked.items():
         try:
@@ -177,7 +133,7 @@ def restore(root: Path, total: int, obj_size: int) -> dict:
         n = max(1, total // obj_size)
         body = os.urandom(obj_size)
         t0 = time.perf_counter()
-        keys = parallel_puts(s3, "restore", [(f"r{i}", body) for i in range(n)], 4)
+        keys = list(upload_until(s3, "restore", {f"r{i}": body for i in range(n)}, threading.Event(), 4))
         write_s = time.perf_counter() - t0
         drain_replication(c, timeout=600)
         victim = "dn4"

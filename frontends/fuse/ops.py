@@ -194,12 +194,14 @@ class EpochOperations(pyfuse3.Operations):
     @_posix
     async def lookup(self, parent_inode, name, ctx=None):
         s, p = _name(name), self._nn(parent_inode)
-        if self.o.dataset:
+        if self.o.dataset:  # one listing answers every lookup in the directory, now and in every later epoch
+            if p not in self.listings:
+                for child, a in await self._list(p):
+                    self._remember(p, child, a)
             ino = self.names.get((p, s))
-            if ino is not None:
-                return self._entry(self.attrs[ino])
-            if p in self.listings:
+            if ino is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._entry(self.attrs[ino])
         a = await self.c.fs("lookup", parent=p, name=s)
         self._remember(p, s, a)
         return self._entry(a)
@@ -237,7 +239,7 @@ class EpochOperations(pyfuse3.Operations):
         w = self.writers.get(ino)
         if w is None and size == 0:
             self.cache.drop(ino)
-            return await self.c.fs("setattr", ino=ino, fields={"size": 0}, bucket=self._bucket(ino))
+            return self._changed(await self.c.fs("setattr", ino=ino, fields={"size": 0}, bucket=self._bucket(ino)))
         w = await self._writer(ino)
         async with w.lock:
             os.ftruncate(w.fd, size)
@@ -487,7 +489,16 @@ class EpochOperations(pyfuse3.Operations):
             a = await self.c.fs_write(bucket, ino, size, pieces())
             w.dirty = False
         self.cache.drop(ino)
-        self.seen[ino] = _version(a)  # the kernel's pages already hold what was written: keep them
+        return self._changed(a)
+
+    def _changed(self, a: dict) -> dict:
+        """This mount changed a file's content: its open handles read the new version (a read short of the size
+        the kernel knows would make the kernel shrink the file), and the kernel's pages, which already hold what
+        was written, are kept at the next open."""
+        for h in self.files.values():
+            if h.ino == a["ino"]:
+                h.etag, h.size = a["etag"], a["size"]
+        self.seen[a["ino"]] = _version(a)
         return a
 
     @_posix

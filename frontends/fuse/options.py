@@ -18,7 +18,7 @@ class MountOptions:
     dataset: bool = False                    # immutable tree: metadata fetched once, never revalidated
     entry_timeout: float = 1.0
     attr_timeout: float = 1.0
-    chunk_size: int = 1 << 20                # unit of reads from the gateway and of the block cache
+    chunk_size: int = 4 << 20                # unit of reads from the gateway and of the block cache
     readahead: int = 4                       # chunks fetched ahead of a sequential reader
     cache_policy: str = "none"               # none | lru | off (see cache.py)
     cache_mem: int = 512 << 20
@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-mem", type=_size, default=512 << 20)
     p.add_argument("--cache-disk", type=_size, default=0)
     p.add_argument("--cache-dir", type=Path, default=None, help="local disk cache and write buffers")
-    p.add_argument("--chunk-size", type=_size, default=1 << 20, help="unit of reads and of the block cache")
+    p.add_argument("--chunk-size", type=_size, default=4 << 20, help="unit of reads and of the block cache")
     p.add_argument("--readahead", type=int, default=4, help="chunks read ahead of a sequential reader")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds before a silent gateway gives EIO")
     p.add_argument("--no-allow-other", action="store_true", help="only the mounting user sees the mount")

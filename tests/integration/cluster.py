@@ -7,13 +7,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import boto3
+import botocore.exceptions
 import httpx
 from botocore.config import Config
-
 from epochfs.common.rpc import RpcClient
 
 MAIN = ("EPOCHMAINKEY0000000", "epochmainsecret000000000000000000000000", "main-user-id", "main")
@@ -82,7 +83,7 @@ class Cluster:
             "GW_CLUSTER_SECRET": SECRET, "GW_USERS": users, **self.extra["gw"]})
         self._wait_http(f"{self.endpoint}/healthz", "gw")
 
-    def start(self) -> "Cluster":
+    def start(self) -> Cluster:
         self.start_namenode()
         for i in range(1, self.n_dn + 1):
             self.start_datanode(i)
@@ -172,3 +173,30 @@ class Cluster:
                 return
             time.sleep(0.1)
         raise TimeoutError("garbage not collected")
+
+
+def upload_until(s3, bucket: str, bodies: dict[str, bytes], stop: threading.Event, threads: int = 8,
+                 acked: dict | None = None) -> dict[str, bytes]:
+    """PUT `bodies` from `threads` threads until done or `stop`; returns the acknowledged ones."""
+    acked = {} if acked is None else acked
+    items = iter(list(bodies.items()))
+    lock = threading.Lock()
+
+    def worker():
+        while not stop.is_set():
+            with lock:
+                nxt = next(items, None)
+            if nxt is None:
+                return
+            try:
+                s3.put_object(Bucket=bucket, Key=nxt[0], Body=nxt[1])
+                acked[nxt[0]] = nxt[1]
+            except (botocore.exceptions.ClientError, botocore.exceptions.ConnectionError):
+                pass
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return acked

@@ -10,11 +10,10 @@ import time
 
 import botocore.exceptions
 import pytest
-from cluster import SECRET, Cluster
-from test_recovery import fully_replicated, wait_for
-
+from cluster import SECRET, Cluster, upload_until
 from epochfs.common.blocks import crc32c
 from epochfs.common.rpc import RpcClient
+from test_recovery import fully_replicated, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -44,33 +43,6 @@ def read_or_none(s3, bucket: str, key: str) -> bytes | None:
         return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except botocore.exceptions.ClientError:
         return None
-
-
-def upload_until(s3, bucket: str, bodies: dict[str, bytes], stop: threading.Event, threads: int = 8,
-                 acked: dict | None = None) -> dict[str, bytes]:
-    """PUT `bodies` from `threads` threads until done or `stop`; returns the acknowledged ones."""
-    acked = {} if acked is None else acked
-    items = iter(list(bodies.items()))
-    lock = threading.Lock()
-
-    def worker():
-        while not stop.is_set():
-            with lock:
-                nxt = next(items, None)
-            if nxt is None:
-                return
-            try:
-                s3.put_object(Bucket=bucket, Key=nxt[0], Body=nxt[1])
-                acked[nxt[0]] = nxt[1]
-            except (botocore.exceptions.ClientError, botocore.exceptions.ConnectionError):
-                pass
-
-    ts = [threading.Thread(target=worker) for _ in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return acked
 
 
 def block_lists(c: Cluster, bucket: str, keys) -> list[list]:

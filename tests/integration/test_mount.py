@@ -5,13 +5,17 @@ import ctypes
 import errno
 import os
 import random
+import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 import uuid
 
 import pytest
 
+from cluster import MAIN
 from mounting import Mount, needs_fuse
 
 pytestmark = [pytest.mark.integration, needs_fuse]
@@ -249,5 +253,26 @@ def test_all_buckets_mount(cluster, bucket, s3, tmp_path):
         assert s3.get_object(Bucket=bucket, Key="new")["Body"].read() == b"n"
         with pytest.raises(PermissionError):
             (m.path / f"nb-{uuid.uuid4().hex[:8]}").mkdir()
+        m.proc.send_signal(signal.SIGINT)  # Ctrl-C unmounts cleanly
+        assert m.proc.wait(timeout=15) == 0
+        assert not os.path.ismount(m.path)
     finally:
         m.close()
+
+
+def test_daemon_mount_and_umount(cluster, bucket, s3, tmp_path):
+    """`epochfs mount` without -f returns once the mount is up; `epochfs umount` takes it down."""
+    s3.put_object(Bucket=bucket, Key="k", Body=b"v")
+    mp = tmp_path / "daemon"
+    mp.mkdir()
+    env = {**os.environ, "AWS_ENDPOINT_URL": cluster.endpoint, "AWS_ACCESS_KEY_ID": MAIN[0],
+           "AWS_SECRET_ACCESS_KEY": MAIN[1]}
+    cli = [sys.executable, "-m", "epochfs.frontends.cli.main"]
+    try:
+        subprocess.run([*cli, "mount", bucket, str(mp)], env=env, check=True, timeout=60)
+        assert (mp / "k").read_bytes() == b"v"
+        subprocess.run([*cli, "umount", str(mp)], check=True, timeout=30)
+        assert not os.path.ismount(mp)
+    finally:
+        if os.path.ismount(mp):
+            subprocess.call(["fusermount3", "-u", "-z", str(mp)])
