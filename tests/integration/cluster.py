@@ -28,6 +28,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_http(url: str, procs: dict, check=lambda j: True, timeout: float = 30.0,
+              exited=lambda n, p: f"{n} exited with {p.returncode}") -> None:
+    """Poll `url` until it answers 200 with JSON that passes `check`; fail at once if one of `procs` died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for n, p in procs.items():
+            if p.poll() is not None:
+                raise RuntimeError(exited(n, p))
+        try:
+            r = httpx.get(url, timeout=1)
+            if r.status_code == 200 and check(r.json()):
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"not ready at {url}")
+
+
 class Cluster:
     def __init__(self, root: Path, *, datanodes: int = 3, block_size: int = 4 << 20, nn_env: dict | None = None,
                  dn_env: dict | None = None, gw_env: dict | None = None,
@@ -91,19 +109,9 @@ class Cluster:
         return self
 
     def _wait_http(self, url: str, name: str, check=lambda j: True, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            p = self.procs[name]
-            if p.poll() is not None:
-                raise RuntimeError(f"{name} exited: {(self.root / 'logs' / (name + '.log')).read_text()[-3000:]}")
-            try:
-                r = httpx.get(url, timeout=1)
-                if r.status_code == 200 and check(r.json()):
-                    return
-            except (httpx.HTTPError, ValueError):
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"{name} not ready at {url}")
+        def exited(n: str, p) -> str:
+            return f"{n} exited: {(self.root / 'logs' / (n + '.log')).read_text()[-3000:]}"
+        wait_http(url, {name: self.procs[name]}, check, timeout, exited)
 
     def kill(self, name: str) -> None:
         p = self.procs.pop(name)

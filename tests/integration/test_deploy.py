@@ -15,11 +15,11 @@ import httpx
 import pytest
 import yaml
 from botocore.config import Config
-from netns import hosts_or_skip
-
+from cluster import wait_http
 from epochfs.datanode.config import DataNodeSettings
 from epochfs.gateway.config import GatewaySettings
 from epochfs.namenode.config import NameNodeSettings
+from netns import hosts_or_skip
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 SERVICES = {"namenode": NameNodeSettings, "datanode": DataNodeSettings, "gateway": GatewaySettings}
@@ -115,22 +115,6 @@ def _service_env(service: str, name: str, data: Path) -> dict[str, str]:
     return env
 
 
-def _wait(url: str, procs: dict, check=lambda j: True, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for n, p in procs.items():
-            if p.poll() is not None:
-                raise RuntimeError(f"{n} exited with {p.returncode}")
-        try:
-            r = httpx.get(url, timeout=1)
-            if r.status_code == 200 and check(r.json()):
-                return
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(url)
-
-
 @pytest.mark.integration
 def test_multi_host_round_trip_in_network_namespaces(hosts, tmp_path):
     procs: dict[str, subprocess.Popen] = {}
@@ -144,10 +128,10 @@ def test_multi_host_round_trip_in_network_namespaces(hosts, tmp_path):
                 env={**base, **_service_env(service, name, tmp_path)}, stdout=log, stderr=log,
                 stdin=subprocess.DEVNULL)
             if name == "namenode":
-                _wait(f"http://{SUBNET}.{HOSTS['namenode']}:9870/healthz", procs)
-        _wait(f"http://{SUBNET}.{HOSTS['namenode']}:9870/healthz", procs, lambda j: j.get("nodes") == 3)
+                wait_http(f"http://{SUBNET}.{HOSTS['namenode']}:9870/healthz", procs)
+        wait_http(f"http://{SUBNET}.{HOSTS['namenode']}:9870/healthz", procs, lambda j: j.get("nodes") == 3)
         endpoint = f"http://{SUBNET}.{HOSTS['gateway']}:9000"
-        _wait(f"{endpoint}/healthz", procs)
+        wait_http(f"{endpoint}/healthz", procs)
 
         s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=USER[0], aws_secret_access_key=USER[1],
                           region_name="us-east-1", config=Config(retries={"max_attempts": 2}))
