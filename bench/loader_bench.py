@@ -6,11 +6,16 @@
 Starts `epochfs up` (3 DataNodes, 3 replicas), uploads the samples, copies them to a local folder, then reads them
 with the same DataLoader settings through
   (a) epochfs:// one request per sample (the dataset without __getitems__),
-  (b) epochfs:// batch reads (PrefixDataset: one request per DataLoader batch),
+  (b) epochfs:// batch reads (PrefixDataset: one request per DataLoader batch; the gateway locates the samples and
+      issues a read token, the workers read the bytes straight from the DataNodes),
+  (p) the same with direct reads off (direct_reads=False: every byte proxied by the gateway's /_epochfs/batch),
   (c) s3fs against the gateway (PrefixDataset over s3://: s3fs's cat_ranges, concurrent GETs per batch),
   (d) the local folder (PrefixDataset over a path),
-and reports samples/s, the ratio (b)/(c), and the servers' CPU per sample summed over every epochfs process from
-/proc (helpers of bench/s3_bench.py). Every sample's size is checked, and one in 64 byte for byte (after the timed epochs).
+and reports samples/s, the ratios (b)/(c), (b)/(d) and (b)/(p), the servers' CPU per sample summed over every epochfs
+process from /proc (helpers of bench/s3_bench.py) and the loader's own CPU per sample (this process and its
+workers). Every sample's size is checked, and one in 64 byte for byte (after the timed epochs). The two loaders with
+a request per sample, (a) and (c), run --slow-epochs epochs (default 1: s3fs would take most of the run otherwise);
+samples/s is per sample either way.
 """
 from __future__ import annotations
 
@@ -58,24 +63,34 @@ async def upload(tgt: dict, n: int, size: int, conc: int = 32) -> None:
         await asyncio.gather(*(one(i) for i in range(n)))
 
 
-def read_all(ds, a) -> tuple[float, int]:
-    """Run the epochs; returns (seconds, samples read). Workers persist across epochs, as in training."""
+def _ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def read_all(ds, a, epochs: int) -> tuple[float, int, float]:
+    """Run the epochs; returns (seconds, samples read, the loader's own CPU seconds: this process and its
+    workers). Workers persist across epochs, as in training."""
     from torch.utils.data import DataLoader
     loader = DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=a.workers, collate_fn=_collate,
                         persistent_workers=True, prefetch_factor=4)
     n = 0
+    me0 = _ticks(os.getpid())
     t0 = time.perf_counter()
-    for _ in range(a.epochs):
+    for _ in range(epochs):
         for batch in loader:
             for data in batch:
                 if len(data) != a.size:
                     raise AssertionError(f"sample of {len(data)} bytes, want {a.size}")
                 n += 1
     dt = time.perf_counter() - t0
+    cpu = (_ticks(os.getpid()) - me0 + sum(_ticks(w.pid) for w in loader._iterator._workers)) / CLK_TCK
+    del loader
     for i in range(0, len(ds), 64):  # one sample in 64, byte for byte, outside the timing
         if ds[i] != sample(int(Path(ds.paths[i]).stem), a.size):
             raise AssertionError(f"sample {ds.paths[i]} differs")
-    return dt, n
+    return dt, n, cpu
 
 
 def main() -> None:
@@ -85,11 +100,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--slow-epochs", type=int, default=1, help="epochs for (a) and (c), one request per sample")
     ap.add_argument("--quick", action="store_true", help="4,000 samples, 1 epoch")
-    ap.add_argument("--only", default="abcd", help="which loaders to run, e.g. 'bc'")
+    ap.add_argument("--only", default="abpcd", help="which loaders to run, e.g. 'bc'; 'p' is (b) with direct "
+                    "DataNode reads off (every byte through the gateway)")
     a = ap.parse_args()
     if a.quick:
-        a.samples, a.epochs = 4000, 1
+        a.samples, a.epochs, a.slow_epochs = 4000, 1, 1
     target = EpochfsTarget()
     local = Path(tempfile.mkdtemp(prefix="loader-bench-local-"))
     try:
@@ -106,30 +123,39 @@ def main() -> None:
         loaders = {
             "a": ("epochfs:// per-file", lambda: PerFileDataset(f"epochfs://{BUCKET}/train", storage_options=opts)),
             "b": ("epochfs:// batch", lambda: PrefixDataset(f"epochfs://{BUCKET}/train", storage_options=opts)),
+            "p": ("epochfs:// batch, proxy", lambda: PrefixDataset(f"epochfs://{BUCKET}/train",
+                                                                   storage_options={**opts, "direct_reads": False})),
             "c": ("s3fs -> gateway", lambda: PrefixDataset(f"s3://{BUCKET}/train", storage_options=s3opts)),
             "d": ("local folder", lambda: PrefixDataset(str(local / "train"))),
         }
         meter = CpuMeter(target.pids)
         res = {}
-        print(f"# {a.samples} samples x {a.epochs} epochs, batch {a.batch}, {a.workers} workers, shuffled")
-        print(f"{'loader':<22} {'samples/s':>10} {'MB/s':>8} {'server CPU/sample':>18}")
+        print(f"# {a.samples} samples x {a.epochs} epochs ((a) and (c): {a.slow_epochs}), batch {a.batch}, "
+              f"{a.workers} workers, shuffled")
+        print(f"{'loader':<24} {'samples/s':>10} {'MB/s':>8} {'server CPU/sample':>18} {'loader CPU/sample':>18}")
         for k in a.only:
             name, make = loaders[k]
             ds = make()
             assert len(ds) == a.samples, (name, len(ds))
             meter.settle(quiet_ticks=2, max_s=20)
             before = meter.snap()
-            dt, n = read_all(ds, a)
-            cpu = sum(meter.delta(before, meter.snap()).values())
+            dt, n, own = read_all(ds, a, a.slow_epochs if k in "ac" else a.epochs)
+            split = meter.delta(before, meter.snap())
+            cpu = sum(split.values())
             rate = n / dt
             res[k] = rate
             per = f"{cpu / n * 1e6:,.0f} us" if k != "d" else "-"
-            print(f"{name:<22} {rate:>10,.0f} {rate * a.size / 1e6:>8,.0f} {per:>18}", flush=True)
+            print(f"{name:<24} {rate:>10,.0f} {rate * a.size / 1e6:>8,.0f} {per:>18} {own / n * 1e6:>15,.0f} us",
+                  flush=True)
+            if k != "d":
+                print("#   server CPU/sample: " + ", ".join(f"{p} {t / n * 1e6:,.0f} us" for p, t in split.items()))
         if "b" in res and "c" in res:
             print(f"ratio (b)/(c) = {res['b'] / res['c']:.2f}x   (b)/(a) = "
                   f"{res['b'] / res['a']:.2f}x" if "a" in res else f"ratio (b)/(c) = {res['b'] / res['c']:.2f}x")
         if "b" in res and "d" in res:
             print(f"ratio (b)/(d) = {res['b'] / res['d']:.2f}x")
+        if "b" in res and "p" in res:
+            print(f"ratio (b) direct / (b) proxy = {res['b'] / res['p']:.2f}x")
         print(f"# CPU ticks per second: {CLK_TCK}; server CPU is every epochfs process (gateway, NameNode, "
               "DataNodes); the loader's own processes are not counted")
     finally:

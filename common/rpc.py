@@ -9,7 +9,8 @@ S3 benchmark that took a 128 KiB PUT from 4.5 to 3.9 ms of server CPU (three rep
 Frame (both directions): 8-byte header  >II  (json_len, payload_len), then a JSON object (orjson), then the raw payload.
 A request's JSON carries "op" and its arguments; a reply carries its results, or {"err": ClassName, "msg": text} for a
 DomainError (re-raised by name on the caller's side). The first frame on a connection is {"op": "hello", "secret": ...}:
-a connection that does not present the cluster secret is closed.
+a connection that does not present the cluster secret is closed, except that a hello with no secret at all may use
+the server's open ops (a DataNode's tokened reads for native clients, common/readtoken.py) and nothing else.
 """
 from __future__ import annotations
 
@@ -113,6 +114,7 @@ class _ServerConn(_FrameProtocol):
         super().__init__()
         self.server = server
         self.authed = False
+        self.limited = False  # a connection without the secret: only the server's open ops (tokened reads)
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -123,6 +125,10 @@ class _ServerConn(_FrameProtocol):
         self.server._conns.discard(self)
 
     def frame_received(self, head: dict, payload: bytearray) -> None:
+        if not self.authed and head.get("op") == "hello" and not head.get("secret") and self.server.open_ops:
+            self.authed = self.limited = True
+            self.write_frame({})
+            return
         if not self.authed:
             if head.get("op") != "hello" or \
                     not hmac.compare_digest(str(head.get("secret", "")).encode(), self.server.secret):
@@ -141,6 +147,8 @@ class _ServerConn(_FrameProtocol):
         try:
             if handler is None:
                 raise errors.InvalidInput(f"unknown rpc op {op!r}")
+            if self.limited and op not in self.server.open_ops:
+                raise errors.Unauthorized(f"rpc op {op!r} needs the cluster secret")
             res = await handler(head, payload if payload else b"")
             if isinstance(res, tuple):
                 res, out_payload = res
@@ -157,9 +165,10 @@ class RpcServer:
     """Serves a table of handlers: `async def handler(args: dict, payload) -> dict | (dict, payload)`; the request
     payload is a bytearray (b"" when empty), a reply payload any bytes-like object or a list of them."""
 
-    def __init__(self, handlers: dict[str, Handler], secret: str) -> None:
+    def __init__(self, handlers: dict[str, Handler], secret: str, *, open_ops: frozenset[str] = frozenset()) -> None:
         self.handlers = handlers
         self.secret = secret.encode()
+        self.open_ops = open_ops  # callable after a hello without the secret (the handler checks its own token)
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[_ServerConn] = set()
 

@@ -1,13 +1,18 @@
-"""The DataNode's RPC handlers: block put/get for the gateway, put_replica for peers."""
+"""The DataNode's RPC handlers: block put/get for the gateway, put_replica for peers, read_tokened for native
+clients holding a gateway's read token."""
 from __future__ import annotations
 
-from epochfs.common import errors
+from epochfs.common import errors, readtoken
 
 from .blockstore import BlockStore
 from .replicator import FAST_PATH_GRACE_S
 
 
-def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0) -> dict:
+# ops a native client may call on a connection without the cluster secret (each checks its own token)
+OPEN_OPS = frozenset({"read_tokened"})
+
+
+def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secret: str = "") -> dict:
     def check_room(block_id: int, size: int) -> None:
         """A node with a capacity limit (DN_CAPACITY_BYTES) refuses a new block that would take it over; the
         gateway then writes elsewhere, a primary's push is retried later (the NameNode places on nodes with room)."""
@@ -66,6 +71,12 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0) -> di
             out += bufs
         return {"lens": lens, "errs": errs}, out
 
+    async def read_tokened(a, _):
+        """get_many for a native client (a loader reading straight from the DataNodes): a["grant"] is the gateway's
+        read token (common/readtoken.py), which must cover every block read."""
+        readtoken.check(secret, a.get("grant") or {}, {int(r[0]) for r in a["reads"]})
+        return await get_many(a, _)
+
     async def delete(a, _):
         store.delete([int(b) for b in a["blocks"]])
         return {}
@@ -80,4 +91,5 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0) -> di
         s = await replicator.run_once(everything=True)
         return {"ok": s.ok, "failed": s.failed}
 
-    return {f.__name__: f for f in (put, put_replica, get, get_many, delete, has, blocks, replicate_once)}
+    return {f.__name__: f for f in (put, put_replica, get, get_many, read_tokened, delete, has, blocks,
+                                    replicate_once)}

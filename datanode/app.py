@@ -15,7 +15,7 @@ from epochfs.common.peers import Peers
 from epochfs.common.rpc import RpcClient, RpcServer
 
 from . import metrics
-from .api import make_handlers
+from .api import OPEN_OPS, make_handlers
 from .blockstore import BlockStore, Purger
 from .config import DataNodeSettings
 from .heartbeat import Heartbeat
@@ -70,7 +70,8 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
                        report_interval_s=settings.block_report_interval_s, scrubber=scrubber)
         app.state.store, app.state.heartbeat, app.state.scrubber = store, hb, scrubber
         metrics.register(store, hb)
-        rpc = RpcServer(make_handlers(store, replicator, spawn, settings.capacity_bytes), settings.cluster_secret)
+        rpc = RpcServer(make_handlers(store, replicator, spawn, settings.capacity_bytes, settings.cluster_secret),
+                        settings.cluster_secret, open_ops=OPEN_OPS)
         await rpc.start(settings.host, settings.rpc_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(hb.run_forever)

@@ -45,9 +45,10 @@ class EpochFileSystem(AsyncFileSystem):
     root_marker = ""
 
     def __init__(self, endpoint_url: str | None = None, key: str | None = None, secret: str | None = None,
-                 region: str | None = None, block_size: int = MIN_PART, **kwargs) -> None:
+                 region: str | None = None, block_size: int = MIN_PART, direct_reads: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
-        self._opts = dict(endpoint=endpoint_url, access_key=key, secret_key=secret, region=region)
+        self._opts = dict(endpoint=endpoint_url, access_key=key, secret_key=secret, region=region,
+                          direct_reads=direct_reads)
         self.blocksize = max(block_size, MIN_PART)
         self._client: S3Client | None = None
         self._client_pid = None

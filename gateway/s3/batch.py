@@ -5,6 +5,9 @@
       negative counts from the end). Answer: a 4-byte big-endian length, a JSON index
       {"items": [{"len": n, "size": object size, "etag": e, "mt": mtime_ns} | {"err": S3 code, "msg": text}]},
       then the items' bytes back to back in request order. One bad key is one item's error, not a failed batch.
+  POST /_epochfs/locate[/<bucket>]  the same body; answers where the bytes are instead of the bytes: the index with
+      each item's block pieces, the DataNodes' addresses and a short-lived read token (common/readtoken.py), so a
+      native client reads the DataNodes directly, the gateway's copy of every byte saved (see batch_locate).
   GET /_epochfs/manifest/<bucket>[/<prefix>]?after=
       every key under the prefix (no delimiter), streamed as lines, each a JSON array of [key, size, etag,
       mtime_ns] entries (one NameNode page per line, keys in S3 order, read from directory entries, no stat).
@@ -23,7 +26,7 @@ import struct
 
 import orjson
 
-from epochfs.common import errors
+from epochfs.common import errors, readtoken
 
 from .access import bucket_access, check_object_read
 from .body import read_all
@@ -224,6 +227,21 @@ async def batch_read(ctx, req):
                 it.pieces = []  # sent: let the buffers go
 
     return Response(200, [("content-type", "application/x-epochfs-batch")], body(), length=total)
+
+
+@extension("POST", "locate")
+async def batch_locate(ctx, req):
+    """The batch read's plan instead of its bytes, for a native client that reads from the DataNodes itself: the
+    body of /batch, checked the same way; the answer is JSON {"items": [index entry + "p": [[block_id, offset, length,
+    [node, ...]], ...]], "addrs": {node: rpc address}, "grant": read token for every block listed}."""
+    items = _parse(await read_all(req.receive, MAX_BODY), req.bucket)
+    addrs = await _stat_items(ctx, req, items)
+    for it in items:
+        if "len" in it.meta:
+            it.meta["p"] = [[blk[0], off, n, blk[3]] for blk, off, n in it.pieces]
+    grant = readtoken.issue(ctx.settings.cluster_secret, (p[0] for it in items for p in it.meta.get("p", ())))
+    body = orjson.dumps({"items": [it.meta for it in items], "addrs": addrs, "grant": grant})
+    return Response(200, [("content-type", "application/json")], body)
 
 
 @extension("GET", "manifest")

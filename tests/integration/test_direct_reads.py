@@ -1,0 +1,102 @@
+"""Batch reads straight from the DataNodes with the gateway's read token, and the fallback through the gateway."""
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from cluster import ALT, MAIN, SECRET, Cluster
+from epochfs.common import errors, readtoken
+from epochfs.common.client import S3Client
+from epochfs.common.rpc import RpcClient
+
+pytestmark = pytest.mark.integration
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _locate(endpoint, user, items) -> dict:
+    async with S3Client(endpoint, user[0], user[1]) as c:
+        body = orjson.dumps({"items": [{"bucket": b, "key": k} for b, k in items]})
+        return orjson.loads((await c._fs_send("POST", "locate", content=body)).content)
+
+
+async def _read(addr: str, op: str, **args):
+    host, _, port = addr.rpartition(":")
+    c = RpcClient(host, int(port), "")  # a native client: no cluster secret
+    try:
+        return await c.call(op, **args)
+    finally:
+        await c.close()
+
+
+def _piece(plan: dict, i: int) -> tuple[list, str]:
+    bid, off, n, nodes = plan["items"][i]["p"][0]
+    return [bid, off, n], plan["addrs"][str(nodes[0])]
+
+
+def test_datanode_serves_a_valid_token_and_refuses_forged_expired_or_foreign_ones(cluster, bucket, s3):
+    s3.put_object(Bucket=bucket, Key="a", Body=b"alpha" * 100)
+    s3.put_object(Bucket=bucket, Key="b", Body=b"beta" * 100)
+    plan = run(_locate(cluster.endpoint, MAIN, [(bucket, "a")]))
+    read, addr = _piece(plan, 0)
+    head, data = run(_read(addr, "read_tokened", reads=[read], grant=plan["grant"]))
+    assert bytes(data) == b"alpha" * 100 and head["lens"] == [500]
+
+    forged = {**plan["grant"], "tok": plan["grant"]["tok"][:-2] + ("00" if plan["grant"]["tok"][-2:] != "00" else "11")}
+    with pytest.raises(errors.Unauthorized, match="bad read token"):
+        run(_read(addr, "read_tokened", reads=[read], grant=forged))
+    # a token for "a" does not open "b", even with b's id added to the list it claims to cover
+    other, _ = _piece(run(_locate(cluster.endpoint, MAIN, [(bucket, "b")])), 0)
+    with pytest.raises(errors.Unauthorized, match="does not cover"):
+        run(_read(addr, "read_tokened", reads=[other], grant=plan["grant"]))
+    widened = {**plan["grant"], "blocks": plan["grant"]["blocks"] + [other[0]]}
+    with pytest.raises(errors.Unauthorized, match="bad read token"):
+        run(_read(addr, "read_tokened", reads=[other], grant=widened))
+    expired = readtoken.issue(SECRET, [read[0]], ttl_s=-5)
+    with pytest.raises(errors.Unauthorized, match="expired"):
+        run(_read(addr, "read_tokened", reads=[read], grant=expired))
+    # a connection without the secret may do nothing but tokened reads
+    with pytest.raises(errors.Unauthorized, match="cluster secret"):
+        run(_read(addr, "get", block_id=read[0]))
+    with pytest.raises(errors.Unauthorized, match="cluster secret"):
+        run(_read(addr, "delete", blocks=[read[0]]))
+    assert s3.get_object(Bucket=bucket, Key="a")["Body"].read() == b"alpha" * 100
+
+
+def test_locate_checks_access_like_get_object(cluster, bucket, s3):
+    s3.put_object(Bucket=bucket, Key="private", Body=b"x")
+    plan = run(_locate(cluster.endpoint, ALT, [(bucket, "private")]))
+    assert plan["items"][0]["err"] == "AccessDenied" and plan["grant"]["blocks"] == []
+
+
+def test_batch_falls_back_to_the_gateway_when_a_datanode_is_unreachable(tmp_path):
+    c = Cluster(tmp_path).start()
+    try:
+        s3 = c.s3()
+        s3.create_bucket(Bucket="fallback")
+        want = {f"k{i}": bytes([i]) * (1000 + i) for i in range(30)}
+        for k, v in want.items():
+            s3.put_object(Bucket="fallback", Key=k, Body=v)
+        c.replicate_once()
+        c.kill("dn1")  # still listed as alive by the NameNode: the client is sent there and can't connect
+
+        async def go():
+            sent = []
+            async with S3Client(c.endpoint, MAIN[0], MAIN[1]) as cl:
+                send = cl._send
+                cl._send = lambda method, b="", k="", **kw: sent.append(k) or send(method, b, k, **kw)
+                items = [("fallback", k, None, None) for k in want]
+                first = await cl.batch_get(items)
+                second = await cl.batch_get(items)
+            return first, second, sent
+
+        first, second, sent = run(go())
+        assert first == second == list(want.values())
+        # the first batch tried the DataNodes, then went through the gateway; the next one skips the direct attempt
+        assert sent == ["locate", "batch", "batch"]
+    finally:
+        c.close()
