@@ -10,9 +10,13 @@ file inode whose entries carry the listing summary. What POSIX adds:
   symlink      {"t": "l", "tg": target}     target bytes kept as latin-1 text (lossless)
   special file {"t": "s", "rdev": n}        FIFOs, sockets, device nodes
   directory    "mk": marker                 mkdir makes a directory marker, so S3 lists it as "dir/"
+  any inode    "b": bucket directory inode  which bucket it lies in (see in_bucket)
 
 Symlinks and special files have entries whose summary says "delete marker", so ListObjects skips them and GetObject
 answers NoSuchKey: S3 sees regular files and directories only. Each operation is one RocksDB write batch.
+
+Every operation is scoped to one bucket (the gateway checked the caller's permission on it): each inode it is given
+must lie in that bucket (in_bucket), so a key allowed into one bucket can't reach another's inodes by number.
 """
 from __future__ import annotations
 
@@ -43,6 +47,49 @@ class Posix:
     def __init__(self, meta: MetaStore) -> None:
         self.meta = meta
         self.kv = meta.kv
+        self.bi: int | None = None  # the bucket of the operation under way (set by the RPC handler, see scope)
+
+    # ---------------------------------------------------------------- bucket scope
+    def scope(self, bi: int | None, op: str, args: dict) -> None:
+        """Check that the operation `op` touches inodes of bucket `bi` only (None: the tree of buckets, where only
+        the root itself may be read) and make `bi` the bucket inodes written from now on are stamped with."""
+        self.bi = bi
+        if bi is None and op not in ("getattr", "readdir"):  # the gateway filters the root's listing itself
+            raise _fail(errors.Unauthorized, errno.EACCES, f"{op} needs a bucket")
+        if op == "lookup" and args.get("parent") == ROOT_INO and bi is not None:
+            found = self._child(ROOT_INO, str(args.get("name", "")))
+            if found is None or found[0] != bi:
+                raise _fail(errors.Unauthorized, errno.EACCES, "lookup outside the request's bucket")
+            return
+        for k in ("ino", "parent", "newparent"):
+            if k in args:
+                self.in_bucket(int(args[k]))
+
+    def in_bucket(self, ino: int) -> None:
+        """EACCES unless `ino` lies in the scope's bucket. Inodes the mount made or wrote carry their bucket ("b"),
+        directories made through S3 get it from their first lookup or listing through the mount (the kernel learns
+        every inode that way), and a file made through S3 lies where its names are ("ln")."""
+        if ino == self.bi or (self.bi is None and ino == ROOT_INO):
+            return
+        rec = self.meta.get_inode(ino)
+        if rec is not None and self.bi is not None and self._rec_in_bucket(rec):
+            return
+        raise _fail(errors.Unauthorized, errno.EACCES, f"inode {ino} is not in the request's bucket")
+
+    def _rec_in_bucket(self, rec: dict) -> bool:
+        if "b" in rec:
+            return rec["b"] == self.bi
+        for parent, _ in rec.get("ln", []) if rec.get("t") != "d" else []:
+            prec = self.meta.get_inode(parent) if parent != self.bi else {"b": self.bi}
+            if prec is not None and prec.get("b") == self.bi:
+                return True
+        return False
+
+    def _stamp(self, b, ino: int, rec: dict) -> None:
+        """A directory found below a directory of the scope's bucket lies in that bucket: record it (once)."""
+        if rec.get("t") == "d" and "b" not in rec and self.bi is not None and ino != self.bi:
+            rec["b"] = self.bi
+            b.put(keys.inode(ino), self.meta._enc(rec))
 
     # ---------------------------------------------------------------- reading
     def _inode(self, ino: int) -> dict:
@@ -111,6 +158,9 @@ class Posix:
         rec = self.meta.get_inode(found[0])
         if rec is None:  # a link left dangling by an S3 delete of another name
             raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r} in {parent}")
+        if found[1] and "b" not in rec and parent != ROOT_INO:
+            with self.kv.batch() as b:
+                self._stamp(b, found[0], rec)
         return self.attr(found[0], rec)
 
     def readdir(self, ino: int, after: str = "", limit: int = 1000) -> dict:
@@ -119,17 +169,21 @@ class Posix:
         self._dir(ino)
         p = keys.entries(ino)
         start = p + after.encode() + b"\0" if after else p
-        out, last = [], None
-        for k, v in self.kv.scan(start, prefix_end(p)):
-            if len(out) >= limit:
-                return {"entries": out, "next": last}
-            name = k[9:].decode()
-            last = name
-            child = int.from_bytes(v[:8], "big")
-            rec = self.meta.get_inode(child)
-            if rec is not None:
-                out.append([name.rstrip("/") if name.endswith("/") else name, self.attr(child, rec)])
-        return {"entries": out, "next": None}
+        out, last, nxt = [], None, None
+        with self.kv.batch() as b:
+            for k, v in self.kv.scan(start, prefix_end(p)):
+                if len(out) >= limit:
+                    nxt = last
+                    break
+                name = k[9:].decode()
+                last = name
+                child = int.from_bytes(v[:8], "big")
+                rec = self.meta.get_inode(child)
+                if rec is not None:
+                    if ino != ROOT_INO:
+                        self._stamp(b, child, rec)
+                    out.append([name.rstrip("/") if name.endswith("/") else name, self.attr(child, rec)])
+        return {"entries": out, "next": nxt}
 
     def readlink(self, ino: int) -> str:
         rec = self._inode(ino)
@@ -141,7 +195,8 @@ class Posix:
         rec = self._inode(ino)
         if rec.get("t") == "d":
             raise _fail(errors.IsADirectory, errno.EISDIR, f"inode {ino} is a directory")
-        return {"blk": rec.get("blk", []), "size": rec.get("size", 0), "etag": rec.get("etag", "")}
+        return {"blk": rec.get("blk", []), "size": rec.get("size", 0), "etag": rec.get("etag", ""),
+                "acl": rec.get("acl")}
 
     # ---------------------------------------------------------------- writing helpers
     def _writable_dir(self, parent: int) -> dict:
@@ -151,7 +206,7 @@ class Posix:
 
     def _touch_dir(self, b, ino: int, rec: dict, t: int) -> None:
         rec["mt"] = rec["ct"] = t
-        b.put(keys.inode(ino), self.meta._enc(rec))
+        self._put_inode(b, ino, rec)
 
     def _put_entry(self, b, parent: int, name: str, ino: int, rec: dict) -> None:
         """The entry (parent, name) -> ino with the listing summary of `rec` (symlinks and special files are hidden
@@ -164,9 +219,15 @@ class Posix:
                    rec.get("sc", "STANDARD"), hidden]
         b.put(keys.entry(parent, name, False), keys.u64(ino) + self.meta._enc(summary))
 
+    def _put_inode(self, b, ino: int, rec: dict) -> None:
+        """Write an inode record, stamped with the scope's bucket (records rewritten through S3 may have lost it)."""
+        if self.bi is not None and ino != self.bi:
+            rec["b"] = self.bi
+        b.put(keys.inode(ino), self.meta._enc(rec))
+
     def _put_links(self, b, ino: int, rec: dict) -> None:
         """Write an inode and, for a non-directory, the summary in each of its entries."""
-        b.put(keys.inode(ino), self.meta._enc(rec))
+        self._put_inode(b, ino, rec)
         for parent, name in rec.get("ln", []) if rec.get("t") != "d" else []:
             self._put_entry(b, parent, name, ino, rec)
 
@@ -228,7 +289,7 @@ class Posix:
             ino = self.meta._next(b, b"ino")
             if rec["t"] != "d":
                 rec["ln"] = [[parent, name]]
-            b.put(keys.inode(ino), self.meta._enc(rec))
+            self._put_inode(b, ino, rec)
             self._put_entry(b, parent, name, ino, rec)
             self._touch_dir(b, parent, prec, t)
             if charge is not None:
@@ -346,7 +407,7 @@ class Posix:
             b.delete(keys.entry(parent, name, src[1]))
             self._relink(rec, parent, name, newparent, newname)
             rec["ct"] = t
-            b.put(keys.inode(src[0]), self.meta._enc(rec))
+            self._put_inode(b, src[0], rec)
             self._put_entry(b, newparent, newname, src[0], rec)
             self._touch_dir(b, parent, src_dir, t)
             if newparent != parent:
@@ -367,8 +428,8 @@ class Posix:
             self._relink(a, parent, name, newparent, newname)
             self._relink(z, newparent, newname, parent, name)
             a["ct"] = z["ct"] = t
-            b.put(keys.inode(src[0]), self.meta._enc(a))
-            b.put(keys.inode(dst[0]), self.meta._enc(z))
+            self._put_inode(b, src[0], a)
+            self._put_inode(b, dst[0], z)
             self._put_entry(b, newparent, newname, src[0], a)
             self._put_entry(b, parent, name, dst[0], z)
             self._touch_dir(b, parent, src_dir, t)
@@ -438,17 +499,20 @@ def handlers(meta: MetaStore, members) -> dict:
     posix = Posix(meta)
 
     async def fs(a, _):
-        op = a["name"]
+        op, args = a["name"], a["args"]
         if op not in OPS:
             raise errors.InvalidInput(f"unknown fs operation {op!r}")
-        return {"r": getattr(posix, op)(**a["args"])}
+        posix.scope(a.get("bi"), op, args)
+        return {"r": getattr(posix, op)(**args)}
 
     async def fs_blocks(a, _):
+        posix.scope(a.get("bi"), "read", a)
         res = posix.blocks(int(a["ino"]))
         res["addrs"] = members.addrs({n for blk in res["blk"] for n in blk[3]})
         return res
 
     async def fs_commit(a, _):
+        posix.scope(a.get("bi"), "commit", a)
         return posix.commit(int(a["ino"]), a["blk"], int(a["size"]), a["etag"], a.get("bucket"))
 
     async def fs_statfs(a, _):

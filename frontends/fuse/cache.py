@@ -67,6 +67,13 @@ class BlockCache:
         ino, etag, idx = key
         return self._dir / f"{ino}-{hashlib.blake2b(etag.encode(), digest_size=8).hexdigest()}-{idx}"
 
+    def __contains__(self, key: Key) -> bool:
+        return key in self._data or key in self._disk.index
+
+    def has_room(self, n: int) -> bool:
+        """Would n more bytes be kept without evicting anything? (What a speculative fetch may use.)"""
+        return self.enabled and any(t.capacity - t.used >= n for t in (self._mem, self._disk))
+
     def get(self, key: Key) -> bytes | None:
         data = self._data.get(key)
         if data is not None:

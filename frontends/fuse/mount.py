@@ -5,6 +5,7 @@ command waits for until the mount is up. SIGTERM and SIGINT unmount it cleanly.
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -23,6 +24,8 @@ from epochfs.common.service import setup_logging
 from .ops import EpochOperations
 from .options import MountOptions, options
 
+log = logging.getLogger("epochfs.mount")
+
 
 def fuse_options(opts: MountOptions, allow_other: bool) -> set[str]:
     out = {"fsname=epochfs", "subtype=epochfs", "default_permissions"}
@@ -33,9 +36,31 @@ def fuse_options(opts: MountOptions, allow_other: bool) -> set[str]:
     return out
 
 
+def read_large_bodies() -> None:
+    """httpcore reads a response 64 KiB per socket read, each one a trip through h11's and trio's machinery: most of
+    the mount's CPU when it fetches 4 MiB chunks. Reads of 1 MiB cut that 16-fold (this process only)."""
+    from httpcore._async.http11 import AsyncHTTP11Connection
+    AsyncHTTP11Connection.READ_NUM_BYTES = max(AsyncHTTP11Connection.READ_NUM_BYTES, 1 << 20)
+
+
+def set_kernel_readahead(mountpoint: str, nbytes: int) -> None:
+    """Let the kernel read ahead `nbytes` of a sequential reader (its default for FUSE is 128 KiB, which caps
+    every read request at that size): the mount's backing device is found in /proc/self/mountinfo, not by a stat
+    that this very process would have to answer. Best effort: without root or sysfs the default stays."""
+    try:
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            f = line.split()
+            if f[4] == mountpoint:
+                Path(f"/sys/class/bdi/{f[2]}/read_ahead_kb").write_text(str(nbytes >> 10))
+    except OSError as e:
+        log.info("kernel readahead left at its default: %s", e)
+
+
 async def serve(ops: EpochOperations, mountpoint: str, fuse_opts: set[str]) -> None:
+    read_large_bodies()
     await ops.start()
     pyfuse3.init(ops, mountpoint, fuse_opts)
+    set_kernel_readahead(mountpoint, ops.o.readahead * ops.o.chunk_size)
     try:
         async with trio.open_nursery() as nursery:
             ops.nursery = nursery
@@ -65,7 +90,8 @@ def cmd_mount(args) -> int:
     opts = options(args)
     if opts.cache_dir is not None:
         opts.cache_dir.mkdir(parents=True, exist_ok=True)
-    client = S3Client(args.endpoint, args.access_key, args.secret_key, timeout=opts.timeout)
+    client = S3Client(args.endpoint, args.access_key, args.secret_key, timeout=opts.timeout,
+                      direct_reads=False)  # its direct path runs on asyncio; the mount runs on trio
     ops = EpochOperations(client, opts)
     try:
         trio.run(serve, ops, mp, fuse_options(opts, not args.no_allow_other))

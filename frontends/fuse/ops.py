@@ -8,7 +8,9 @@ Consistency is close-to-open. open() revalidates the attributes and keeps the ke
 unchanged (same mtime, size and ETag as at the last open); writes go to a local copy of the file (random writes and
 truncates included) that flush/fsync/close upload in one streamed PUT and commit, so once close() returns the new
 content is durable and visible through S3. In dataset mode the tree is taken as immutable: every attribute, name and
-listing is fetched once and trusted for the life of the mount, and the mount is read-only.
+listing is fetched once and trusted for the life of the mount, and the mount is read-only. A shuffled epoch will read
+every file of a directory soon, so the first read of a file there fetches the directory's small files in batches
+(one request for many files, while the cache has room): epoch 1 pays per batch, not per file.
 """
 from __future__ import annotations
 
@@ -99,7 +101,7 @@ class Handle:
 @dataclass
 class _Fetch:
     done: trio.Event = field(default_factory=trio.Event)
-    data: bytes = b""
+    data: bytes | None = None                # None when done: a prefetch missed it, the reader fetches it itself
     error: BaseException | None = None
 
 
@@ -119,6 +121,10 @@ class EpochOperations(pyfuse3.Operations):
         self.attrs: dict[int, dict] = {}                 # dataset mode: every attribute seen
         self.names: dict[tuple[int, str], int] = {}      # dataset mode: (parent, name) -> inode
         self.listings: dict[int, list] = {}              # dataset mode: directory listings
+        self.parent_of: dict[int, int] = {}              # dataset mode: a file's directory
+        self.keys: dict[int, str] = {}                   # dataset mode: a directory's key prefix in its bucket
+        self.prefetched: set[int] = set()                # dataset mode: directories whose files were prefetched
+        self.batches = trio.Semaphore(4)                 # prefetch batches under way at once
         self.inflight: dict[tuple, _Fetch] = {}
         self._fh = itertools.count(1)
         self.nursery: trio.Nursery | None = None
@@ -127,13 +133,15 @@ class EpochOperations(pyfuse3.Operations):
         """Find the mount's root: the tree of buckets, a bucket, or a directory below one."""
         if self.o.bucket is None:
             return
-        a = await self.c.fs("lookup", parent=NN_ROOT, name=self.o.bucket)
-        for part in [p for p in self.o.prefix.split("/") if p]:
-            a = await self.c.fs("lookup", parent=a["ino"], name=part)
+        a = await self.c.fs("lookup", self.o.bucket, parent=NN_ROOT, name=self.o.bucket)
+        parts = [p for p in self.o.prefix.split("/") if p]
+        for part in parts:
+            a = await self.c.fs("lookup", self.o.bucket, parent=a["ino"], name=part)
         if not stat.S_ISDIR(a["mode"]):
             raise errors.NotADirectory(f"{self.o.bucket}/{self.o.prefix} is not a directory")
         self.root = a["ino"]
         self.bucket_of[self.root] = self.o.bucket
+        self.keys[self.root] = "".join(p + "/" for p in parts)
 
     # ---------------------------------------------------------------- inodes and attributes
     def _nn(self, ino: int) -> int:
@@ -169,10 +177,16 @@ class EpochOperations(pyfuse3.Operations):
         if self.o.dataset:
             self.names[(parent, name)] = ino
             self.attrs[ino] = a
+            self.parent_of[ino] = parent
+            if parent == NN_ROOT and self.o.bucket is None:
+                self.keys[ino] = ""
+            elif stat.S_ISDIR(a["mode"]) and parent in self.keys:
+                self.keys[ino] = f"{self.keys[parent]}{name}/"
 
     def _bucket(self, parent: int, other: int | None = None) -> str | None:
-        """The bucket a namespace change happens in (the NameNode keeps its usage in step); EXDEV when it would
-        cross buckets: they differ in block size and replication, like separate file systems."""
+        """The bucket an operation happens in (the gateway checks the caller's permission on it; None: the root of
+        the tree of buckets); EXDEV when it would cross buckets: they differ in block size and replication, like
+        separate file systems."""
         bucket = self.bucket_of.get(parent, self.o.bucket)
         if other is not None and self.bucket_of.get(other, self.o.bucket) != bucket:
             raise pyfuse3.FUSEError(errno.EXDEV)
@@ -185,7 +199,7 @@ class EpochOperations(pyfuse3.Operations):
     async def _getattr(self, ino: int) -> dict:
         if self.o.dataset and ino in self.attrs:
             return self.attrs[ino]
-        a = await self.c.fs("getattr", ino=ino)
+        a = await self.c.fs("getattr", self._bucket(ino), ino=ino)
         if self.o.dataset:
             self.attrs[ino] = a
         return a
@@ -202,7 +216,7 @@ class EpochOperations(pyfuse3.Operations):
             if ino is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._entry(self.attrs[ino])
-        a = await self.c.fs("lookup", parent=p, name=s)
+        a = await self.c.fs("lookup", s if p == NN_ROOT else self._bucket(p), parent=p, name=s)
         self._remember(p, s, a)
         return self._entry(a)
 
@@ -229,7 +243,7 @@ class EpochOperations(pyfuse3.Operations):
         if fields.update_size:
             a = await self._truncate(ino, attr.st_size)
         if args or a is None:
-            a = await self.c.fs("setattr", ino=ino, fields=args)
+            a = await self.c.fs("setattr", self._bucket(ino), ino=ino, fields=args)
         return self._entry(a)
 
     async def _truncate(self, ino: int, size: int) -> dict | None:
@@ -239,7 +253,7 @@ class EpochOperations(pyfuse3.Operations):
         w = self.writers.get(ino)
         if w is None and size == 0:
             self.cache.drop(ino)
-            return self._changed(await self.c.fs("setattr", ino=ino, fields={"size": 0}, bucket=self._bucket(ino)))
+            return self._changed(await self.c.fs("setattr", self._bucket(ino), ino=ino, fields={"size": 0}))
         w = await self._writer(ino)
         async with w.lock:
             os.ftruncate(w.fd, size)
@@ -253,7 +267,7 @@ class EpochOperations(pyfuse3.Operations):
 
     @_posix
     async def readlink(self, inode, ctx):
-        return (await self.c.fs("readlink", ino=self._nn(inode))).encode("latin-1")
+        return (await self.c.fs("readlink", self._bucket(self._nn(inode)), ino=self._nn(inode))).encode("latin-1")
 
     @_posix
     async def opendir(self, inode, ctx):
@@ -266,7 +280,7 @@ class EpochOperations(pyfuse3.Operations):
             return self.listings[ino]
         out, after = [], ""
         while True:
-            page = await self.c.fs("readdir", ino=ino, after=after)
+            page = await self.c.fs("readdir", self._bucket(ino), ino=ino, after=after)
             out += page["entries"]
             if page["next"] is None:
                 break
@@ -293,7 +307,7 @@ class EpochOperations(pyfuse3.Operations):
     async def mkdir(self, parent_inode, name, mode, ctx):
         self._writable()
         p, s = self._nn(parent_inode), _name(name)
-        a = await self.c.fs("mkdir", parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid)
+        a = await self.c.fs("mkdir", self._bucket(p), parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid)
         self._remember(p, s, a)
         return self._entry(a)
 
@@ -301,8 +315,8 @@ class EpochOperations(pyfuse3.Operations):
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         self._writable()
         p, s = self._nn(parent_inode), _name(name)
-        a = await self.c.fs("mknod", parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid, rdev=rdev,
-                            bucket=self._bucket(p))
+        a = await self.c.fs("mknod", self._bucket(p), parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid,
+                            rdev=rdev)
         self._remember(p, s, a)
         return self._entry(a)
 
@@ -310,7 +324,8 @@ class EpochOperations(pyfuse3.Operations):
     async def symlink(self, parent_inode, name, target, ctx):
         self._writable()
         p, s = self._nn(parent_inode), _name(name)
-        a = await self.c.fs("symlink", parent=p, name=s, target=target.decode("latin-1"), uid=ctx.uid, gid=ctx.gid)
+        a = await self.c.fs("symlink", self._bucket(p), parent=p, name=s, target=target.decode("latin-1"),
+                            uid=ctx.uid, gid=ctx.gid)
         self._remember(p, s, a)
         return self._entry(a)
 
@@ -318,7 +333,7 @@ class EpochOperations(pyfuse3.Operations):
     async def link(self, inode, new_parent_inode, new_name, ctx):
         self._writable()
         p, s = self._nn(new_parent_inode), _name(new_name)
-        a = await self.c.fs("link", ino=self._nn(inode), parent=p, name=s, bucket=self._bucket(p, self._nn(inode)))
+        a = await self.c.fs("link", self._bucket(p, self._nn(inode)), ino=self._nn(inode), parent=p, name=s)
         self._remember(p, s, a)
         return self._entry(a)
 
@@ -326,19 +341,20 @@ class EpochOperations(pyfuse3.Operations):
     async def unlink(self, parent_inode, name, ctx):
         self._writable()
         p = self._nn(parent_inode)
-        await self.c.fs("unlink", parent=p, name=_name(name), bucket=self._bucket(p))
+        await self.c.fs("unlink", self._bucket(p), parent=p, name=_name(name))
 
     @_posix
     async def rmdir(self, parent_inode, name, ctx):
         self._writable()
-        await self.c.fs("rmdir", parent=self._nn(parent_inode), name=_name(name))
+        p = self._nn(parent_inode)
+        await self.c.fs("rmdir", self._bucket(p), parent=p, name=_name(name))
 
     @_posix
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
         self._writable()
         p, newp = self._nn(parent_inode_old), self._nn(parent_inode_new)
-        await self.c.fs("rename", parent=p, name=_name(name_old), newparent=newp, newname=_name(name_new),
-                        flags=flags, bucket=self._bucket(p, newp))
+        await self.c.fs("rename", self._bucket(p, newp), parent=p, name=_name(name_old), newparent=newp,
+                        newname=_name(name_new), flags=flags)
 
     @_posix
     async def statfs(self, ctx):
@@ -376,8 +392,8 @@ class EpochOperations(pyfuse3.Operations):
     async def create(self, parent_inode, name, mode, flags, ctx):
         self._writable()
         p, s = self._nn(parent_inode), _name(name)
-        a = await self.c.fs("mknod", parent=p, name=s, mode=stat.S_IFREG | stat.S_IMODE(mode), uid=ctx.uid,
-                            gid=ctx.gid, bucket=self._bucket(p))
+        a = await self.c.fs("mknod", self._bucket(p), parent=p, name=s, mode=stat.S_IFREG | stat.S_IMODE(mode),
+                            uid=ctx.uid, gid=ctx.gid)
         self._remember(p, s, a)
         self.seen[a["ino"]] = _version(a)
         return pyfuse3.FileInfo(fh=self._open_handle(a)), self._entry(a)
@@ -390,12 +406,16 @@ class EpochOperations(pyfuse3.Operations):
             async with w.lock:
                 return os.pread(w.fd, size, off)
         if not self.cache.enabled:
-            return await self.c.fs_read(h.ino, off, size)
+            return await self.c.fs_read(self._bucket(h.ino), h.ino, off, size)
         end = min(off + size, h.size)
         if end <= off:
             return b""
         cs = self.o.chunk_size
         first, last = off // cs, (end - 1) // cs
+        p = self.parent_of.get(h.ino)
+        if self.o.prefetch and p is not None and p not in self.prefetched and self.nursery is not None:
+            self.prefetched.add(p)
+            self.nursery.start_soon(self._prefetch_dir, p)
         if first == h.next_chunk and self.nursery is not None:
             for i in range(last + 1, min(last + 1 + self.o.readahead, (h.size + cs - 1) // cs)):
                 if (h.ino, h.etag, i) not in self.inflight:
@@ -408,18 +428,18 @@ class EpochOperations(pyfuse3.Operations):
     async def _chunk(self, ino: int, etag: str, idx: int) -> bytes:
         """Chunk `idx` of a file version: from the cache, from a fetch already under way, or from the gateway."""
         key = (ino, etag, idx)
-        data = self.cache.get(key)
-        if data is not None:
-            return data
-        f = self.inflight.get(key)
-        if f is not None:
+        while (f := self.inflight.get(key)) is not None:
             await f.done.wait()
             if f.error is not None:
                 raise f.error
-            return f.data
+            if f.data is not None:
+                return f.data
+        data = self.cache.get(key)
+        if data is not None:
+            return data
         f = self.inflight[key] = _Fetch()
         try:
-            f.data = await self.c.fs_read(ino, idx * self.o.chunk_size, self.o.chunk_size)
+            f.data = await self.c.fs_read(self._bucket(ino), ino, idx * self.o.chunk_size, self.o.chunk_size)
             self.cache.put(key, f.data)
             return f.data
         except BaseException as e:
@@ -428,6 +448,40 @@ class EpochOperations(pyfuse3.Operations):
         finally:
             del self.inflight[key]
             f.done.set()
+
+    async def _prefetch_dir(self, p: int) -> None:
+        """Dataset mode: fetch the files of directory `p` that fit in one chunk, `prefetch` files per batch request,
+        while the cache keeps them without evicting anything."""
+        bucket, base = self._bucket(p), self.keys.get(p)
+        if bucket is None or base is None:
+            return
+        files = [(n, a) for n, a in self.listings.get(p, ()) if stat.S_ISREG(a["mode"])
+                 and 0 < a["size"] <= self.o.chunk_size]
+        for i in range(0, len(files), self.o.prefetch):
+            async with self.batches:
+                todo = [(n, (a["ino"], a["etag"], 0), a["size"]) for n, a in files[i:i + self.o.prefetch]]
+                todo = [t for t in todo if t[1] not in self.inflight and t[1] not in self.cache]
+                if not todo:
+                    continue
+                if not self.cache.has_room(sum(t[2] for t in todo)):
+                    return
+                await self._fetch_batch(bucket, base, todo)
+
+    async def _fetch_batch(self, bucket: str, base: str, todo: list) -> None:
+        """One batch read of whole files into the cache; a reader of one of them waits for it instead of asking."""
+        fetches = [self.inflight.setdefault(key, _Fetch()) for _, key, _ in todo]
+        try:
+            res = await self.c.batch_get([(bucket, base + n, None, None) for n, _, _ in todo])
+            for (_, key, size), f, data in zip(todo, fetches, res):
+                if isinstance(data, bytes) and len(data) == size:
+                    self.cache.put(key, data)
+                    f.data = data
+        except Exception:  # the readers fetch their files themselves; a background task must not end the mount
+            log.exception("prefetch of %s/%s failed", bucket, base)
+        finally:
+            for (_, key, _), f in zip(todo, fetches):
+                self.inflight.pop(key, None)
+                f.done.set()
 
     async def _prefetch(self, ino: int, etag: str, idx: int) -> None:
         try:
@@ -443,9 +497,10 @@ class EpochOperations(pyfuse3.Operations):
         w = self.writers[ino] = Writer(self.o.cache_dir)
         async with w.lock:
             try:
-                size = (await self.c.fs("getattr", ino=ino))["size"]
+                bucket = self._bucket(ino)
+                size = (await self.c.fs("getattr", bucket, ino=ino))["size"]
                 for pos in range(0, size, 8 << 20):
-                    os.pwrite(w.fd, await self.c.fs_read(ino, pos, 8 << 20), pos)
+                    os.pwrite(w.fd, await self.c.fs_read(bucket, ino, pos, 8 << 20), pos)
                 w.size = size
             except BaseException:
                 self._drop_writer(ino, w)

@@ -20,6 +20,7 @@ class MountOptions:
     attr_timeout: float = 1.0
     chunk_size: int = 4 << 20                # unit of reads from the gateway and of the block cache
     readahead: int = 4                       # chunks fetched ahead of a sequential reader
+    prefetch: int = 32                       # dataset mode: files per batch when a directory is prefetched
     cache_policy: str = "none"               # none | lru | off (see cache.py)
     cache_mem: int = 512 << 20
     cache_disk: int = 0
@@ -56,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", type=Path, default=None, help="local disk cache and write buffers")
     p.add_argument("--chunk-size", type=_size, default=4 << 20, help="unit of reads and of the block cache")
     p.add_argument("--readahead", type=int, default=4, help="chunks read ahead of a sequential reader")
+    p.add_argument("--prefetch", type=int, default=32,
+                   help="dataset mode: once a file is read, its directory's small files are fetched in batches "
+                        "of this many while the cache has room (0: off)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds before a silent gateway gives EIO")
     p.add_argument("--no-allow-other", action="store_true", help="only the mounting user sees the mount")
 
@@ -64,6 +68,7 @@ def options(args) -> MountOptions:
     bucket, _, prefix = args.source.strip("/").partition("/")
     return MountOptions(bucket=bucket or None, prefix=prefix, read_only=args.read_only or args.dataset,
                         dataset=args.dataset, entry_timeout=args.entry_timeout, attr_timeout=args.attr_timeout,
-                        chunk_size=args.chunk_size, readahead=args.readahead, cache_policy=args.cache,
+                        chunk_size=args.chunk_size, readahead=args.readahead, prefetch=args.prefetch,
+                        cache_policy=args.cache,
                         cache_mem=args.cache_mem, cache_disk=args.cache_disk, cache_dir=args.cache_dir,
                         timeout=args.timeout)

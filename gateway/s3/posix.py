@@ -1,17 +1,21 @@
 """The mount's API: POSIX operations by inode at /_epochfs/fs[/<bucket>] (see namenode/posix.py).
 
-  POST /_epochfs/fs            {"op": "lookup", "args": {...}} -> {"r": result} or {"err": class, "msg", "errno"}
-  GET  /_epochfs/fs?ino=&off=&len=   bytes [off, off+len) of the file (short at its end)
+  POST /_epochfs/fs/<bucket>   {"op": "lookup", "args": {...}} -> {"r": result} or {"err": class, "msg", "errno"}
+  GET  /_epochfs/fs/<bucket>?ino=&off=&len=   bytes [off, off+len) of the file (short at its end)
   PUT  /_epochfs/fs/<bucket>?ino=    the file's whole new content; blocks go to the bucket's DataNodes, then one
                                      NameNode commit replaces the old content -> {"r": attributes}
   POST /_epochfs/fs with op "statfs" -> capacity, used and inode counts
+  POST /_epochfs/fs (no bucket) getattr and readdir of the root, the tree of the buckets the caller may list
 
 Namespace errors travel as JSON with their errno (a POSIX answer, not an S3 failure); the data calls answer S3 error
-XML like any S3 request. Requests are SigV4-signed; permissions inside the tree are POSIX's, checked by the kernel
-from mode/uid/gid (the mount runs with default_permissions).
+XML like any S3 request. Requests are SigV4-signed and name the bucket they touch: reading needs read permission on
+it, changing needs write (ownership, the key's own permissions, ACLs: access.py), and the NameNode refuses any
+inode outside that bucket. Permissions inside the tree are POSIX's, checked by the kernel from mode/uid/gid (the
+mount runs with default_permissions).
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 
 import orjson
@@ -19,14 +23,16 @@ from prometheus_client import Counter
 
 from epochfs.common import errors
 
-from .access import bucket_access
+from .access import bucket_access, check_object_read, may_list
 from .body import body_stream, read_all
-from .errors import S3Error, invalid_argument
+from .errors import S3Error, access_denied, invalid_argument
 from .ext import extension
 from .http import Response
 
 FS_REQUESTS = Counter("epochfs_fs_requests_total", "Mount API requests", ["op"])
 JSON = [("content-type", "application/json")]
+READ_OPS = frozenset(("getattr", "lookup", "readdir", "readlink"))
+QUOTA_OPS = frozenset(("mknod", "link", "unlink", "rename", "setattr"))  # take the bucket whose usage they change
 
 
 def _int_arg(req, name: str, default: int | None = None) -> int:
@@ -47,18 +53,49 @@ def _error(e: errors.DomainError) -> dict:
     return {"err": type(e).__name__, "msg": e.message, "errno": e.details.get("errno")}
 
 
+async def _bucket_ino(ctx, req, perm: str) -> int:
+    """The inode of the request's bucket, once the caller's `perm` ("read" or "write") on it is checked."""
+    return (await bucket_access(ctx, req, perm))["ino"]
+
+
+async def _visible_buckets(ctx, req, entries: list) -> list:
+    """The root's entries the caller may list, as ListBuckets shows them."""
+    out = []
+    for name, attr in entries:
+        try:
+            if may_list(ctx, req, await ctx.bucket(name)):
+                out.append([name, attr])
+        except errors.NoSuchBucket:
+            pass  # deleted since the listing
+    return out
+
+
 @extension("POST", "fs")
 async def fs_op(ctx, req):
     try:
         body = orjson.loads(await read_all(req.receive, 1 << 20))
         op, args = body["op"], body.get("args") or {}
+        if not isinstance(args, dict):
+            raise TypeError
     except (orjson.JSONDecodeError, KeyError, TypeError):
         raise S3Error("MalformedJSON", "The body must be {\"op\": ..., \"args\": {...}}.", 400) from None
     FS_REQUESTS.labels(op).inc()
     try:
         if op == "statfs":
             return _answer({"r": await ctx.cluster.nn("fs_statfs")})
-        return _answer(await ctx.cluster.nn("fs", name=op, args=args))
+        bi = None
+        if req.bucket is not None:
+            bi = await _bucket_ino(ctx, req, "read" if op in READ_OPS else "write")
+        if op in QUOTA_OPS:
+            args["bucket"] = req.bucket
+        res = await ctx.cluster.nn("fs", name=op, args=args, bi=bi)
+        if bi is None and op == "readdir" and "r" in res:
+            res["r"]["entries"] = await _visible_buckets(ctx, req, res["r"]["entries"])
+        return _answer(res)
+    except S3Error as e:
+        if e.code != "AccessDenied":
+            raise
+        return _answer({"err": "Unauthorized", "msg": e.message, "errno": errno.EACCES})
     except errors.DomainError as e:
         if e.details.get("errno") is None:
             raise
@@ -68,10 +105,17 @@ async def fs_op(ctx, req):
 @extension("GET", "fs")
 async def fs_read(ctx, req):
     FS_REQUESTS.labels("read").inc()
+    if req.bucket is None:
+        raise invalid_argument("GET /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     ino, off, n = _int_arg(req, "ino"), _int_arg(req, "off", 0), _int_arg(req, "len")
     if off < 0 or n < 0:
         raise invalid_argument("off and len must not be negative")
-    res = await ctx.cluster.nn("fs_blocks", ino=ino)
+    info = await bucket_access(ctx, req, "read")
+    try:
+        res = await ctx.cluster.nn("fs_blocks", ino=ino, bi=info["ino"])
+    except errors.Unauthorized:  # an inode of another bucket
+        raise access_denied() from None
+    check_object_read(ctx, req, info, res)  # a reader by the bucket's ACL also needs the object's
     end = min(off + n, res["size"])
     if end <= off:
         return Response(200, [("x-epochfs-etag", res["etag"])], b"")
@@ -84,7 +128,7 @@ async def fs_write(ctx, req):
     FS_REQUESTS.labels("write").inc()
     if req.bucket is None:
         raise invalid_argument("PUT /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
-    await bucket_access(ctx, req, "write")
+    bi = await _bucket_ino(ctx, req, "write")
     ino = _int_arg(req, "ino")
     md5 = hashlib.md5()
     stream, _ = body_stream(req.receive, req.headers, req.auth)
@@ -92,7 +136,7 @@ async def fs_write(ctx, req):
                                                   limit=ctx.settings.max_object_size)
     try:
         attr = await ctx.cluster.nn("fs_commit", ino=ino, blk=blocks, size=size, etag=f'"{md5.hexdigest()}"',
-                                    bucket=req.bucket)
+                                    bucket=req.bucket, bi=bi)
     except errors.DomainError as e:
         await ctx.abandon(blocks)
         if e.details.get("errno") is None:

@@ -46,6 +46,24 @@ def test_dataset_mode_makes_no_requests_after_the_first_epoch(cluster, bucket, s
         m.close()
 
 
+def test_dataset_mode_prefetches_a_directory_in_batches(cluster, bucket, s3, tmp_path):
+    """Epoch 1 fetches each directory's small files a batch at a time, not one request per file; a cache without
+    room for them stops the prefetch and every file is still read right."""
+    rng = random.Random(2)
+    files = {f"shard{i % 3}/s{i:03d}.bin": rng.randbytes(rng.randrange(1, 50_000)) for i in range(48)}
+    for k, v in files.items():
+        s3.put_object(Bucket=bucket, Key=f"pf/{k}", Body=v)
+    for cache_mem, most_reads in (("64M", 12), ("60K", len(files))):
+        reads = fs_requests(cluster).get("read", 0)
+        m = Mount(cluster, f"{bucket}/pf", tmp_path / f"pf{cache_mem}", "--dataset", "--cache-mem", cache_mem,
+                  "--prefetch", "8", log=tmp_path / "mount.log")
+        try:
+            _epoch(m.path, files, rng)
+        finally:
+            m.close()
+        assert fs_requests(cluster).get("read", 0) - reads <= most_reads
+
+
 def test_page_cache_is_kept_across_opens_of_an_unchanged_file(cluster, bucket, s3, tmp_path):
     s3.put_object(Bucket=bucket, Key="f.bin", Body=os.urandom(300_000))
     m = Mount(cluster, bucket, tmp_path / "pc", "--cache", "off", log=tmp_path / "mount.log")

@@ -38,3 +38,12 @@ def test_off_caches_nothing():
     c = BlockCache("off")
     epoch(c, 3, range(3))
     assert epoch(c, 3, range(3)) == 0 and not c.enabled
+
+
+def test_has_room_only_without_evicting():
+    for policy in ("none", "lru"):
+        c = BlockCache(policy, mem_bytes=300)
+        c.put((1, '"e"', 0), bytes(200))
+        assert (1, '"e"', 0) in c and (1, '"e"', 1) not in c
+        assert c.has_room(100) and not c.has_room(101)
+    assert not BlockCache("off").has_room(1)

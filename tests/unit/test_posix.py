@@ -106,3 +106,29 @@ def test_bucket_usage_follows_mount_changes(fs):
     fs.meta.update_bucket("bkt", {"qb": 5})
     assert errno_of(fs.commit, h["ino"], [], 6, '"y"', bucket="bkt") == errno.EDQUOT
     assert fs.getattr(h["ino"])["size"] == 0
+
+
+def test_scope_keeps_each_bucket_to_its_own_inodes(fs):
+    """Directories made through S3 carry no bucket until the mount finds them; files lie where their names are; an
+    inode of another bucket is refused, also for hard links and renames into it."""
+    fs.meta.put_object("bkt", "s3dir/obj", {"size": 1, "etag": '"x"', "blk": []})
+    fs.meta.create_bucket("other", "someone")
+    other = fs.meta.bucket_ino("other")
+    fs.scope(fs.b, "lookup", {"parent": fs.b})
+    d = fs.lookup(fs.b, "s3dir")["ino"]
+    fs.scope(fs.b, "readdir", {"ino": d})
+    f = fs.readdir(d)["entries"][0][1]["ino"]
+    fs.scope(fs.b, "getattr", {"ino": f})
+    fs.scope(fs.b, "mkdir", {"parent": d})
+    sub = fs.mkdir(d, "sub", 0o755, 0, 0)["ino"]
+    fs.scope(fs.b, "rename", {"parent": d, "newparent": sub})
+    fs.rename(d, "obj", sub, "moved")
+    fs.scope(fs.b, "getattr", {"ino": f})  # its name moved with it
+
+    for op, args in (("getattr", {"ino": f}), ("readdir", {"ino": d}), ("lookup", {"parent": 1, "name": "bkt"}),
+                     ("link", {"ino": f, "parent": other, "name": "x"}),
+                     ("rename", {"parent": sub, "name": "moved", "newparent": other, "newname": "x"})):
+        assert errno_of(fs.scope, other, op, args) == errno.EACCES
+    assert errno_of(fs.scope, None, "getattr", {"ino": f}) == errno.EACCES
+    assert errno_of(fs.scope, None, "lookup", {"parent": 1, "name": "bkt"}) == errno.EACCES
+    fs.scope(None, "readdir", {"ino": 1})
