@@ -8,10 +8,8 @@ import time
 
 import pytest
 from cluster import MAIN, Cluster
-from test_recovery import _reads_back, flip_byte, settle_replication, wait_for
-
-from epochfs.common import errors
 from epochfs.frontends.cli.admin import AdminClient
+from test_recovery import _reads_back, corrupt_replica, settle_replication, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -47,14 +45,7 @@ def test_scrub_job_finds_a_flipped_byte_and_reaches_done(jobs_cluster):
     data = {f"k{i}": os.urandom(300_000) for i in range(5)}
     for k, v in data.items():
         s3.put_object(Bucket="scrub", Key=k, Body=v)
-    blk = c.rpc("nn", "stat", bucket="scrub", key="k2")["obj"]["blk"][0]
-    settle_replication(c, [blk])
-    holder = next(name for name, nid in c.node_ids().items() if nid == blk[3][1])
-    c.stop(holder)
-    flip_byte(c, holder, blk[0], chunk=0, at=10)
-    c.start_datanode(int(holder[2:]))
-    with pytest.raises(errors.CorruptBlock):
-        c.read_replica(holder, blk[0])
+    blk, holder = corrupt_replica(c, "scrub", "k2", 1, chunk=0, at=10)
     time.sleep(1.0)
     assert c.rpc("nn", "stats")["read_repairs"] == 0  # nobody read it and the background scrubber is off
 

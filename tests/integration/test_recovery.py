@@ -7,7 +7,6 @@ import time
 
 import pytest
 from cluster import Cluster
-
 from epochfs.common import errors
 from epochfs.common.kv import RocksKV
 from epochfs.datanode import keys as dnkeys
@@ -60,6 +59,23 @@ def flip_byte(c: Cluster, dn: str, block_id: int, chunk: int = 0, at: int = 1000
         kv.flush()
     finally:
         kv.close()
+
+
+def corrupt_replica(c: Cluster, bucket: str, key: str, replica: int, chunk: int, at: int = 1000,
+                    check: bool = True) -> tuple[list, str]:
+    """Flip a byte in one stored replica (0: the primary, read first) of the first block of `bucket/key`, once all
+    its copies are in place; returns the block and the DataNode that holds the bad copy, which is up again (and,
+    with `check`, known to fail its CRC check)."""
+    blk = c.rpc("nn", "stat", bucket=bucket, key=key)["obj"]["blk"][0]
+    settle_replication(c, [blk])
+    holder = next(name for name, nid in c.node_ids().items() if nid == blk[3][replica])
+    c.stop(holder)
+    flip_byte(c, holder, blk[0], chunk=chunk, at=at)
+    c.start_datanode(int(holder[2:]))
+    if check:
+        with pytest.raises(errors.CorruptBlock):
+            c.read_replica(holder, blk[0])
+    return blk, holder
 
 
 def test_killed_datanode_is_declared_dead_and_its_blocks_re_replicated(tmp_path):
@@ -141,15 +157,7 @@ def test_read_of_a_corrupt_replica_succeeds_and_repairs_it(tmp_path, size):
         s3.create_bucket(Bucket="bkt")
         data = os.urandom(size)  # one block of 256 KiB chunks: 600 KB through a write batch, 3 MiB as an ingested file
         s3.put_object(Bucket="bkt", Key="k", Body=data)
-        (blk,) = c.rpc("nn", "stat", bucket="bkt", key="k")["obj"]["blk"]
-        settle_replication(c, [blk])
-        primary = next(name for name, nid in c.node_ids().items() if nid == blk[3][0])  # the replica read first
-
-        c.stop(primary)
-        flip_byte(c, primary, blk[0], chunk=1)
-        c.start_datanode(int(primary[2:]))
-        with pytest.raises(errors.CorruptBlock):
-            c.read_replica(primary, blk[0])
+        blk, primary = corrupt_replica(c, "bkt", "k", 0, chunk=1)  # the primary: the replica read first
 
         assert s3.get_object(Bucket="bkt", Key="k")["Body"].read() == data  # served by another replica
         wait_for(lambda: _reads_back(c, primary, blk[0]) == data, 10, "the bad replica to be repaired")
@@ -169,16 +177,11 @@ def test_scrubber_finds_a_flipped_byte_nobody_reads(tmp_path):
         data = {f"k{i}": os.urandom(300_000) for i in range(5)}
         for k, v in data.items():
             s3.put_object(Bucket="bkt", Key=k, Body=v)
-        blk = c.rpc("nn", "stat", bucket="bkt", key="k3")["obj"]["blk"][0]
-        settle_replication(c, [blk])
-        secondary = next(name for name, nid in c.node_ids().items() if nid == blk[3][2])
-
-        c.stop(secondary)
-        flip_byte(c, secondary, blk[0], chunk=1, at=10)
+        # the scrubber may repair it before anyone could look: no check here
+        blk, secondary = corrupt_replica(c, "bkt", "k3", 2, chunk=1, at=10, check=False)
         t0 = time.monotonic()
-        c.start_datanode(int(secondary[2:]))
         wait_for(lambda: _reads_back(c, secondary, blk[0]) == data["k3"], 20, "the scrubber's repair")
-        print(f"\nscrubber: corrupt replica found and repaired {time.monotonic() - t0:.2f}s after the node started")
+        print(f"\nscrubber: corrupt replica repaired {time.monotonic() - t0:.2f}s after the node was up")
         assert c.rpc("nn", "stats")["read_repairs"] == 1
         for k, v in data.items():
             assert s3.get_object(Bucket="bkt", Key=k)["Body"].read() == v
