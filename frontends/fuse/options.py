@@ -42,9 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", nargs="?", default="", metavar="BUCKET[/PREFIX]",
                    help="what to mount; without it, every bucket is a top-level directory")
     p.add_argument("mountpoint")
-    p.add_argument("--endpoint", default=os.environ.get("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"))
-    p.add_argument("--access-key", default=os.environ.get("AWS_ACCESS_KEY_ID", ""))
-    p.add_argument("--secret-key", default=os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
+    p.add_argument("--endpoint", default=os.environ.get("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
+                   help="gateway URL (default: $AWS_ENDPOINT_URL, as `epochfs up` prints it)")
+    p.add_argument("--access-key", default=os.environ.get("AWS_ACCESS_KEY_ID", ""),
+                   help="default: $AWS_ACCESS_KEY_ID")
+    p.add_argument("--secret-key", default=os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+                   help="default: $AWS_SECRET_ACCESS_KEY")
     p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
     p.add_argument("--read-only", action="store_true")
     p.add_argument("--dataset", action="store_true",
