@@ -53,18 +53,22 @@ def _root_credentials(data_dir: Path) -> dict:
     return saved
 
 
-def _wait_ready(url: str, check, deadline: float, procs: dict) -> None:
+def wait_ready(url: str, procs: dict, check=lambda j: True, timeout: float = 30.0,
+               exited=lambda name, p: f"{name} exited with code {p.returncode} during start-up") -> None:
+    """Poll a service's `url` until it answers 200 with JSON that passes `check`; fail at once if one of `procs`
+    (name -> Popen) died, with the message `exited` makes. `epochfs up` and the test clusters start services with it."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for name, p in procs.items():
             if p.poll() is not None:
-                raise RuntimeError(f"{name} exited with code {p.returncode} during start-up")
+                raise RuntimeError(exited(name, p))
         try:
             r = httpx.get(url, timeout=1.0)
             if r.status_code == 200 and check(r.json()):
                 return
         except (httpx.HTTPError, ValueError):
             pass
-        time.sleep(0.1)
+        time.sleep(0.05)
     raise RuntimeError(f"timed out waiting for {url}")
 
 
@@ -115,10 +119,9 @@ def cmd_up(args) -> int:
             procs[name] = subprocess.Popen([sys.executable, "-m", module], env=e, stdout=log, stderr=log,
                                            stdin=subprocess.DEVNULL)
             if name == "namenode":
-                _wait_ready(f"http://{host}:{ports['nn_http']}/healthz", lambda j: True, time.monotonic() + 30, procs)
-        _wait_ready(f"http://{host}:{ports['gateway']}/healthz", lambda j: True, time.monotonic() + 30, procs)
-        _wait_ready(f"http://{host}:{ports['nn_http']}/healthz", lambda j: j.get("nodes", 0) >= N_DATANODES,
-                    time.monotonic() + 30, procs)
+                wait_ready(f"http://{host}:{ports['nn_http']}/healthz", procs)
+        wait_ready(f"http://{host}:{ports['gateway']}/healthz", procs)
+        wait_ready(f"http://{host}:{ports['nn_http']}/healthz", procs, lambda j: j.get("nodes", 0) >= N_DATANODES)
         endpoint = f"http://{host}:{ports['gateway']}"
         print(f"export AWS_ENDPOINT_URL={endpoint} AWS_ACCESS_KEY_ID={root['access_key']} "
               f"AWS_SECRET_ACCESS_KEY={root['secret_key']} AWS_DEFAULT_REGION=us-east-1", flush=True)

@@ -16,6 +16,7 @@ import botocore.exceptions
 import httpx
 from botocore.config import Config
 from epochfs.common.rpc import RpcClient
+from epochfs.frontends.cli.main import wait_ready
 
 MAIN = ("EPOCHMAINKEY0000000", "epochmainsecret000000000000000000000000", "main-user-id", "main")
 ALT = ("EPOCHALTKEY00000000", "epochaltsecret0000000000000000000000000", "alt-user-id", "alt")
@@ -26,24 +27,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_http(url: str, procs: dict, check=lambda j: True, timeout: float = 30.0,
-              exited=lambda n, p: f"{n} exited with {p.returncode}") -> None:
-    """Poll `url` until it answers 200 with JSON that passes `check`; fail at once if one of `procs` died."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for n, p in procs.items():
-            if p.poll() is not None:
-                raise RuntimeError(exited(n, p))
-        try:
-            r = httpx.get(url, timeout=1)
-            if r.status_code == 200 and check(r.json()):
-                return
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"not ready at {url}")
 
 
 class Cluster:
@@ -111,7 +94,7 @@ class Cluster:
     def _wait_http(self, url: str, name: str, check=lambda j: True, timeout: float = 30.0) -> None:
         def exited(n: str, p) -> str:
             return f"{n} exited: {(self.root / 'logs' / (n + '.log')).read_text()[-3000:]}"
-        wait_http(url, {name: self.procs[name]}, check, timeout, exited)
+        wait_ready(url, {name: self.procs[name]}, check, timeout, exited)
 
     def kill(self, name: str) -> None:
         p = self.procs.pop(name)

@@ -15,8 +15,8 @@ import httpx
 import pytest
 import yaml
 from botocore.config import Config
-from cluster import wait_http
 from epochfs.datanode.config import DataNodeSettings
+from epochfs.frontends.cli.main import wait_ready
 from epochfs.gateway.config import GatewaySettings
 from epochfs.namenode.config import NameNodeSettings
 from netns import hosts_or_skip
@@ -128,10 +128,10 @@ def test_multi_host_round_trip_in_network_namespaces(hosts, tmp_path):
                 env={**base, **_service_env(service, name, tmp_path)}, stdout=log, stderr=log,
                 stdin=subprocess.DEVNULL)
             if name == "namenode":
-                wait_http(f"http://{SUBNET}.{HOSTS['namenode']}:9870/healthz", procs)
-        wait_http(f"http://{SUBNET}.{HOSTS['namenode']}:9870/healthz", procs, lambda j: j.get("nodes") == 3)
+                wait_ready(f"http://{SUBNET}.{HOSTS['namenode']}:9870/healthz", procs)
+        wait_ready(f"http://{SUBNET}.{HOSTS['namenode']}:9870/healthz", procs, lambda j: j.get("nodes") == 3)
         endpoint = f"http://{SUBNET}.{HOSTS['gateway']}:9000"
-        wait_http(f"{endpoint}/healthz", procs)
+        wait_ready(f"{endpoint}/healthz", procs)
 
         s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=USER[0], aws_secret_access_key=USER[1],
                           region_name="us-east-1", config=Config(retries={"max_attempts": 2}))
