@@ -6,7 +6,7 @@ import collections
 import logging
 import os
 import time
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 from epochfs.common import errors
 from epochfs.common.blocks import crc32c
@@ -250,15 +250,7 @@ class Cluster:
     async def read_range(self, blocks: list[list], addrs: dict, start: int, end: int,
                          prefetch: int = 2) -> AsyncIterator[bytes]:
         """Yield bytes [start, end) of a file, fetching up to `prefetch` blocks ahead."""
-        plan = []
-        pos = 0
-        for blk in blocks:
-            bstart, bend = pos, pos + blk[1]
-            pos = bend
-            if bend <= start or bstart >= end:
-                continue
-            off = max(start - bstart, 0)
-            plan.append((blk, off, min(end, bend) - bstart - off))
+        plan = plan_range(blocks, start, end)
         if len(plan) == 1:
             blk, off, n = plan[0]
             yield await self.read_block(blk, addrs, off, n)
@@ -275,6 +267,18 @@ class Cluster:
         finally:
             for t in tasks:
                 t.cancel()
+
+
+def plan_range(blocks: list[list], start: int, end: int) -> list[tuple[list, int, int]]:
+    """The (block, offset in it, length) pieces that hold bytes [start, end) of a file made of `blocks`."""
+    out, pos = [], 0
+    for blk in blocks:
+        bstart, bend = pos, pos + blk[1]
+        pos = bend
+        if bend > start and bstart < end:
+            off = max(start - bstart, 0)
+            out.append((blk, off, min(end, bend) - bstart - off))
+    return out
 
 
 def _joined(pieces: list) -> bytes:

@@ -25,9 +25,9 @@ import dataclasses
 import struct
 
 import orjson
-
 from epochfs.common import errors, readtoken
 
+from ..cluster import plan_range
 from .access import bucket_access, check_object_read
 from .body import read_all
 from .errors import S3Error, from_domain, invalid_argument
@@ -81,17 +81,6 @@ def _slice(size: int, start: int | None, end: int | None) -> tuple[int, int]:
     return s, max(s, e)
 
 
-def _plan(blocks: list, start: int, end: int) -> list[tuple[list, int, int]]:
-    out, pos = [], 0
-    for blk in blocks:
-        bstart, bend = pos, pos + blk[1]
-        pos = bend
-        if bend > start and bstart < end:
-            off = max(start - bstart, 0)
-            out.append((blk, off, min(end, bend) - bstart - off))
-    return out
-
-
 async def _stat_items(ctx, req, items: list[_Item]) -> dict:
     """Check each bucket once and stat every key in one NameNode call; failed items get their error."""
     infos: dict[str, dict | Exception] = {}
@@ -130,7 +119,7 @@ async def _stat_items(ctx, req, items: list[_Item]) -> dict:
         s, e = _slice(obj.get("size", 0), it.start, it.end)
         it.meta = {"len": e - s, "size": obj.get("size", 0), "etag": obj.get("etag", "").strip('"'),
                    "mt": obj.get("mt", 0)}
-        it.pieces = _plan(obj.get("blk", []), s, e)
+        it.pieces = plan_range(obj.get("blk", []), s, e)
     return res["addrs"]
 
 
