@@ -35,3 +35,14 @@ def locate(sizes: list[int], offset: int) -> tuple[int, int]:
             return i, offset - pos
         pos += s
     return len(sizes), 0
+
+
+def pick_replica(block_id: int, nodes: list, addrs: dict) -> str | None:
+    """The address a batch reads block `block_id` from: its holders rotated by block id, so the reads of a batch
+    spread over every replica (placement stripes primaries; this spreads the secondaries' share too). None when no
+    holder has a known address. `addrs` maps str(node id) to "host:port"."""
+    for i in range(len(nodes)):
+        addr = addrs.get(str(nodes[(block_id + i) % len(nodes)]))
+        if addr is not None:
+            return addr
+    return None

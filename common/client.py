@@ -22,6 +22,7 @@ import httpx
 import orjson
 
 from . import errors, sigv4
+from .blocks import pick_replica
 from .config import parse_addr
 from .rpc import RpcClient
 
@@ -84,13 +85,10 @@ class _PieceFailed(Exception):
 
 
 def _holder(block_id: int, nodes: list, addrs: dict) -> str:
-    """The replica a direct batch read asks, rotated by block id as the gateway's own batch read does, so that the
-    reads of a batch spread over every holder."""
-    for i in range(len(nodes)):
-        addr = addrs.get(str(nodes[(block_id + i) % len(nodes)]))
-        if addr is not None:
-            return addr
-    raise errors.Unavailable(f"no address for any holder of block {block_id}")
+    addr = pick_replica(block_id, nodes, addrs)
+    if addr is None:
+        raise errors.Unavailable(f"no address for any holder of block {block_id}")
+    return addr
 
 
 def _item_error(meta: dict, bucket: str, key: str) -> errors.DomainError:

@@ -26,6 +26,7 @@ import struct
 
 import orjson
 from epochfs.common import errors, readtoken
+from epochfs.common.blocks import pick_replica
 
 from ..cluster import plan_range
 from .access import bucket_access, check_object_read
@@ -136,24 +137,13 @@ def _windows(items: list[_Item]) -> list[list[_Item]]:
     return out
 
 
-def _replica(blk: list, addrs: dict) -> str | None:
-    """The replica a batch reads a block from: rotated by block id, so the reads of a batch spread over every
-    holder (placement already stripes primaries; this spreads the secondaries' share too)."""
-    nodes = blk[3]
-    for i in range(len(nodes)):
-        addr = addrs.get(str(nodes[(blk[0] + i) % len(nodes)]))
-        if addr is not None:
-            return addr
-    return None
-
-
 async def _fetch(ctx, items: list[_Item], addrs: dict, first: bool) -> None:
     """Replace every piece of the window's items by its bytes: one get_many per DataNode, then the pieces that
     failed one by one through the cluster's replica fallback."""
     by_node: dict[str, list[tuple[_Item, int]]] = {}
     for it in items:
         for j, (blk, off, n) in enumerate(it.pieces):
-            by_node.setdefault(_replica(blk, addrs) or "", []).append((it, j))
+            by_node.setdefault(pick_replica(blk[0], blk[3], addrs) or "", []).append((it, j))
 
     async def node_reads(addr: str, refs: list[tuple[_Item, int]]) -> None:
         if not addr:
