@@ -298,7 +298,11 @@ class MetaStore:
                 if ino is not None:
                     old = self.get_inode(ino)
                     if old is not None:
-                        self._retire(b, ino, old, ver)
+                        if self._detach(b, d, parts[-1], ino, old):  # the file's other names keep the old content
+                            ino = self._next(b, b"ino")
+                            old["ln"] = [[d, parts[-1]]]
+                        else:
+                            self._retire(b, ino, old, ver)
                         obj.setdefault("mode", old.get("mode", S_IFREG | 0o644))
                         obj.setdefault("uid", old.get("uid", 0))
                         obj.setdefault("gid", old.get("gid", 0))
@@ -359,11 +363,18 @@ class MetaStore:
                 self._garbage_blocks(b, target.get("blk", []))
                 b.delete(vkey)
                 return {"existed": True, "dm": bool(target.get("dm")), "vid": version_id}
+            if self._detach(b, parent, name, ino, cur):  # one name of a hard-linked file: the inode stays
+                self._add_usage(b, self.bucket_ino(bucket), *_minus(_visible(cur)))
+                if version_id is None and ver is not None:
+                    dm = self._delete_marker(cur, ver)
+                    self._put_file(b, parent, name, self._next(b, b"ino"), dm)
+                    return {"existed": True, "dm": True, "vid": dm["vid"]}
+                self._prune(b, bucket, key, {keys.entry(parent, name, False)}, marker_removed=False)
+                vid = {"vid": cur.get("vid", "null")} if version_id is not None or "vid" in cur else {}
+                return {"existed": True, "dm": bool(cur.get("dm")), **vid}
             if version_id is None and ver is not None:  # versioned: a delete marker becomes current
                 self._retire(b, ino, cur, ver)
-                t = now_ns()
-                dm = {"t": "f", "dm": True, "vid": self._new_vid() if ver == "Enabled" else "null", "mt": t, "ct": t,
-                      "mode": cur.get("mode", S_IFREG | 0o644), "size": 0}
+                dm = self._delete_marker(cur, ver)
                 self._put_file(b, parent, name, ino, dm)
                 self._add_usage(b, self.bucket_ino(bucket), *_minus(_visible(cur)))
                 return {"existed": True, "dm": True, "vid": dm["vid"]}
@@ -383,6 +394,24 @@ class MetaStore:
         if version_id is not None or "vid" in cur:
             res["vid"] = cur.get("vid", "null")
         return res
+
+    def _delete_marker(self, cur: dict, ver: str) -> dict:
+        t = now_ns()
+        return {"t": "f", "dm": True, "vid": self._new_vid() if ver == "Enabled" else "null", "mt": t, "ct": t,
+                "mode": cur.get("mode", S_IFREG | 0o644), "size": 0}
+
+    def _detach(self, b, parent: int, name: str, ino: int, rec: dict) -> bool:
+        """An S3 write or delete of one name of a file with other names (hard links made through the mount) is
+        about that key only: the name leaves the inode, which keeps its content, versions and blocks for the other
+        names (its link count drops). In a versioned bucket the key's history starts anew, with the new object or
+        a delete marker: the old content is still current under the other names. False, and nothing written, if
+        `name` is the file's only name."""
+        ln = [x for x in rec.get("ln", []) if x != [parent, name]]
+        if not ln or len(ln) == len(rec.get("ln", [])):
+            return False
+        b.delete(keys.entry(parent, name, False))
+        b.put(keys.inode(ino), self._enc({**{k: v for k, v in rec.items() if k != "ino"}, "ln": ln, "ct": now_ns()}))
+        return True
 
     @staticmethod
     def _check_delete_conditions(cur: dict, if_match, if_mtime, if_size) -> None:

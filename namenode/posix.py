@@ -11,6 +11,7 @@ file inode whose entries carry the listing summary. What POSIX adds:
   special file {"t": "s", "rdev": n}        FIFOs, sockets, device nodes
   directory    "mk": marker                 mkdir makes a directory marker, so S3 lists it as "dir/"
   any inode    "b": bucket directory inode  which bucket it lies in (see in_bucket)
+               "xa": {name: value}          extended attributes S3 can't show (see setxattr), latin-1 text
 
 Symlinks and special files have entries whose summary says "delete marker", so ListObjects skips them and GetObject
 answers NoSuchKey: S3 sees regular files and directories only. Each operation is one RocksDB write batch.
@@ -37,10 +38,25 @@ DIR_NLINK_SCAN = 4096
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 EMPTY_ETAG = f'"{hashlib.md5(b"").hexdigest()}"'
+XATTR_CREATE, XATTR_REPLACE = 1, 2
+XATTR_NAME_MAX = 255
+XATTR_SIZE_MAX = 64 << 10
+XATTR_TOTAL_MAX = 256 << 10       # names and values of one inode (ENOSPC beyond, as a full ext4 block gives)
+XATTR_NAMESPACES = ("user.", "trusted.")
+S3_META_MAX = 2048                # the x-amz-meta-* bytes S3 takes in one request (gateway/s3/objects.py)
+_S3_META_NAME = frozenset("abcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~")  # lowercase HTTP token
 
 
 def _fail(cls: type[errors.DomainError], code: int, what: str) -> errors.DomainError:
     return cls(what, errno=code)
+
+
+def _latin1(text: str) -> bytes:
+    """The bytes an attribute name or value sent as latin-1 text stands for."""
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        raise _fail(errors.InvalidInput, errno.EINVAL, "attribute names and values travel as latin-1 text") from None
 
 
 class Posix:
@@ -156,7 +172,7 @@ class Posix:
         if found is None:
             raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r} in {parent}")
         rec = self.meta.get_inode(found[0])
-        if rec is None:  # a link left dangling by an S3 delete of another name
+        if rec is None:  # a name whose inode went (S3 deletes of one hard link once took the inode with them)
             raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r} in {parent}")
         if found[1] and "b" not in rec and parent != ROOT_INO:
             with self.kv.batch() as b:
@@ -488,9 +504,104 @@ class Posix:
             self._put_links(b, ino, rec)
         return self.attr(ino, rec)
 
+    # ---------------------------------------------------------------- extended attributes
+    # One store for a file's user metadata: the `user.` attributes of an object are its S3 user metadata
+    # (x-amz-meta-NAME is user.NAME), so what boto3 wrote shows in getfattr and what setfattr wrote shows in a
+    # HEAD, and an S3 PUT or CopyObject (REPLACE) of the key replaces them as it replaces the content. S3 metadata is
+    # header text within 2 KiB: an attribute it can't carry (a binary or padded value, a name with capitals, no room
+    # left, a directory without marker, trusted.*) is kept in the inode's "xa" instead, visible through the mount
+    # only. Each name lives in one of the two places, so nothing is stored twice. Either way they belong to the
+    # inode: they follow renames and hard links and go with it.
+    @staticmethod
+    def _s3_meta(rec: dict) -> dict | None:
+        """The S3 user metadata of the object this inode is (a file, or a directory with a marker), else None."""
+        if rec.get("t") == "f":
+            return rec.setdefault("meta", {})
+        return rec["mk"].setdefault("meta", {}) if "mk" in rec else None
+
+    def _xattrs(self, rec: dict) -> dict[str, str]:
+        out = {"user." + k: v for k, v in (self._s3_meta(rec) or {}).items()}
+        out.update(rec.get("xa", {}))
+        return out
+
+    @staticmethod
+    def _xattr_name(rec: dict, name: str, write: bool) -> None:
+        """Linux's rules for a name: ERANGE for an empty or too long one, EOPNOTSUPP outside the namespaces kept
+        here (security.*, system.* ACLs), EINVAL for a bare prefix; user.* only on files and directories (EPERM
+        to set on a symlink or device, ENODATA to read)."""
+        if not name or len(_latin1(name)) > XATTR_NAME_MAX:
+            raise _fail(errors.InvalidInput, errno.ERANGE, "attribute name empty or longer than 255 bytes")
+        ns = next((p for p in XATTR_NAMESPACES if name.startswith(p)), None)
+        if ns is None:
+            raise _fail(errors.MethodNotAllowed, errno.EOPNOTSUPP, f"attribute namespace of {name!r} not supported")
+        if name == ns:
+            raise _fail(errors.InvalidInput, errno.EINVAL, f"attribute name {name!r} is only a namespace")
+        if ns == "user." and rec.get("t") not in ("f", "d"):
+            if write:
+                raise _fail(errors.MethodNotAllowed, errno.EPERM, "user attributes are for files and directories")
+            raise _fail(errors.NotFound, errno.ENODATA, f"no attribute {name!r}")
+
+    def getxattr(self, ino: int, name: str) -> str:
+        rec = self._inode(ino)
+        self._xattr_name(rec, name, write=False)
+        value = self._xattrs(rec).get(name)
+        if value is None:
+            raise _fail(errors.NotFound, errno.ENODATA, f"no attribute {name!r}")
+        return value
+
+    def listxattr(self, ino: int) -> list[str]:
+        return list(self._xattrs(self._inode(ino)))
+
+    def setxattr(self, ino: int, name: str, value: str, flags: int = 0) -> None:
+        """Set one attribute (`value` is its bytes as latin-1 text); XATTR_CREATE fails with EEXIST if it is
+        there, XATTR_REPLACE with ENODATA if it is not."""
+        rec = self._inode(ino)
+        self._xattr_name(rec, name, write=True)
+        raw = _latin1(value)
+        if len(raw) > XATTR_SIZE_MAX:
+            raise _fail(errors.InvalidInput, errno.E2BIG, "attribute value larger than 64 KiB")
+        have = self._xattrs(rec)
+        if flags & XATTR_CREATE and name in have:
+            raise _fail(errors.AlreadyExists, errno.EEXIST, f"attribute {name!r} exists")
+        if flags & XATTR_REPLACE and name not in have:
+            raise _fail(errors.NotFound, errno.ENODATA, f"no attribute {name!r}")
+        have.pop(name, None)
+        if sum(len(n) + len(v) for n, v in have.items()) + len(name) + len(value) > XATTR_TOTAL_MAX:
+            raise _fail(errors.InvalidInput, errno.ENOSPC, f"no room for more attributes on inode {ino}")
+        self._drop_xattr(rec, name)
+        meta = self._s3_meta(rec)
+        key = name[5:]
+        if meta is not None and name.startswith("user.") and set(key) <= _S3_META_NAME and \
+                all(0x20 <= c < 0x7f for c in raw) and raw == raw.strip() and \
+                sum(len(k) + len(v) for k, v in meta.items()) + len(key) + len(value) <= S3_META_MAX:
+            meta[key] = value
+        else:
+            rec.setdefault("xa", {})[name] = value
+        self._save_xattrs(ino, rec)
+
+    def removexattr(self, ino: int, name: str) -> None:
+        rec = self._inode(ino)
+        self._xattr_name(rec, name, write=True)
+        if not self._drop_xattr(rec, name):
+            raise _fail(errors.NotFound, errno.ENODATA, f"no attribute {name!r}")
+        self._save_xattrs(ino, rec)
+
+    def _drop_xattr(self, rec: dict, name: str) -> bool:
+        meta = self._s3_meta(rec) or {}
+        found = name.startswith("user.") and meta.pop(name[5:], None) is not None
+        found = rec.get("xa", {}).pop(name, None) is not None or found
+        if "xa" in rec and not rec["xa"]:
+            del rec["xa"]
+        return found
+
+    def _save_xattrs(self, ino: int, rec: dict) -> None:
+        rec["ct"] = now_ns()
+        with self.kv.batch() as b:
+            self._put_inode(b, ino, rec)
+
 
 OPS = ("getattr", "lookup", "readdir", "readlink", "mkdir", "mknod", "symlink", "link", "unlink", "rmdir", "rename",
-       "setattr")
+       "setattr", "getxattr", "listxattr", "setxattr", "removexattr")
 
 
 def handlers(meta: MetaStore, members) -> dict:

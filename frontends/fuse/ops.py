@@ -42,6 +42,7 @@ NN_ROOT = 1
 FOREVER = 365 * 86400.0
 UPLOAD_PIECE = 4 << 20
 MAX_FILE_SIZE = 5 << 40  # S3's largest object
+NOT_KEPT_XATTRS = (b"security.", b"system.")  # attribute namespaces namenode/posix.py refuses (EOPNOTSUPP)
 
 
 def _posix(fn):
@@ -367,6 +368,49 @@ class EpochOperations(pyfuse3.Operations):
         s.f_ffree = s.f_favail = 1 << 32
         s.f_namemax = NAME_MAX
         return s
+
+    # ---------------------------------------------------------------- extended attributes
+    # Kept by the NameNode with the inode (namenode/posix.py: user.* of a file are its S3 metadata). The kernel
+    # checks names, sizes and permissions first; pyfuse3 does XATTR_CREATE/XATTR_REPLACE with a getxattr. Names and
+    # values are bytes, sent as latin-1 text (lossless). The root of the tree of buckets has none. The namespaces
+    # the NameNode doesn't keep are refused here without a request: the kernel asks for security.capability
+    # before every write() call.
+    @_posix
+    async def getxattr(self, inode, name, ctx):
+        ino = self._nn(inode)
+        bucket = self._xattr_bucket(ino, name)
+        if bucket is None:
+            raise pyfuse3.FUSEError(errno.ENODATA)
+        return (await self.c.fs("getxattr", bucket, ino=ino, name=name.decode("latin-1"))).encode("latin-1")
+
+    @_posix
+    async def listxattr(self, inode, ctx):
+        ino = self._nn(inode)
+        bucket = self._bucket(ino)
+        names = await self.c.fs("listxattr", bucket, ino=ino) if bucket is not None else []
+        return [n.encode("latin-1") for n in names if ctx.uid == 0 or not n.startswith("trusted.")]
+
+    @_posix
+    async def setxattr(self, inode, name, value, ctx):
+        self._writable()
+        ino = self._nn(inode)
+        await self.c.fs("setxattr", self._xattr_bucket(ino, name, write=True), ino=ino, name=name.decode("latin-1"),
+                        value=value.decode("latin-1"))
+
+    @_posix
+    async def removexattr(self, inode, name, ctx):
+        self._writable()
+        ino = self._nn(inode)
+        await self.c.fs("removexattr", self._xattr_bucket(ino, name, write=True), ino=ino, name=name.decode("latin-1"))
+
+    def _xattr_bucket(self, ino: int, name: bytes, write: bool = False) -> str | None:
+        """The bucket to ask about attribute `name` of `ino` (None: the tree's root, which has none)."""
+        if name.startswith(NOT_KEPT_XATTRS):
+            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+        bucket = self._bucket(ino)
+        if bucket is None and write:
+            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+        return bucket
 
     # ---------------------------------------------------------------- files
     def _open_handle(self, a: dict) -> int:

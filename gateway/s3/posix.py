@@ -31,7 +31,7 @@ from .http import Response
 
 FS_REQUESTS = Counter("epochfs_fs_requests_total", "Mount API requests", ["op"])
 JSON = [("content-type", "application/json")]
-READ_OPS = frozenset(("getattr", "lookup", "readdir", "readlink"))
+READ_OPS = frozenset(("getattr", "lookup", "readdir", "readlink", "getxattr", "listxattr"))
 QUOTA_OPS = frozenset(("mknod", "link", "unlink", "rename", "setattr"))  # take the bucket whose usage they change
 
 

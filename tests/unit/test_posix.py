@@ -132,3 +132,78 @@ def test_scope_keeps_each_bucket_to_its_own_inodes(fs):
     assert errno_of(fs.scope, None, "getattr", {"ino": f}) == errno.EACCES
     assert errno_of(fs.scope, None, "lookup", {"parent": 1, "name": "bkt"}) == errno.EACCES
     fs.scope(None, "readdir", {"ino": 1})
+
+
+def test_xattrs_follow_linux_rules_and_share_the_s3_metadata_store(fs):
+    f = fs.mknod(fs.b, "f", stat.S_IFREG | 0o644, 0, 0)["ino"]
+    fs.setxattr(f, "user.color", "blue")
+    fs.setxattr(f, "user.bin", "\x00\xff\n")  # binary: kept with the inode, not shown to S3
+    fs.setxattr(f, "trusted.t", "x")
+    assert fs.getxattr(f, "user.bin") == "\x00\xff\n"
+    assert sorted(fs.listxattr(f)) == ["trusted.t", "user.bin", "user.color"]
+    assert fs.meta.stat("bkt", "f")["meta"] == {"color": "blue"}
+    assert errno_of(fs.setxattr, f, "user.color", "red", posix_mod.XATTR_CREATE) == errno.EEXIST
+    assert errno_of(fs.setxattr, f, "user.none", "v", posix_mod.XATTR_REPLACE) == errno.ENODATA
+    fs.setxattr(f, "user.color", "red", posix_mod.XATTR_REPLACE)
+    assert fs.getxattr(f, "user.color") == "red"
+    assert errno_of(fs.getxattr, f, "user.none") == errno.ENODATA
+    assert errno_of(fs.getxattr, f, "user." + "n" * 251) == errno.ERANGE
+    assert errno_of(fs.setxattr, f, "user.big", "v" * (64 * 1024 + 1)) == errno.E2BIG
+    assert errno_of(fs.setxattr, f, "security.selinux", "v") == errno.EOPNOTSUPP
+    assert errno_of(fs.getxattr, f, "system.posix_acl_access") == errno.EOPNOTSUPP
+    assert errno_of(fs.setxattr, f, "user.", "v") == errno.EINVAL
+    assert errno_of(fs.setxattr, f, "user.\u20ac", "v") == errno.EINVAL  # not latin-1 text: no byte string
+    for i in range(3):
+        fs.setxattr(f, f"user.big{i}", "v" * (64 * 1024))
+    assert errno_of(fs.setxattr, f, "user.big3", "v" * (64 * 1024)) == errno.ENOSPC
+    for i in range(3):
+        fs.removexattr(f, f"user.big{i}")
+    fs.removexattr(f, "user.color")
+    assert errno_of(fs.removexattr, f, "user.color") == errno.ENODATA
+    assert fs.meta.stat("bkt", "f")["meta"] == {}
+
+    fs.meta.put_object("bkt", "s3obj", {"size": 0, "etag": '"e"', "blk": [], "meta": {"k": "v"}})
+    s3obj = fs.lookup(fs.b, "s3obj")["ino"]
+    assert fs.listxattr(s3obj) == ["user.k"] and fs.getxattr(s3obj, "user.k") == "v"
+
+    link = fs.symlink(fs.b, "l", "f", 0, 0)["ino"]
+    assert errno_of(fs.setxattr, link, "user.a", "v") == errno.EPERM
+    assert errno_of(fs.getxattr, link, "user.a") == errno.ENODATA
+    fs.setxattr(link, "trusted.a", "v")
+    d = fs.mkdir(fs.b, "d", 0o755, 0, 0)["ino"]
+    fs.setxattr(d, "user.a", "v")
+    assert fs.meta.stat("bkt", "d/")["meta"] == {"a": "v"}  # the directory's marker object
+
+    fs.link(f, fs.b, "g")
+    fs.rename(fs.b, "f", d, "moved")
+    assert fs.getxattr(fs.lookup(fs.b, "g")["ino"], "user.bin") == "\x00\xff\n"
+
+
+def test_s3_delete_and_overwrite_of_one_hard_link_keep_the_others(fs):
+    f = fs.mknod(fs.b, "a", stat.S_IFREG | 0o644, 0, 0, bucket="bkt")["ino"]
+    fs.commit(f, [[7, 10, 0, [1]]], 10, '"old"', bucket="bkt")
+    fs.link(f, fs.b, "b", bucket="bkt")
+    fs.link(f, fs.b, "c", bucket="bkt")
+    assert fs.meta.delete_object("bkt", "a")["existed"]
+    assert fs.getattr(f)["nlink"] == 2 and fs.meta.stat("bkt", "b")["blk"] == [[7, 10, 0, [1]]]
+    assert fs.meta.garbage_for(1) == [] and keys(fs) == ["b", "c"]
+    assert fs.meta.usage(fs.b) == [20, 2]
+
+    fs.meta.put_object("bkt", "b", {"size": 3, "etag": '"new"', "blk": [[8, 3, 0, [1]]]})
+    assert fs.meta.stat("bkt", "b")["ino"] != f and fs.meta.stat("bkt", "c")["etag"] == '"old"'
+    assert fs.getattr(f)["nlink"] == 1 and fs.meta.garbage_for(1) == []
+    assert fs.meta.usage(fs.b) == [13, 2]
+
+    fs.meta.delete_object("bkt", "c")  # the last name: now the blocks go
+    assert fs.meta.garbage_for(1) == [7] and fs.meta.get_inode(f) is None
+
+
+def test_s3_delete_of_one_hard_link_in_a_versioned_bucket_leaves_a_marker_for_that_key(fs):
+    f = fs.mknod(fs.b, "a", stat.S_IFREG | 0o644, 0, 0)["ino"]
+    fs.commit(f, [[7, 10, 0, [1]]], 10, '"old"')
+    fs.link(f, fs.b, "b")
+    fs.meta.update_bucket("bkt", {"ver": "Enabled"})
+    res = fs.meta.delete_object("bkt", "a")
+    assert res["dm"] and res["vid"]
+    assert keys(fs) == ["b"] and fs.getattr(f)["nlink"] == 1 and fs.meta.garbage_for(1) == []
+    assert [v[1] for v in fs.meta.list_versions("bkt")["items"]] == ["a", "b"]
