@@ -37,6 +37,22 @@ def locate(sizes: list[int], offset: int) -> tuple[int, int]:
     return len(sizes), 0
 
 
+def covering(blocks: list, start: int, end: int) -> tuple[int, list]:
+    """(offset in the file of the first block returned, the blocks) holding bytes [start, end) of a file made of
+    `blocks` (entries [id, size, ...]): what a ranged read needs, however long the file is."""
+    if end <= start:
+        return start, []
+    pos, i, n = 0, 0, len(blocks)
+    while i < n and pos + blocks[i][1] <= start:
+        pos += blocks[i][1]
+        i += 1
+    j, p = i, pos
+    while j < n and p < end:
+        p += blocks[j][1]
+        j += 1
+    return pos, blocks[i:j]
+
+
 def pick_replica(block_id: int, nodes: list, addrs: dict) -> str | None:
     """The address a batch reads block `block_id` from: its holders rotated by block id, so the reads of a batch
     spread over every replica (placement stripes primaries; this spreads the secondaries' share too). None when no

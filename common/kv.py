@@ -205,7 +205,7 @@ class RocksBulk:
         return self._cf.get(key, read_opt=self._ro)
 
     def scan(self, start: bytes, end: bytes | None = None):
-        it = self._cf.iter()
+        it = self._cf.iter(self._ro)
         it.seek(start)
         while it.valid():
             k = it.key()

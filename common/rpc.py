@@ -15,6 +15,7 @@ the server's open ops (a DataNode's tokened reads for native clients, common/rea
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import hmac
 import logging
 import struct
@@ -31,6 +32,16 @@ MAX_JSON = 64 << 20
 MAX_PAYLOAD = 1 << 30
 
 Handler = Callable[[dict, bytes], Awaitable[tuple[dict, Any] | dict]]
+
+# bytearray(n) zeroes its n bytes (23 us per MiB here, 90 us for a 4 MiB block) only for recv_into to overwrite them;
+# the C API makes one left uninitialized, and a frame's payload is handed on only once every byte has arrived.
+_uninitialized_bytearray = ctypes.pythonapi.PyByteArray_FromStringAndSize
+_uninitialized_bytearray.restype = ctypes.py_object
+_uninitialized_bytearray.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+
+
+def _payload_buffer(n: int) -> bytearray:
+    return _uninitialized_bytearray(None, n) if n >= 65536 else bytearray(n)
 
 
 def _frame(head: dict, payload) -> list:
@@ -95,7 +106,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 self._payload_len, self._stage, self._buf, self._pos = pl, 1, bytearray(jl), 0
             elif self._stage == 1:
                 self._json = self._buf
-                self._stage, self._buf, self._pos = 2, bytearray(self._payload_len), 0
+                self._stage, self._buf, self._pos = 2, _payload_buffer(self._payload_len), 0
             else:
                 head, payload = orjson.loads(self._json), self._buf
                 self._stage, self._buf, self._pos = 0, self._hdr, 0
@@ -206,6 +217,13 @@ class _Conn(_FrameProtocol):
         self.write_frame(head, payload)
         return self._reply
 
+    def time_out(self) -> None:
+        """The call under way took too long: it fails with TimeoutError and the connection is dropped."""
+        for fut in (self._reply, self._drained):
+            if fut is not None and not fut.done():
+                fut.set_exception(TimeoutError())
+        self.transport.abort()
+
 
 class RpcClient:
     """A pool of connections to one peer. `call` raises the peer's DomainError, or Unavailable if it can't be reached."""
@@ -245,17 +263,20 @@ class RpcClient:
         if conn is None:
             conn = await self._connect()
         args["op"] = op
+        # a timer handle rather than asyncio.timeout(): 5 us instead of 13 per call, and calls are the hot path
+        timer = asyncio.get_running_loop().call_later(timeout or self.timeout, conn.time_out)
         try:
-            async with asyncio.timeout(timeout or self.timeout):
-                reply = conn.send(args, payload)
-                await conn.drain()
-                head, out = await reply
+            reply = conn.send(args, payload)
+            await conn.drain()
+            head, out = await reply
         except (OSError, TimeoutError, ConnectionError) as e:
             conn.transport.close()
             raise errors.Unavailable(f"{op} to {self.host}:{self.port} failed: {e!r}") from None
         except BaseException:
             conn.transport.close()  # cancelled mid-call: the connection is in an unknown state
             raise
+        finally:
+            timer.cancel()
         if len(self._idle) < self.max_idle:
             self._idle.append(conn)
         else:

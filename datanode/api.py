@@ -58,14 +58,14 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
     async def get_many(a, _):
         """Several (block_id, offset, length) reads in one round trip, for the gateway's batch read: the reply
         payload is the pieces back to back, "lens" their sizes; a piece that failed has length -1 and its error
-        in "errs" ({index: [class, message]}), so the caller retries just that one on another replica."""
+        in "errs" ({str(index): [class, message]}), so the caller retries just that one on another replica."""
         lens, errs, out = [], {}, []
         for i, (bid, off, n) in enumerate(a["reads"]):
             try:
                 bufs = store.read(int(bid), int(off), int(n))
             except errors.DomainError as e:
                 lens.append(-1)
-                errs[i] = [type(e).__name__, e.message]
+                errs[str(i)] = [type(e).__name__, e.message]  # JSON keys are strings (orjson refuses ints)
                 continue
             lens.append(sum(len(b) for b in bufs))
             out += bufs

@@ -268,6 +268,31 @@ class Cluster:
             for t in tasks:
                 t.cancel()
 
+    async def read_joined(self, blocks: list[list], addrs: dict, start: int, end: int):
+        """Bytes [start, end) of a file in one buffer, for an answer sent in one piece. A range over several blocks
+        comes from one DataNode holding them all, in one get_many whose reply is already the pieces back to back:
+        no second round trip and no 1 MiB join: ~0.15 ms less gateway CPU for a 1 MiB range across a block boundary
+        (a quarter of random 1 MiB ranges in 4 MiB blocks). Without such a node, or if it fails, block by block
+        through read_range (replica fallback, read repair)."""
+        plan = plan_range(blocks, start, end)
+        if len(plan) > 1:
+            # the first holder of the first block that holds them all: its primary as a rule, as read_block reads
+            node = next((n for n in plan[0][0][3] if str(n) in addrs and all(n in b[3] for b, _, _ in plan[1:])),
+                        None)
+            if node is not None:
+                addr = addrs[str(node)]
+                try:
+                    head, data = await self.peers.get(addr).call(
+                        "get_many", reads=[[blk[0], off, n] for blk, off, n in plan])
+                    if min(head["lens"]) >= 0:
+                        return data
+                    # a copy there is bad or gone: read_range asks that node first, finds it so and has it repaired
+                    blocks = [[*b[:3], sorted(b[3], key=lambda x: x != node), *b[4:]] for b in blocks]
+                except errors.Unavailable:
+                    pass
+        pieces = [p async for p in self.read_range(blocks, addrs, start, end)]
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
 
 def plan_range(blocks: list[list], start: int, end: int) -> list[tuple[list, int, int]]:
     """The (block, offset in it, length) pieces that hold bytes [start, end) of a file made of `blocks`."""

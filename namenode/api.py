@@ -5,6 +5,7 @@ import dataclasses
 import time
 
 from epochfs.common import errors, write_policy
+from epochfs.common.blocks import covering
 
 from .access_keys import AccessKeys, handlers as access_key_handlers
 from .batch import handlers as batch_handlers
@@ -103,6 +104,8 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
 
     async def stat(a, _):
         rec = meta.stat(a["bucket"], a["key"], a.get("version_id"))
+        if a.get("range") is not None:
+            rec = only_range(rec, a["range"])
         ids = {n for blk in rec.get("blk", []) for n in blk[3]}
         return {"obj": rec, "addrs": members.addrs(ids)}
 
@@ -190,3 +193,21 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
         stat, delete_object, list_objects, list_versions, mpu_create, mpu_get, mpu_put_part, mpu_list_parts, mpu_complete,
         mpu_abort, mpu_list, nodes, gc_once, stats, pending, referenced, decommission, jobs, job_start, report_short)} | access_key_handlers(access_keys, meta) | posix_handlers(meta, members) \
         | batch_handlers(meta, members)
+
+
+def only_range(rec: dict, rng: list) -> dict:
+    """A stat answer for a ranged read of bytes rng = [lo, hi) (lo < 0: the last -lo bytes; hi None: to the end):
+    only the blocks holding them, "boff" the offset of the first in the file, and no per-part lists ("ps", "pcs";
+    a partNumber read asks for the whole record), so the answer does not grow with the object. A 1 MiB range of a
+    512 MiB object (128 blocks): 497 bytes instead of 4,968, 115-135 us of NameNode CPU per stat instead of 150-160,
+    and the gateway no longer decodes (and garbage-collects) 128 block entries per ranged GET. The record itself is
+    still decoded whole here: 26 us at 128 blocks, 0.34 ms at 1,024 (orjson)."""
+    size = rec.get("size", 0)
+    lo, hi = rng
+    if lo < 0:
+        lo, hi = max(size + lo, 0), size
+    hi = size if hi is None else min(hi, size)
+    boff, blk = covering(rec.get("blk", []), lo, hi)
+    out = {k: v for k, v in rec.items() if k not in ("blk", "ps", "pcs")}
+    out["blk"], out["boff"] = blk, boff
+    return out

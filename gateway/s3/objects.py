@@ -115,6 +115,8 @@ def check_read_conditions(obj: dict, h: dict, prefix: str = "if-", copy: bool = 
     mtime = obj.get("mt", 0) // 1_000_000_000
     im, inm = h.get(prefix + "match"), h.get(prefix + "none-match")
     ims, ius = h.get(prefix + "modified-since"), h.get(prefix + "unmodified-since")
+    if im is None and inm is None and ims is None and ius is None:
+        return  # the usual read: no errors built (with their dates formatted) in vain
     failed = S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold", 412,
                      Condition=f"{prefix}{'match' if im else 'unmodified-since'}")
     not_modified = S3Error("NotModified", "Not Modified", 304)
@@ -136,8 +138,10 @@ def check_read_conditions(obj: dict, h: dict, prefix: str = "if-", copy: bool = 
             raise failed if copy else not_modified
 
 
-def parse_range(spec: str, size: int) -> tuple[int, int] | None:
-    """[start, end) for a single `bytes=` range; None to ignore the header (as S3 does for syntax it can't parse)."""
+def range_spec(spec: str) -> tuple[int | None, int | None] | None:
+    """(first, last) of a single `bytes=first-last` range (first None: a suffix of `last` bytes; last None: to the
+    end); None to ignore the header (as S3 does for syntax it can't parse). It needs no object size, so a ranged
+    GET can ask the NameNode for just the blocks of its range (stat_range)."""
     spec = spec.strip()
     if not spec.startswith("bytes=") or "," in spec:
         return None
@@ -146,19 +150,40 @@ def parse_range(spec: str, size: int) -> tuple[int, int] | None:
         return None
     try:
         if a == "":
-            n = int(b)
-            if n <= 0:
-                raise _invalid_range(size)
-            return max(size - n, 0), size
-        start = int(a)
-        end = int(b) + 1 if b else size
+            return None, int(b)
+        first, last = int(a), int(b) if b else None
     except ValueError:
         return None
-    if start >= size or (b and int(b) < start):
-        if b and int(b) < start:
-            return None
+    if last is not None and last < first:
+        return None
+    return first, last
+
+
+def parse_range(spec: str, size: int) -> tuple[int, int] | None:
+    """[start, end) for a single `bytes=` range; None to ignore the header."""
+    r = range_spec(spec)
+    if r is None:
+        return None
+    first, last = r
+    if first is None:
+        if last <= 0:
+            raise _invalid_range(size)
+        return max(size - last, 0), size
+    if first >= size:
         raise _invalid_range(size)
-    return start, min(end, size)
+    return first, size if last is None else min(last + 1, size)
+
+
+def stat_range(spec: str) -> list | None:
+    """The NameNode stat's `range` for a Range header ([lo, hi), lo < 0: a suffix, hi None: to the end; see
+    namenode/api.only_range), None to stat the whole object (a header that will be ignored or refused)."""
+    r = range_spec(spec)
+    if r is None:
+        return None
+    first, last = r
+    if first is None:
+        return [-last, None] if last > 0 else None
+    return [first, None if last is None else last + 1]
 
 
 def _invalid_range(size: int) -> S3Error:
@@ -167,8 +192,11 @@ def _invalid_range(size: int) -> S3Error:
     return e
 
 
-async def _stat(ctx, bucket: str, key: str, version_id: str | None = None) -> tuple[dict, dict]:
-    res = await ctx.cluster.nn("stat", bucket=bucket, key=key, version_id=version_id)
+async def _stat(ctx, bucket: str, key: str, version_id: str | None = None,
+                rng: list | None = None) -> tuple[dict, dict]:
+    """The object's record and its blocks' holders; with `rng` (stat_range) only the blocks of that range."""
+    res = await ctx.cluster.nn("stat", bucket=bucket, key=key, version_id=version_id,
+                               **({"range": rng} if rng is not None else {}))
     return res["obj"], res["addrs"]
 
 
@@ -232,7 +260,9 @@ async def get_object(ctx, req, head: bool = False):
     info = await bucket_access(ctx, req, "object")
     check_key(req.key)
     try:
-        obj, addrs = await _stat(ctx, req.bucket, req.key, req.query.get("versionId"))
+        spec = req.headers.get("range") if "partNumber" not in req.query else None
+        obj, addrs = await _stat(ctx, req.bucket, req.key, req.query.get("versionId"),
+                                 stat_range(spec) if spec is not None else None)
     except errors.NoSuchKey:
         check_object_read(ctx, req, info, None)
         raise
@@ -259,12 +289,10 @@ async def get_object(ctx, req, head: bool = False):
     n = end - start
     if head or n == 0:
         return Response(status, headers, b"", length=n)
-    blocks = obj.get("blk", [])
-    stream = ctx.cluster.read_range(blocks, addrs, start, end)
+    blocks, boff = obj.get("blk", []), obj.get("boff", 0)  # a ranged stat's blocks start at boff
     if n <= (4 << 20):  # one block or two at most: answer in one piece
-        pieces = [p async for p in stream]
-        return Response(status, headers, pieces[0] if len(pieces) == 1 else b"".join(pieces))
-    return Response(status, headers, stream, length=n)
+        return Response(status, headers, await ctx.cluster.read_joined(blocks, addrs, start - boff, end - boff))
+    return Response(status, headers, ctx.cluster.read_range(blocks, addrs, start - boff, end - boff), length=n)
 
 
 async def head_object(ctx, req):
@@ -406,7 +434,7 @@ async def copy_object(ctx, req):
     if directive == "REPLACE":
         attrs = object_attrs(req)
     else:
-        attrs = {k: src[k] for k in ("ctype", "meta", "hdr", "sc") if k in src}
+        attrs = {k: src[k] for k in ("ctype", "meta", "xa", "hdr", "sc") if k in src}
         attrs["owner"] = req.user.owner_id
         acl = canned_acl(req)
         if acl != "private":

@@ -163,7 +163,7 @@ class SigV4Verifier:
         access_key, date, region, service = cred[0], cred[1], cred[2], cred[3]
         user = self._user(access_key)
         try:
-            t = dt.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+            t = parse_amz_date(amz_date)
         except ValueError:
             raise access_denied("AWS authentication requires a valid Date or x-amz-date header") from None
         if presigned:
@@ -246,3 +246,12 @@ class ChunkSigner:
         expected = hmac.new(self.auth.signing_key, sts.encode(), hashlib.sha256).hexdigest()
         if not hmac.compare_digest(expected, trailer_sig):
             raise S3Error("SignatureDoesNotMatch", "The trailer signature does not match.", 403)
+
+
+def parse_amz_date(s: str) -> dt.datetime:
+    """An x-amz-date, YYYYMMDD'T'HHMMSS'Z', as a UTC datetime; ValueError if it isn't one. By hand: strptime (which
+    also accepts one-digit fields) took ~6% of the gateway's CPU per request."""
+    if len(s) != 16 or s[8] != "T" or s[15] != "Z" or not s.isascii() or not (s[:8] + s[9:15]).isdigit():
+        raise ValueError(f"not an x-amz-date: {s!r}")
+    return dt.datetime(int(s[:4]), int(s[4:6]), int(s[6:8]), int(s[9:11]), int(s[11:13]), int(s[13:15]),
+                       tzinfo=dt.timezone.utc)

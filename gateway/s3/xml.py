@@ -29,8 +29,18 @@ def iso8601(ns: int) -> str:
     return f"{base}.{ms % 1000:03d}Z"
 
 
+_HTTP_DATES: dict[int, str] = {}
+
+
 def http_date(ns: int) -> str:
-    return formatdate(ns // 1_000_000_000, usegmt=True)
+    """Last-Modified's form, cached per second like iso8601 (formatdate cost ~5% of the gateway's CPU per GET)."""
+    sec = ns // 1_000_000_000
+    s = _HTTP_DATES.get(sec)
+    if s is None:
+        if len(_HTTP_DATES) > 4096:
+            _HTTP_DATES.clear()
+        s = _HTTP_DATES[sec] = formatdate(sec, usegmt=True)
+    return s
 
 
 def esc(s) -> str:

@@ -168,6 +168,38 @@ def test_read_of_a_corrupt_replica_succeeds_and_repairs_it(tmp_path, size):
         c.close()
 
 
+@pytest.mark.parametrize("where", ["within-a-block", "across-blocks"])
+def test_ranged_read_through_a_corrupt_chunk_is_served_and_repairs_it(tmp_path, where):
+    """A ranged read checks the CRCs of just the chunks it touches: it meets the flipped byte only when its range
+    does, then gets the bytes from another replica and the bad one is repaired. Within a block the gateway reads the
+    primary first; across blocks it reads both pieces from one holder of both in one call, the first block's primary
+    when it holds the second too (gateway/cluster.read_joined), as here with three DataNodes."""
+    chunk = 256 << 10
+    c = Cluster(tmp_path, nn_env={"NN_HEARTBEAT_TIMEOUT_S": "10"}, dn_env={"DN_SCRUB_BYTES_PER_S": "0"}).start()
+    try:
+        s3 = c.s3()
+        s3.create_bucket(Bucket="bkt")
+        data = os.urandom(5 * MiB)  # a 4 MiB block (bulk layout) and a 1 MiB one
+        s3.put_object(Bucket="bkt", Key="k", Body=data)
+        if where == "within-a-block":
+            bad_chunk, lo, hi = 1, chunk + 10, 2 * chunk - 10
+        else:  # the last chunk of the first block, read with the first of the second block
+            bad_chunk, lo, hi = 15, 4 * MiB - 300_000, 5 * MiB - 300_000
+        blk, holder = corrupt_replica(c, "bkt", "k", 0, chunk=bad_chunk)  # the primary, which is read first
+
+        c.rpc(holder, "get", block_id=blk[0], offset=chunk * (bad_chunk - 1), length=chunk)  # a good chunk reads
+        with pytest.raises(errors.CorruptBlock):
+            c.rpc(holder, "get", block_id=blk[0], offset=chunk * bad_chunk + 5, length=10)
+        r = s3.get_object(Bucket="bkt", Key="k", Range=f"bytes={lo}-{hi - 1}")
+        assert r["Body"].read() == data[lo:hi]
+        wait_for(lambda: _reads_back(c, holder, blk[0]) == data[:4 * MiB], 10, "the bad replica to be repaired")
+        stats = c.rpc("nn", "stats")
+        assert stats["read_repairs"] == 1 and stats["under_replicated"] == 0
+        assert s3.get_object(Bucket="bkt", Key="k")["Body"].read() == data
+    finally:
+        c.close()
+
+
 def test_scrubber_finds_a_flipped_byte_nobody_reads(tmp_path):
     c = Cluster(tmp_path, nn_env={"NN_HEARTBEAT_TIMEOUT_S": "10"},
                 dn_env={"DN_SCRUB_BYTES_PER_S": str(64 * MiB), "DN_SCRUB_INTERVAL_S": "0.2"}).start()

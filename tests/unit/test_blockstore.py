@@ -172,3 +172,25 @@ def test_bulk_blocks_in_rocksdb_survive_reopen_and_deletes_free_their_files(tmp_
     assert s.purge() == 1 and kv.bulk.get(keys.chunk(7, 0)) is None and kv.get(keys.pending(7)) is None
     assert joined(s.read(3)) == blocks[3]
     kv.close()
+
+
+@pytest.mark.parametrize("bulk_min", [10, 1000], ids=["bulk-space", "main-space"])
+def test_a_missing_chunk_fails_only_the_reads_that_need_it(tmp_path, bulk_min):
+    """Reads of several chunks go through one ordered scan: a hole in it is NoSuchBlock, not a short answer."""
+    kv = RocksKV.open(tmp_path / "db", bulk=True)
+    try:
+        s = BlockStore(kv, chunk_size=4, bulk_min=bulk_min)
+        data = bytes(range(30))  # chunks 0..7, the last one short
+        s.put(9, data, crc32c(data))
+        assert joined(s.read(9, 3, 20)) == data[3:23] and joined(s.read(9)) == data
+        space = kv.bulk if bulk_min == 10 else kv
+        if bulk_min == 10:
+            space.drop(keys.chunk(9, 5), keys.chunk(9, 6))
+        else:
+            kv.delete(keys.chunk(9, 5))
+        assert joined(s.read(9, 0, 20)) == data[:20] and joined(s.read(9, 24, 6)) == data[24:]
+        for off, n in ((18, 4), (10, 20), (0, -1), (21, 1)):
+            with pytest.raises(errors.NoSuchBlock):
+                s.read(9, off, n)
+    finally:
+        kv.close()
