@@ -343,11 +343,20 @@ class S3Client:
         r = await self._fs_send("GET", f"fs/{bucket}", query=[("ino", ino), ("off", offset), ("len", length)])
         return r.content
 
-    async def fs_write(self, bucket: str, ino: int, size: int, chunks: AsyncIterator[bytes]) -> dict:
-        """Replace the whole content of file `ino` (in `bucket`) with `size` bytes streamed from `chunks`; returns
-        the file's new attributes once the content is committed."""
+    async def fs_write(self, bucket: str, ino: int, layout: dict, chunks: AsyncIterator[bytes]) -> dict:
+        """New content of file `ino` (in `bucket`): `layout` {"base", "size", "segs"} says which blocks of version
+        `base` stay and which extents are new, `chunks` streams the new extents' bytes (gateway/s3/posix.py
+        fs_write); returns the file's new attributes, with its new layout, once the content is committed."""
+        head = orjson.dumps(layout)
+        new = sum(v for kind, v in layout["segs"] if kind == "n")
+
+        async def body():
+            yield len(head).to_bytes(4, "big") + head
+            async for c in chunks:
+                yield c
+
         r = await self._fs_send("PUT", f"fs/{bucket}", query=[("ino", ino)],
-                                headers={"content-length": str(size)}, content=chunks)
+                                headers={"content-length": str(4 + len(head) + new)}, content=body())
         res = orjson.loads(r.content)
         if "err" in res:
             raise errors.by_name(res["err"])(res.get("msg", ""), errno=res.get("errno"))

@@ -484,17 +484,41 @@ class Posix:
             self._put_links(b, ino, rec)
         return self.attr(ino, rec)
 
-    def commit(self, ino: int, blk: list, size: int, etag: str, bucket: str | None = None) -> dict:
-        """New content of file `ino` (blocks already durable on DataNodes): replaces the old block list at once,
-        frees the old blocks, and refreshes every name's listing summary."""
+    def layout(self, ino: int) -> dict:
+        """What a writer needs to change part of a file: its blocks' ids and sizes, in order, and its version."""
         rec = self._inode(ino)
         if rec.get("t") != "f":
             raise _fail(errors.InvalidInput, errno.EINVAL, f"inode {ino} is not a regular file")
+        return {"blk": [[x[0], x[1]] for x in rec.get("blk", [])], "size": rec.get("size", 0),
+                "etag": rec.get("etag", "")}
+
+    def commit(self, ino: int, blk: list, size: int, etag: str, bucket: str | None = None,
+               base: str | None = None) -> dict:
+        """New content of file `ino` (new blocks already durable on DataNodes): replaces the block list at once,
+        frees the blocks no longer used, and refreshes every name's listing summary.
+
+        An entry of `blk` that is a bare block id keeps that block of the file's current version, so a write into
+        a large file stores only the blocks it changed. Such a commit must name the version it was made from
+        (`base`, its ETag): if the file was replaced meanwhile (an S3 PUT), ESTALE, and nothing changes."""
+        rec = self._inode(ino)
+        if rec.get("t") != "f":
+            raise _fail(errors.InvalidInput, errno.EINVAL, f"inode {ino} is not a regular file")
+        old = rec.get("blk", [])
+        if base is not None and base != rec.get("etag", ""):
+            raise _fail(errors.PreconditionFailed, errno.ESTALE, f"inode {ino} changed since it was opened")
+        have = {x[0]: x for x in old} if base is not None else {}
+        try:
+            blk = [have[x] if isinstance(x, int) else x for x in blk]
+        except KeyError as e:
+            raise _fail(errors.InvalidInput, errno.EINVAL, f"block {e} is not one of inode {ino}'s") from None
+        if sum(x[1] for x in blk) != size:
+            raise _fail(errors.InvalidInput, errno.EINVAL, f"the blocks of inode {ino} don't add up to {size} bytes")
+        kept = {x[0] for x in blk}
         charge = self._charge(bucket, (size - int(rec.get("size", 0))) * len(rec.get("ln", [1])), 0)
         t = now_ns()
         with self.kv.batch() as b:
             charge(b)
-            self.meta._garbage_blocks(b, rec.get("blk", []))
+            self.meta._garbage_blocks(b, [x for x in old if x[0] not in kept])
             rec.pop("cs", None)
             rec.pop("mpu", None)
             rec.pop("ps", None)
@@ -502,7 +526,7 @@ class Posix:
             for x in blk:
                 b.delete(keys.pending(x[0]))
             self._put_links(b, ino, rec)
-        return self.attr(ino, rec)
+        return {**self.attr(ino, rec), "layout": [[x[0], x[1]] for x in blk]}
 
     # ---------------------------------------------------------------- extended attributes
     # One store for a file's user metadata: the `user.` attributes of an object are its S3 user metadata
@@ -600,8 +624,8 @@ class Posix:
             self._put_inode(b, ino, rec)
 
 
-OPS = ("getattr", "lookup", "readdir", "readlink", "mkdir", "mknod", "symlink", "link", "unlink", "rmdir", "rename",
-       "setattr", "getxattr", "listxattr", "setxattr", "removexattr")
+OPS = ("getattr", "lookup", "readdir", "readlink", "layout", "mkdir", "mknod", "symlink", "link", "unlink", "rmdir",
+       "rename", "setattr", "getxattr", "listxattr", "setxattr", "removexattr")
 
 
 def handlers(meta: MetaStore, members) -> dict:
@@ -624,7 +648,7 @@ def handlers(meta: MetaStore, members) -> dict:
 
     async def fs_commit(a, _):
         posix.scope(a.get("bi"), "commit", a)
-        return posix.commit(int(a["ino"]), a["blk"], int(a["size"]), a["etag"], a.get("bucket"))
+        return posix.commit(int(a["ino"]), a["blk"], int(a["size"]), a["etag"], a.get("bucket"), a.get("base"))
 
     async def fs_statfs(a, _):
         nodes = [n for n in members.nodes.values() if members.alive(n)]

@@ -6,14 +6,15 @@ kernel (default_permissions) from the mode/uid/gid we report.
 
 Consistency is close-to-open. open() revalidates the attributes and keeps the kernel's page cache when the file is
 unchanged (same mtime, size and ETag as at the last open); writes go to a local copy of the file (random writes and
-truncates included) that flush/fsync/close upload in one streamed PUT and commit, so once close() returns the new
-content is durable and visible through S3. In dataset mode the tree is taken as immutable: every attribute, name and
+truncates included, see Writer) that flush/fsync/close upload and commit, sending only the blocks that changed, so
+once close() returns the new content is durable and visible through S3. In dataset mode the tree is taken as immutable: every attribute, name and
 listing is fetched once and trusted for the life of the mount, and the mount is read-only. A shuffled epoch will read
 every file of a directory soon, so the first read of a file there fetches the directory's small files in batches
 (one request for many files, while the cache has room): epoch 1 pays per batch, not per file.
 """
 from __future__ import annotations
 
+import bisect
 import errno
 import functools
 import itertools
@@ -43,6 +44,8 @@ FOREVER = 365 * 86400.0
 UPLOAD_PIECE = 4 << 20
 MAX_FILE_SIZE = 5 << 40  # S3's largest object
 NOT_KEPT_XATTRS = (b"security.", b"system.")  # attribute namespaces namenode/posix.py refuses (EOPNOTSUPP)
+# what a writer knows of a block of the version it started from
+KEPT, CLEAN, DIRTY, GONE = range(4)  # only on DataNodes; also in the local copy, unchanged; changed; cut off
 
 
 def _posix(fn):
@@ -78,16 +81,79 @@ def _version(a: dict) -> tuple:
 
 
 class Writer:
-    """The local copy of a file being written; every handle of the file shares it until the last one closes."""
+    """The local copy of a file being written; every handle of the file shares it until the last one closes.
 
-    def __init__(self, tmpdir: Path | None) -> None:
+    It holds only what was written or read through it. The blocks of the version it started from (`base`, by ETag)
+    stay on the DataNodes until a write covers part of one (then that block is fetched: read-modify-write of one
+    block) or a read needs it; the local file has the file's size and is sparse where nothing was fetched. A commit
+    keeps the untouched blocks by id and sends only the extents in between (gateway/s3/posix.py fs_write), so an
+    fsync after a small write into a large file stores one block, not the file, and opening a file to append to it
+    downloads nothing."""
+
+    def __init__(self, tmpdir: Path | None, layout: dict) -> None:
         self.file = tempfile.TemporaryFile(dir=tmpdir)
         self.fd = self.file.fileno()
-        self.size = 0
+        self.size = layout["size"]
+        os.ftruncate(self.fd, self.size)
         self.dirty = False
         self.refs = 0
         self.mtime_ns = 0
         self.lock = trio.Lock()
+        self._rebase(layout["etag"], layout["blk"], {}, KEPT)
+
+    def _rebase(self, etag: str, blk: list, known: dict[int, int], new: int) -> None:
+        self.base = etag
+        self.ids = [b[0] for b in blk]
+        self.starts = list(itertools.accumulate((b[1] for b in blk), initial=0))  # block i: [starts[i], starts[i+1])
+        self.state = [known.get(b[0], new) for b in blk]
+
+    def _over(self, off: int, end: int) -> range:
+        """The base blocks holding bytes of [off, end)."""
+        return range(max(bisect.bisect_right(self.starts, off) - 1, 0),
+                     min(bisect.bisect_left(self.starts, end), len(self.ids)))
+
+    def absent(self, off: int, end: int) -> list[int]:
+        """The blocks a read of [off, end) through the local copy needs fetched first."""
+        return [i for i in self._over(off, end) if self.state[i] == KEPT]
+
+    def partly(self, off: int, end: int) -> list[int]:
+        """The blocks a write of [off, end) changes only in part, so needs fetched first."""
+        return [i for i in self.absent(off, end) if self.starts[i] < off or self.starts[i + 1] > end]
+
+    def wrote(self, off: int, end: int) -> None:
+        for i in self._over(off, end):
+            if self.state[i] != GONE:
+                self.state[i] = DIRTY
+        self.size = max(self.size, end)
+
+    def cut(self, size: int) -> list[int]:
+        """The block a truncate to `size` cuts in two, if it needs fetched first."""
+        return [i for i in self.absent(size, size + 1) if self.starts[i] < size]
+
+    def truncate(self, size: int) -> None:
+        for i in self._over(size, max(self.size, size + 1)):
+            self.state[i] = GONE if self.starts[i] >= size else DIRTY
+        self.size = size
+
+    def layout(self) -> tuple[dict, list[tuple[int, int]]]:
+        """The commit's layout (blocks kept by id, new extents by length) and the new extents as (offset, length)."""
+        segs, extents, pos = [], [], 0
+        for i, bid in enumerate(self.ids):
+            if self.state[i] in (KEPT, CLEAN):
+                if self.starts[i] > pos:
+                    segs.append(["n", self.starts[i] - pos])
+                    extents.append((pos, self.starts[i] - pos))
+                segs.append(["k", bid])
+                pos = self.starts[i + 1]
+        if self.size > pos:
+            segs.append(["n", self.size - pos])
+            extents.append((pos, self.size - pos))
+        return {"base": self.base, "size": self.size, "segs": segs}, extents
+
+    def committed(self, etag: str, blk: list) -> None:
+        """The content is now version `etag` made of `blk`: kept blocks stay as they were, new ones are local."""
+        self._rebase(etag, blk, {bid: st for bid, st in zip(self.ids, self.state) if st in (KEPT, CLEAN)}, CLEAN)
+        self.dirty = False
 
 
 @dataclass
@@ -257,8 +323,10 @@ class EpochOperations(pyfuse3.Operations):
             return self._changed(await self.c.fs("setattr", self._bucket(ino), ino=ino, fields={"size": 0}))
         w = await self._writer(ino)
         async with w.lock:
+            await self._fill(ino, w, w.cut(size))
             os.ftruncate(w.fd, size)
-            w.size, w.dirty, w.mtime_ns = size, True, time.time_ns()
+            w.truncate(size)
+            w.dirty, w.mtime_ns = True, time.time_ns()
         if w.refs:
             return None
         try:
@@ -440,7 +508,11 @@ class EpochOperations(pyfuse3.Operations):
                             uid=ctx.uid, gid=ctx.gid)
         self._remember(p, s, a)
         self.seen[a["ino"]] = _version(a)
-        return pyfuse3.FileInfo(fh=self._open_handle(a)), self._entry(a)
+        fh = self._open_handle(a)
+        w = self.files[fh].writer = self.writers[a["ino"]] = Writer(self.o.cache_dir, {
+            "etag": a["etag"], "blk": [], "size": 0})  # a new file: nothing to ask about its layout
+        w.refs += 1
+        return pyfuse3.FileInfo(fh=fh), self._entry(a)
 
     @_posix
     async def read(self, fh, off, size):
@@ -448,6 +520,7 @@ class EpochOperations(pyfuse3.Operations):
         w = h.writer or self.writers.get(h.ino)
         if w is not None:
             async with w.lock:
+                await self._fill(h.ino, w, w.absent(off, min(off + size, w.size)))
                 return os.pread(w.fd, size, off)
         if not self.cache.enabled:
             return await self.c.fs_read(self._bucket(h.ino), h.ino, off, size)
@@ -534,22 +607,25 @@ class EpochOperations(pyfuse3.Operations):
             pass  # the reader's own request will fetch it again and report the error
 
     async def _writer(self, ino: int) -> Writer:
-        """The file's local copy, made from its current content the first time."""
+        """The file's local copy; made empty, knowing only where the current version's blocks are."""
         w = self.writers.get(ino)
         if w is not None:
             return w
-        w = self.writers[ino] = Writer(self.o.cache_dir)
-        async with w.lock:
-            try:
-                bucket = self._bucket(ino)
-                size = (await self.c.fs("getattr", bucket, ino=ino))["size"]
-                for pos in range(0, size, 8 << 20):
-                    os.pwrite(w.fd, await self.c.fs_read(bucket, ino, pos, 8 << 20), pos)
-                w.size = size
-            except BaseException:
-                self._drop_writer(ino, w)
-                raise
+        layout = await self.c.fs("layout", self._bucket(ino), ino=ino)
+        w = self.writers.get(ino)  # another call may have made one meanwhile
+        if w is None:
+            w = self.writers[ino] = Writer(self.o.cache_dir, layout)
         return w
+
+    async def _fill(self, ino: int, w: Writer, blocks: list[int]) -> None:
+        """Fetch blocks of the writer's base version into its local copy (the caller holds w.lock)."""
+        for i in blocks:
+            start, n = w.starts[i], w.starts[i + 1] - w.starts[i]
+            data = await self.c.fs_read(self._bucket(ino), ino, start, n)
+            if len(data) != n:  # the file was replaced meanwhile: its commit would be refused anyway
+                raise errors.PreconditionFailed(f"inode {ino} changed while being written", errno=errno.ESTALE)
+            os.pwrite(w.fd, data, start)
+            w.state[i] = CLEAN
 
     def _drop_writer(self, ino: int, w: Writer) -> None:
         if self.writers.get(ino) is w:
@@ -566,27 +642,29 @@ class EpochOperations(pyfuse3.Operations):
             h.writer.refs += 1
         w = h.writer
         async with w.lock:
+            await self._fill(h.ino, w, w.partly(off, off + len(buf)))
             os.pwrite(w.fd, buf, off)
-            w.size = max(w.size, off + len(buf))
+            w.wrote(off, off + len(buf))
             w.dirty, w.mtime_ns = True, time.time_ns()
         return len(buf)
 
     async def _upload(self, ino: int, w: Writer) -> dict | None:
-        """Upload the local copy if it has unsaved changes, and commit it; returns the new attributes."""
+        """Commit the local copy's unsaved changes, sending only what changed; returns the new attributes."""
         async with w.lock:
             if not w.dirty:
                 return None
-            size = w.size
+            layout, extents = w.layout()
 
             async def pieces():
-                for pos in range(0, size, UPLOAD_PIECE):
-                    yield os.pread(w.fd, min(UPLOAD_PIECE, size - pos), pos)
+                for start, n in extents:
+                    for pos in range(start, start + n, UPLOAD_PIECE):
+                        yield os.pread(w.fd, min(UPLOAD_PIECE, start + n - pos), pos)
 
             bucket = self.bucket_of.get(ino) or self.o.bucket
             if bucket is None:
                 raise errors.Unavailable(f"bucket of inode {ino} unknown")
-            a = await self.c.fs_write(bucket, ino, size, pieces())
-            w.dirty = False
+            a = await self.c.fs_write(bucket, ino, layout, pieces())
+            w.committed(a["etag"], a.pop("layout"))
         self.cache.drop(ino)
         return self._changed(a)
 

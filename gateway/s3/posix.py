@@ -2,8 +2,9 @@
 
   POST /_epochfs/fs/<bucket>   {"op": "lookup", "args": {...}} -> {"r": result} or {"err": class, "msg", "errno"}
   GET  /_epochfs/fs/<bucket>?ino=&off=&len=   bytes [off, off+len) of the file (short at its end)
-  PUT  /_epochfs/fs/<bucket>?ino=    the file's whole new content; blocks go to the bucket's DataNodes, then one
-                                     NameNode commit replaces the old content -> {"r": attributes}
+  PUT  /_epochfs/fs/<bucket>?ino=    the file's new content as a layout (blocks kept, extents new: fs_write); new
+                                     blocks go to the bucket's DataNodes, then one NameNode commit replaces the old
+                                     content -> {"r": attributes and the new layout}
   POST /_epochfs/fs with op "statfs" -> capacity, used and inode counts
   POST /_epochfs/fs (no bucket) getattr and readdir of the root, the tree of the buckets the caller may list
 
@@ -31,7 +32,7 @@ from .http import Response
 
 FS_REQUESTS = Counter("epochfs_fs_requests_total", "Mount API requests", ["op"])
 JSON = [("content-type", "application/json")]
-READ_OPS = frozenset(("getattr", "lookup", "readdir", "readlink", "getxattr", "listxattr"))
+READ_OPS = frozenset(("getattr", "lookup", "readdir", "readlink", "layout", "getxattr", "listxattr"))
 QUOTA_OPS = frozenset(("mknod", "link", "unlink", "rename", "setattr"))  # take the bucket whose usage they change
 
 
@@ -123,26 +124,76 @@ async def fs_read(ctx, req):
     return Response(200, [("x-epochfs-etag", res["etag"])], pieces[0] if len(pieces) == 1 else b"".join(pieces))
 
 
+class _Body:
+    """A request body read in pieces of exact lengths: the layout's header, then each new extent's bytes."""
+
+    def __init__(self, stream) -> None:
+        self._it, self._left = stream.__aiter__(), memoryview(b"")
+
+    async def take(self, n: int):
+        while n > 0:
+            if not self._left:
+                try:
+                    self._left = memoryview(await self._it.__anext__())
+                except StopAsyncIteration:
+                    raise invalid_argument("the body ends before the layout's extents do") from None
+                continue
+            piece, self._left = self._left[:n], self._left[n:]
+            n -= len(piece)
+            yield piece
+
+    async def read(self, n: int) -> bytes:
+        return b"".join([bytes(p) async for p in self.take(n)])
+
+
 @extension("PUT", "fs")
 async def fs_write(ctx, req):
+    """New content for file `ino`. The body is a 4-byte length and a JSON layout {"base": ETag or null, "size": N,
+    "segs": [["k", block id] | ["n", length], ...]}, then the bytes of the "n" extents in order: "k" keeps a block
+    of the version `base` names, "n" is new data stored as new blocks. So a write into a large file sends and
+    stores only the blocks it changed. The ETag is the content's MD5 when all of it is new; otherwise it can't be
+    had without reading the kept blocks, and is an MD5 over the new bytes and the layout with the block count
+    after a dash, as multipart ETags are (S3 clients don't take those for an MD5), changing whenever the content
+    does."""
     FS_REQUESTS.labels("write").inc()
     if req.bucket is None:
         raise invalid_argument("PUT /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     bi = await _bucket_ino(ctx, req, "write")
     ino = _int_arg(req, "ino")
-    md5 = hashlib.md5()
     stream, _ = body_stream(req.receive, req.headers, req.auth)
-    blocks, size = await ctx.cluster.write_stream(req.bucket, stream, md5.update,
-                                                  limit=ctx.settings.max_object_size)
+    body = _Body(stream)
     try:
-        attr = await ctx.cluster.nn("fs_commit", ino=ino, blk=blocks, size=size, etag=f'"{md5.hexdigest()}"',
-                                    bucket=req.bucket, bi=bi)
+        layout = orjson.loads(await body.read(int.from_bytes(await body.read(4), "big")))
+        base, size, segs = layout["base"], int(layout["size"]), layout["segs"]
+        if not all(kind in ("k", "n") and isinstance(v, int) and v >= 0 for kind, v in segs):
+            raise ValueError
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise S3Error("MalformedJSON", "The body must start with a layout {\"base\", \"size\", \"segs\"}.",
+                      400) from None
+    md5 = hashlib.md5()
+    blk: list = []
+    written: list = []
+    try:
+        for kind, v in segs:
+            if kind == "k":
+                blk.append(v)
+            elif v:
+                new, _ = await ctx.cluster.write_stream(req.bucket, body.take(v), md5.update,
+                                                        limit=ctx.settings.max_object_size)
+                written += new
+                blk += new
+        if any(kind == "k" for kind, _ in segs):
+            etag = f'"{hashlib.md5(md5.digest() + orjson.dumps(segs)).hexdigest()}-{len(blk)}"'
+        else:
+            etag = f'"{md5.hexdigest()}"'
+        attr = await ctx.cluster.nn("fs_commit", ino=ino, blk=blk, size=size, etag=etag, bucket=req.bucket, bi=bi,
+                                    base=base)
     except errors.DomainError as e:
-        await ctx.abandon(blocks)
+        await ctx.abandon(written)
         if e.details.get("errno") is None:
             raise
         return _answer(_error(e))
     except BaseException:
-        await ctx.abandon(blocks)
+        await ctx.abandon(written)
         raise
     return _answer({"r": attr})

@@ -20,6 +20,11 @@ async def _chunks(data: bytes):
     yield data
 
 
+def _whole(size: int) -> dict:
+    """The layout of a write that replaces a file's whole content."""
+    return {"base": None, "size": size, "segs": [["n", size]]}
+
+
 def _as(cluster, user, fn):
     async def go():
         async with S3Client(cluster.endpoint, user[0], user[1]) as c:
@@ -55,7 +60,7 @@ def _all_denied(cluster, bucket: str, t: dict) -> None:
                lambda c: c.fs("readdir", bucket, ino=t["d"]),
                lambda c: c.fs("readdir", bucket, ino=t["m"]),
                lambda c: c.fs_read(bucket, t["f"], 0, 100),
-               lambda c: c.fs_write(bucket, t["f"], 3, _chunks(b"bad")),
+               lambda c: c.fs_write(bucket, t["f"], _whole(3), _chunks(b"bad")),
                lambda c: c.fs("setattr", bucket, ino=t["f"], fields={"mode": 0o777}),
                lambda c: c.fs("rename", bucket, parent=t["d"], name="f.txt", newparent=t["m"], newname="g"),
                lambda c: c.fs("mkdir", bucket, parent=t["d"], name="x", mode=0o755, uid=0, gid=0)):
@@ -96,12 +101,12 @@ def test_acl_grants_open_the_bucket(cluster, s3, bucket, tree):
     assert [n for n, _ in _as(cluster, ALT, lambda c: c.fs("readdir", bucket, ino=tree["d"]))["entries"]] == ["f.txt"]
     assert _as(cluster, ALT, lambda c: c.fs_read(bucket, tree["f"], 0, 100)) == b"secret data"
     _denied(cluster, lambda c: c.fs("setattr", bucket, ino=tree["f"], fields={"mode": 0o600}))
-    _denied(cluster, lambda c: c.fs_write(bucket, tree["f"], 3, _chunks(b"new")))
+    _denied(cluster, lambda c: c.fs_write(bucket, tree["f"], _whole(3), _chunks(b"new")))
 
     s3.put_bucket_acl(Bucket=bucket, GrantRead=f"id={ALT[2]}", GrantWrite=f"id={ALT[2]}")
     attr = _as(cluster, ALT, lambda c: c.fs("setattr", bucket, ino=tree["f"], fields={"mode": 0o600}))
     assert attr["mode"] & 0o777 == 0o600
-    assert _as(cluster, ALT, lambda c: c.fs_write(bucket, tree["f"], 3, _chunks(b"new")))["size"] == 3
+    assert _as(cluster, ALT, lambda c: c.fs_write(bucket, tree["f"], _whole(3), _chunks(b"new")))["size"] == 3
     _as(cluster, ALT, lambda c: c.fs("rename", bucket, parent=tree["d"], name="f.txt", newparent=tree["m"],
                                      newname="g.txt"))
     assert s3.get_object(Bucket=bucket, Key="m/g.txt")["Body"].read() == b"new"

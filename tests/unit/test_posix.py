@@ -84,7 +84,7 @@ def test_replaced_file_stays_readable_by_inode_until_reaped(fs, monkeypatch):
 
 def test_setattr_and_truncate(fs):
     f = fs.mknod(fs.b, "f", stat.S_IFREG | 0o644, 0, 0)
-    fs.commit(f["ino"], [], 10, '"x"')
+    fs.commit(f["ino"], [[7, 10, 0, [1]]], 10, '"x"')
     a = fs.setattr(f["ino"], {"mode": 0o4711, "uid": 5, "at": 1, "mt": 2})
     assert (a["mode"], a["uid"], a["at"], a["mt"]) == (stat.S_IFREG | 0o4711, 5, 1, 2)
     assert fs.setattr(f["ino"], {"size": 0})["size"] == 0
@@ -95,7 +95,7 @@ def test_bucket_usage_follows_mount_changes(fs):
     """What S3 would count (regular files, one object per name) stays in step, and a quota gives EDQUOT."""
     f = fs.mknod(fs.b, "f", stat.S_IFREG | 0o644, 0, 0, bucket="bkt")
     fs.mknod(fs.b, "p", stat.S_IFIFO | 0o644, 0, 0, bucket="bkt")
-    fs.commit(f["ino"], [], 10, '"x"', bucket="bkt")
+    fs.commit(f["ino"], [[7, 10, 0, [1]]], 10, '"x"', bucket="bkt")
     fs.link(f["ino"], fs.b, "g", bucket="bkt")
     assert fs.meta.usage(fs.b) == [20, 2]
     h = fs.mknod(fs.b, "h", stat.S_IFREG | 0o644, 0, 0, bucket="bkt")
@@ -104,7 +104,7 @@ def test_bucket_usage_follows_mount_changes(fs):
     fs.unlink(fs.b, "f", bucket="bkt")
     assert fs.meta.usage(fs.b) == [0, 1]
     fs.meta.update_bucket("bkt", {"qb": 5})
-    assert errno_of(fs.commit, h["ino"], [], 6, '"y"', bucket="bkt") == errno.EDQUOT
+    assert errno_of(fs.commit, h["ino"], [[8, 6, 0, [1]]], 6, '"y"', bucket="bkt") == errno.EDQUOT
     assert fs.getattr(h["ino"])["size"] == 0
 
 
@@ -207,3 +207,20 @@ def test_s3_delete_of_one_hard_link_in_a_versioned_bucket_leaves_a_marker_for_th
     assert res["dm"] and res["vid"]
     assert keys(fs) == ["b"] and fs.getattr(f)["nlink"] == 1 and fs.meta.garbage_for(1) == []
     assert [v[1] for v in fs.meta.list_versions("bkt")["items"]] == ["a", "b"]
+
+
+def test_commit_keeps_blocks_of_the_version_it_started_from(fs):
+    """A commit may keep blocks of the file's current version by id (a write into part of a large file); blocks
+    of other files, a stale base version and sizes that don't add up are refused, and nothing changes."""
+    f = fs.mknod(fs.b, "f", stat.S_IFREG | 0o644, 0, 0)["ino"]
+    g = fs.mknod(fs.b, "g", stat.S_IFREG | 0o644, 0, 0)["ino"]
+    fs.commit(f, [[1, 4, 0, [1]], [2, 4, 0, [1]], [3, 2, 0, [1]]], 10, '"v1"')
+    fs.commit(g, [[9, 4, 0, [1]]], 4, '"g1"')
+    assert errno_of(fs.commit, f, [9, 2, 3], 10, '"v2"', base='"v1"') == errno.EINVAL      # g's block
+    assert errno_of(fs.commit, f, [1, [5, 4, 0, [1]], 3], 10, '"v2"', base='"v0"') == errno.ESTALE
+    assert errno_of(fs.commit, f, [1, [5, 3, 0, [1]], 3], 10, '"v2"', base='"v1"') == errno.EINVAL
+    assert errno_of(fs.commit, f, [1, 2], 10, '"v2"') == errno.EINVAL  # ids only with a base version
+    assert fs.layout(f) == {"blk": [[1, 4], [2, 4], [3, 2]], "size": 10, "etag": '"v1"'}
+    a = fs.commit(f, [1, [5, 4, 0, [1]], 3, [6, 1, 0, [1]]], 11, '"v2"', base='"v1"')
+    assert (a["size"], a["etag"], a["layout"]) == (11, '"v2"', [[1, 4], [5, 4], [3, 2], [6, 1]])
+    assert fs.meta.garbage_for(1) == [2]  # only the replaced block is freed
