@@ -44,6 +44,10 @@ FOREVER = 365 * 86400.0
 UPLOAD_PIECE = 4 << 20
 MAX_FILE_SIZE = 5 << 40  # S3's largest object
 NOT_KEPT_XATTRS = (b"security.", b"system.")  # attribute namespaces namenode/posix.py refuses (EOPNOTSUPP)
+# st_blksize: the page size, as local file systems and FUSE's default report it. Our 4 MiB block made tools scale
+# their offsets by it (fsstress copies to up to 1,024 x st_blksize past EOF: gigabytes of zeros per file), while
+# readers gain nothing from it: the kernel's readahead (mount.py) sets the size of the reads that reach the mount.
+IO_BLKSIZE = 4096
 # what a writer knows of a block of the version it started from
 KEPT, CLEAN, DIRTY, GONE = range(4)  # only on DataNodes; also in the local copy, unchanged; changed; cut off
 
@@ -231,7 +235,7 @@ class EpochOperations(pyfuse3.Operations):
             if w.dirty:
                 e.st_mtime_ns = e.st_ctime_ns = max(w.mtime_ns, a["mt"])
         e.st_size = size
-        e.st_blksize = self.o.chunk_size
+        e.st_blksize = IO_BLKSIZE
         e.st_blocks = (size + 511) // 512
         return e
 
