@@ -514,6 +514,8 @@ class Posix:
         if sum(x[1] for x in blk) != size:
             raise _fail(errors.InvalidInput, errno.EINVAL, f"the blocks of inode {ino} don't add up to {size} bytes")
         kept = {x[0] for x in blk}
+        if len(kept) != len(blk):
+            raise _fail(errors.InvalidInput, errno.EINVAL, f"a block is named twice in the new content of {ino}")
         charge = self._charge(bucket, (size - int(rec.get("size", 0))) * len(rec.get("ln", [1])), 0)
         t = now_ns()
         with self.kv.batch() as b:

@@ -80,6 +80,14 @@ def _name(raw: bytes) -> str:
         raise pyfuse3.FUSEError(errno.EINVAL) from None  # S3 keys are UTF-8
 
 
+def _replaced(ino: int) -> errors.DomainError:
+    """A writer's changes can't be saved: the version it started from was replaced (an S3 PUT) since. EIO, and
+    logged, rather than a whole upload over the other writer's content: that would lose its update silently, and
+    merging ours onto it could mix two files."""
+    log.error("inode %s: changes not saved: the file was replaced since this mount began writing it", ino)
+    return errors.PreconditionFailed(f"inode {ino} was replaced while being written", errno=errno.EIO)
+
+
 def _version(a: dict) -> tuple:
     return a["mt"], a["size"], a["etag"]
 
@@ -103,10 +111,10 @@ class Writer:
         self.refs = 0
         self.mtime_ns = 0
         self.lock = trio.Lock()
-        self._rebase(layout["etag"], layout["blk"], {}, KEPT)
+        self._rebase(layout["etag"], layout["blk"], {}, KEPT, layout.get("bs", UPLOAD_PIECE))
 
-    def _rebase(self, etag: str, blk: list, known: dict[int, int], new: int) -> None:
-        self.base = etag
+    def _rebase(self, etag: str, blk: list, known: dict[int, int], new: int, bs: int) -> None:
+        self.base, self.bs = etag, bs
         self.ids = [b[0] for b in blk]
         self.starts = list(itertools.accumulate((b[1] for b in blk), initial=0))  # block i: [starts[i], starts[i+1])
         self.state = [known.get(b[0], new) for b in blk]
@@ -120,21 +128,37 @@ class Writer:
         """The blocks a read of [off, end) through the local copy needs fetched first."""
         return [i for i in self._over(off, end) if self.state[i] == KEPT]
 
+    def _tail(self, end: int) -> list[int]:
+        """The short block ending at EOF that growing the file to `end` rewrites together with the new bytes.
+        Kept as it is, every append cycle (open, write, close) would leave one more short block behind."""
+        if end <= self.size or not self.size:
+            return []
+        i = bisect.bisect_right(self.starts, self.size - 1) - 1
+        if i < len(self.ids) and self.state[i] in (KEPT, CLEAN) and self.starts[i + 1] == self.size \
+                and self.starts[i + 1] - self.starts[i] < self.bs:
+            return [i]
+        return []
+
     def partly(self, off: int, end: int) -> list[int]:
         """The blocks a write of [off, end) changes only in part, so needs fetched first."""
-        return [i for i in self.absent(off, end) if self.starts[i] < off or self.starts[i + 1] > end]
+        return sorted({*(i for i in self.absent(off, end) if self.starts[i] < off or self.starts[i + 1] > end),
+                       *(i for i in self._tail(end) if self.state[i] == KEPT)})
 
     def wrote(self, off: int, end: int) -> None:
-        for i in self._over(off, end):
+        for i in [*self._over(off, end), *self._tail(end)]:
             if self.state[i] != GONE:
                 self.state[i] = DIRTY
         self.size = max(self.size, end)
 
     def cut(self, size: int) -> list[int]:
-        """The block a truncate to `size` cuts in two, if it needs fetched first."""
-        return [i for i in self.absent(size, size + 1) if self.starts[i] < size]
+        """The block a truncate to `size` cuts in two (or the short last block it extends), if it needs fetched
+        first."""
+        return sorted({*(i for i in self.absent(size, size + 1) if self.starts[i] < size),
+                       *(i for i in self._tail(size) if self.state[i] == KEPT)})
 
     def truncate(self, size: int) -> None:
+        for i in self._tail(size):
+            self.state[i] = DIRTY
         for i in self._over(size, max(self.size, size + 1)):
             self.state[i] = GONE if self.starts[i] >= size else DIRTY
         self.size = size
@@ -154,9 +178,10 @@ class Writer:
             extents.append((pos, self.size - pos))
         return {"base": self.base, "size": self.size, "segs": segs}, extents
 
-    def committed(self, etag: str, blk: list) -> None:
+    def committed(self, etag: str, blk: list, bs: int) -> None:
         """The content is now version `etag` made of `blk`: kept blocks stay as they were, new ones are local."""
-        self._rebase(etag, blk, {bid: st for bid, st in zip(self.ids, self.state) if st in (KEPT, CLEAN)}, CLEAN)
+        self._rebase(etag, blk, {bid: st for bid, st in zip(self.ids, self.state) if st in (KEPT, CLEAN)}, CLEAN,
+                     bs)
         self.dirty = False
 
 
@@ -627,7 +652,7 @@ class EpochOperations(pyfuse3.Operations):
             start, n = w.starts[i], w.starts[i + 1] - w.starts[i]
             data = await self.c.fs_read(self._bucket(ino), ino, start, n)
             if len(data) != n:  # the file was replaced meanwhile: its commit would be refused anyway
-                raise errors.PreconditionFailed(f"inode {ino} changed while being written", errno=errno.ESTALE)
+                raise _replaced(ino)
             os.pwrite(w.fd, data, start)
             w.state[i] = CLEAN
 
@@ -667,8 +692,11 @@ class EpochOperations(pyfuse3.Operations):
             bucket = self.bucket_of.get(ino) or self.o.bucket
             if bucket is None:
                 raise errors.Unavailable(f"bucket of inode {ino} unknown")
-            a = await self.c.fs_write(bucket, ino, layout, pieces())
-            w.committed(a["etag"], a.pop("layout"))
+            try:
+                a = await self.c.fs_write(bucket, ino, layout, pieces())
+            except errors.PreconditionFailed:  # the NameNode refused the base version (namenode/posix.py commit)
+                raise _replaced(ino) from None
+            w.committed(a["etag"], a.pop("layout"), a.pop("bs"))
         self.cache.drop(ino)
         return self._changed(a)
 

@@ -25,7 +25,7 @@ from prometheus_client import Counter
 from epochfs.common import errors
 
 from .access import bucket_access, check_object_read, may_list
-from .body import body_stream, read_all
+from .body import body_stream, raw_body, read_all
 from .errors import S3Error, access_denied, invalid_argument
 from .ext import extension
 from .http import Response
@@ -90,6 +90,8 @@ async def fs_op(ctx, req):
         if op in QUOTA_OPS:
             args["bucket"] = req.bucket
         res = await ctx.cluster.nn("fs", name=op, args=args, bi=bi)
+        if op == "layout" and "r" in res:  # the size new extents are cut into (fs_write), for the mount's writer
+            res["r"]["bs"] = await ctx.cluster.block_size(req.bucket)
         if bi is None and op == "readdir" and "r" in res:
             res["r"]["entries"] = await _visible_buckets(ctx, req, res["r"]["entries"])
         return _answer(res)
@@ -122,6 +124,16 @@ async def fs_read(ctx, req):
         return Response(200, [("x-epochfs-etag", res["etag"])], b"")
     pieces = [p async for p in ctx.cluster.read_range(res["blk"], res["addrs"], off, end)]
     return Response(200, [("x-epochfs-etag", res["etag"])], pieces[0] if len(pieces) == 1 else b"".join(pieces))
+
+
+async def _discard(receive, limit: int) -> None:
+    """Take in up to `limit` bytes of a refused request's body: a client still sending it when the answer comes
+    and the connection closes sees a reset instead of the error (httpx: ReadError)."""
+    got = 0
+    async for piece in raw_body(receive):
+        got += len(piece)
+        if got > limit:
+            return
 
 
 class _Body:
@@ -158,7 +170,11 @@ async def fs_write(ctx, req):
     FS_REQUESTS.labels("write").inc()
     if req.bucket is None:
         raise invalid_argument("PUT /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
-    bi = await _bucket_ino(ctx, req, "write")
+    try:
+        bi = await _bucket_ino(ctx, req, "write")
+    except S3Error:
+        await _discard(req.receive, 1 << 20)
+        raise
     ino = _int_arg(req, "ino")
     stream, _ = body_stream(req.receive, req.headers, req.auth)
     body = _Body(stream)
@@ -196,4 +212,4 @@ async def fs_write(ctx, req):
     except BaseException:
         await ctx.abandon(written)
         raise
-    return _answer({"r": attr})
+    return _answer({"r": {**attr, "bs": await ctx.cluster.block_size(req.bucket)}})

@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from cluster import MAIN
-from mounting import Mount, fs_requests, needs_fuse
+from mounting import Mount, needs_fuse
 
 pytestmark = [pytest.mark.integration, needs_fuse]
 
@@ -227,54 +227,6 @@ def test_random_writes_match_a_model(mnt, s3, bucket):
                 assert f.read(n) == bytes(model[off:off + n])
     assert path.read_bytes() == bytes(model)
     assert s3.get_object(Bucket=bucket, Key="fsx.bin")["Body"].read() == bytes(model)
-
-
-def _block_ids(cluster, bucket: str, key: str) -> list[int]:
-    return [b[0] for b in cluster.rpc("nn", "stat", bucket=bucket, key=key)["obj"]["blk"]]
-
-
-def test_a_write_into_a_large_file_stores_only_the_blocks_it_changes(cluster, mnt, s3, bucket):
-    """Opening a large file to change a few bytes fetches the one block they fall in and commits that block and
-    the appended tail; every other block is kept by id. S3 and the mount then read the new content."""
-    bs = cluster.block_size
-    data = bytearray(random.Random(3).randbytes(3 * bs + 1000))
-    s3.put_object(Bucket=bucket, Key="big.bin", Body=bytes(data))
-    before = _block_ids(cluster, bucket, "big.bin")
-    reads = fs_requests(cluster).get("read", 0)
-    with open(mnt.path / "big.bin", "r+b") as f:
-        f.seek(bs + 10)
-        f.write(b"x" * 100)
-        f.seek(len(data))
-        f.write(b"tail")
-    assert fs_requests(cluster).get("read", 0) - reads == 1  # block 1 only: read-modify-write
-    data[bs + 10:bs + 110] = b"x" * 100
-    data += b"tail"
-    after = _block_ids(cluster, bucket, "big.bin")
-    assert len(after) == 5 and after[1] != before[1] and after[4] not in before
-    assert [after[0], after[2], after[3]] == [before[0], before[2], before[3]]
-    got = s3.get_object(Bucket=bucket, Key="big.bin")
-    assert got["Body"].read() == bytes(data) and got["ETag"].endswith('-5"')  # not an MD5: not all of it was read
-    assert (mnt.path / "big.bin").read_bytes() == bytes(data)
-    with open(mnt.path / "big.bin", "r+b") as f:  # a truncate into block 2 keeps blocks 0 and 1 as they are
-        f.truncate(2 * bs + 5)
-    assert _block_ids(cluster, bucket, "big.bin")[:2] == after[:2]
-    assert s3.get_object(Bucket=bucket, Key="big.bin")["Body"].read() == bytes(data[:2 * bs + 5])
-
-
-def test_an_s3_overwrite_during_a_mount_write_is_not_lost_silently(cluster, mnt, s3, bucket):
-    """The mount commits a change only onto the version it started from: when an S3 PUT replaced the file
-    meanwhile, close() fails with ESTALE and the S3 object stays whole."""
-    path = mnt.path / "raced.bin"
-    path.write_bytes(b"a" * (cluster.block_size + 10))
-    f = open(path, "r+b")
-    f.seek(5)
-    f.write(b"mount")
-    f.flush()
-    s3.put_object(Bucket=bucket, Key="raced.bin", Body=b"from s3")
-    with pytest.raises(OSError) as e:
-        f.close()
-    assert e.value.errno == errno.ESTALE
-    assert s3.get_object(Bucket=bucket, Key="raced.bin")["Body"].read() == b"from s3"
 
 
 def test_read_only_mount_gives_erofs(cluster, bucket, s3, tmp_path):

@@ -220,6 +220,7 @@ def test_commit_keeps_blocks_of_the_version_it_started_from(fs):
     assert errno_of(fs.commit, f, [1, [5, 4, 0, [1]], 3], 10, '"v2"', base='"v0"') == errno.ESTALE
     assert errno_of(fs.commit, f, [1, [5, 3, 0, [1]], 3], 10, '"v2"', base='"v1"') == errno.EINVAL
     assert errno_of(fs.commit, f, [1, 2], 10, '"v2"') == errno.EINVAL  # ids only with a base version
+    assert errno_of(fs.commit, f, [1, 1, 3], 10, '"v2"', base='"v1"') == errno.EINVAL  # one block, twice
     assert fs.layout(f) == {"blk": [[1, 4], [2, 4], [3, 2]], "size": 10, "etag": '"v1"'}
     a = fs.commit(f, [1, [5, 4, 0, [1]], 3, [6, 1, 0, [1]]], 11, '"v2"', base='"v1"')
     assert (a["size"], a["etag"], a["layout"]) == (11, '"v2"', [[1, 4], [5, 4], [3, 2], [6, 1]])

@@ -1,0 +1,173 @@
+"""The mount's write path on a live cluster: a commit stores only the blocks a change touched and keeps the others by
+id; the local copy is filled lazily; truncates, appends, a racing S3 PUT and readers during commits."""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import random
+import threading
+
+import pytest
+
+from mounting import Mount, fs_requests, needs_fuse
+
+pytestmark = [pytest.mark.integration, needs_fuse]
+
+
+@pytest.fixture
+def mnt(cluster, bucket, tmp_path):
+    m = Mount(cluster, bucket, tmp_path / "mnt", "--attr-timeout", "0.5", "--entry-timeout", "0.5",
+              "--cache-dir", str(tmp_path / "cache"), log=tmp_path / "mount.log")
+    yield m
+    m.close()
+
+
+def _block_ids(cluster, bucket: str, key: str) -> list[int]:
+    return [b[0] for b in cluster.rpc("nn", "stat", bucket=bucket, key=key)["obj"]["blk"]]
+
+
+def _block_sizes(cluster, bucket: str, key: str) -> list[int]:
+    return [b[1] for b in cluster.rpc("nn", "stat", bucket=bucket, key=key)["obj"]["blk"]]
+
+
+def test_a_write_into_a_large_file_stores_only_the_blocks_it_changes(cluster, mnt, s3, bucket):
+    """Opening a large file to change a few bytes fetches the one block they fall in and commits that block and
+    the appended tail; every other block is kept by id. S3 and the mount then read the new content."""
+    bs = cluster.block_size
+    data = bytearray(random.Random(3).randbytes(3 * bs + 1000))
+    s3.put_object(Bucket=bucket, Key="big.bin", Body=bytes(data))
+    before = _block_ids(cluster, bucket, "big.bin")
+    reads = fs_requests(cluster).get("read", 0)
+    with open(mnt.path / "big.bin", "r+b") as f:
+        f.seek(bs + 10)
+        f.write(b"x" * 100)
+        f.seek(len(data))
+        f.write(b"tail")
+    assert fs_requests(cluster).get("read", 0) - reads == 2  # read-modify-write of block 1 and the short last one
+    data[bs + 10:bs + 110] = b"x" * 100
+    data += b"tail"
+    after = _block_ids(cluster, bucket, "big.bin")
+    assert len(after) == 4 and after[1] != before[1] and after[3] != before[3]  # the tail grew, not split
+    assert [after[0], after[2]] == [before[0], before[2]]
+    got = s3.get_object(Bucket=bucket, Key="big.bin")
+    assert got["Body"].read() == bytes(data) and got["ETag"].endswith('-4"')  # not an MD5: not all of it was read
+    assert (mnt.path / "big.bin").read_bytes() == bytes(data)
+    with open(mnt.path / "big.bin", "r+b") as f:  # a truncate into block 2 keeps blocks 0 and 1 as they are
+        f.truncate(2 * bs + 5)
+    assert _block_ids(cluster, bucket, "big.bin")[:2] == after[:2]
+    assert s3.get_object(Bucket=bucket, Key="big.bin")["Body"].read() == bytes(data[:2 * bs + 5])
+
+
+def test_truncate_down_and_up_rewrites_only_the_block_it_cuts(cluster, mnt, s3, bucket):
+    """Shrinking frees the blocks past the new end and rewrites the one cut in two; growing again adds zeros after
+    the short last block, which is rewritten with them, so blocks stay whole; blocks below are never touched."""
+    bs = cluster.block_size
+    data = random.Random(4).randbytes(4 * bs)
+    s3.put_object(Bucket=bucket, Key="t.bin", Body=data)
+    ids = _block_ids(cluster, bucket, "t.bin")
+    path = mnt.path / "t.bin"
+    os.truncate(path, 2 * bs + 100)
+    cut = _block_ids(cluster, bucket, "t.bin")
+    assert cut[:2] == ids[:2] and cut[2] not in ids and len(cut) == 3
+    assert _block_sizes(cluster, bucket, "t.bin") == [bs, bs, 100]
+    os.truncate(path, 3 * bs + 7)
+    grown = _block_ids(cluster, bucket, "t.bin")
+    assert grown[:2] == ids[:2] and _block_sizes(cluster, bucket, "t.bin") == [bs, bs, bs, 7]
+    expect = data[:2 * bs + 100] + bytes(bs - 100 + 7)
+    assert s3.get_object(Bucket=bucket, Key="t.bin")["Body"].read() == expect
+    assert path.read_bytes() == expect
+    with open(path, "r+b") as f:  # down and up within one open: only the final state is committed
+        f.truncate(bs // 2)
+        f.truncate(bs + 1)
+        f.seek(bs)
+        f.write(b"z")
+    assert _block_sizes(cluster, bucket, "t.bin") == [bs, 1]
+    assert s3.get_object(Bucket=bucket, Key="t.bin")["Body"].read() == data[:bs // 2] + bytes(bs - bs // 2) + b"z"
+
+
+def test_append_cycles_keep_full_blocks_and_do_not_fragment(cluster, mnt, s3, bucket):
+    """Open, append, close, many times (what logs and fsstress do): each cycle rewrites only the short last block,
+    so the file stays made of whole blocks plus one short one, and the whole blocks are never sent again."""
+    bs = cluster.block_size
+    path = mnt.path / "log.bin"
+    piece = random.Random(5).randbytes(bs // 3 + 1)
+    content = b""
+    for _ in range(7):
+        with open(path, "ab") as f:
+            f.write(piece)
+        content += piece
+    sizes = _block_sizes(cluster, bucket, "log.bin")
+    assert sizes == [bs, bs] + [len(content) - 2 * bs]
+    first = _block_ids(cluster, bucket, "log.bin")[0]
+    with open(path, "ab") as f:
+        f.write(b"end")
+    assert _block_ids(cluster, bucket, "log.bin")[0] == first
+    assert s3.get_object(Bucket=bucket, Key="log.bin")["Body"].read() == content + b"end"
+
+
+def test_an_s3_overwrite_during_a_mount_write_is_not_lost_silently(cluster, mnt, s3, bucket, tmp_path):
+    """The mount commits a change only onto the version it started from: when an S3 PUT replaced the file
+    meanwhile, close() fails with EIO, the mount logs why, and the S3 object stays whole."""
+    path = mnt.path / "raced.bin"
+    path.write_bytes(b"a" * (cluster.block_size + 10))
+    f = open(path, "r+b")
+    f.seek(5)
+    f.write(b"mount")
+    f.flush()
+    s3.put_object(Bucket=bucket, Key="raced.bin", Body=b"from s3")
+    with pytest.raises(OSError) as e:
+        f.close()
+    assert e.value.errno == errno.EIO
+    assert s3.get_object(Bucket=bucket, Key="raced.bin")["Body"].read() == b"from s3"
+    assert "replaced since this mount began writing it" in (tmp_path / "mount.log").read_text()
+
+
+def test_readers_never_see_a_half_committed_file(cluster, mnt, s3, bucket):
+    """Each commit rewrites blocks 1 and 2 of a 3-block file (block 0 kept): S3 readers during the commits see
+    blocks 1 and 2 always from the same version, never one old and one new."""
+    bs = cluster.block_size
+    path = mnt.path / "atomic.bin"
+    path.write_bytes(b"H" * bs + bytes([0]) * (2 * bs))
+    stop, seen, bad, reads = threading.Event(), set(), [], [0]
+
+    def reader():
+        while not stop.is_set():
+            body = s3.get_object(Bucket=bucket, Key="atomic.bin")["Body"].read()
+            b1, b2 = body[bs:2 * bs], body[2 * bs:]
+            if body[:bs] != b"H" * bs or len(set(b1)) != 1 or b1 != b2:
+                bad.append((len(body), set(b1), set(b2)))
+            seen.add(b1[0])
+            reads[0] += 1
+
+    t = threading.Thread(target=reader)
+    t.start()
+    v = 0
+    try:
+        while v < 8 or (reads[0] < 5 and v < 250):  # until the reader has run across several commits
+            v += 1
+            with open(path, "r+b") as f:
+                f.seek(bs)
+                f.write(bytes([v]) * (2 * bs))
+    finally:
+        stop.set()
+        t.join()
+    assert not bad
+    assert len(seen) > 1
+    assert s3.get_object(Bucket=bucket, Key="atomic.bin")["Body"].read()[bs:] == bytes([v]) * (2 * bs)
+
+
+def test_unsupported_fallocate_modes_fail_cleanly(mnt, s3, bucket):
+    """Punching a hole isn't supported: EOPNOTSUPP, and the content is unchanged."""
+    path = mnt.path / "fa.bin"
+    path.write_bytes(b"q" * 10000)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fd = os.open(path, os.O_RDWR)
+    try:
+        punch_hole = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+        assert libc.fallocate(fd, punch_hole, 100, 1000) == -1
+        assert ctypes.get_errno() == errno.EOPNOTSUPP
+    finally:
+        os.close(fd)
+    assert s3.get_object(Bucket=bucket, Key="fa.bin")["Body"].read() == b"q" * 10000
