@@ -8,6 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cluster import Cluster  # noqa: E402
+from mounting import Mount  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +28,12 @@ def bucket(cluster):
 @pytest.fixture
 def s3(cluster):
     return cluster.s3()
+
+
+@pytest.fixture
+def mnt(cluster, bucket, tmp_path):
+    """The test's bucket mounted with short timeouts (tests/integration/mounting.py)."""
+    m = Mount(cluster, bucket, tmp_path / "mnt", "--attr-timeout", "0.5", "--entry-timeout", "0.5",
+              "--cache-dir", str(tmp_path / "cache"), log=tmp_path / "mount.log")
+    yield m
+    m.close()

@@ -21,14 +21,6 @@ from mounting import Mount, needs_fuse
 pytestmark = [pytest.mark.integration, needs_fuse]
 
 
-@pytest.fixture
-def mnt(cluster, bucket, tmp_path):
-    m = Mount(cluster, bucket, tmp_path / "mnt", "--attr-timeout", "0.5", "--entry-timeout", "0.5",
-              "--cache-dir", str(tmp_path / "cache"), log=tmp_path / "mount.log")
-    yield m
-    m.close()
-
-
 def _renameat2(src, dst, flags: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.renameat2(-100, os.fsencode(src), -100, os.fsencode(dst), flags) != 0:

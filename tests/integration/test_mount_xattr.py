@@ -12,17 +12,9 @@ import pytest
 from cluster import ALT, MAIN
 from epochfs.common import errors
 from epochfs.common.client import S3Client
-from mounting import Mount, fs_requests, needs_fuse
+from mounting import fs_requests, needs_fuse
 
 pytestmark = [pytest.mark.integration, needs_fuse]
-
-
-@pytest.fixture
-def mnt(cluster, bucket, tmp_path):
-    m = Mount(cluster, bucket, tmp_path / "mnt", "--attr-timeout", "0.5", "--entry-timeout", "0.5",
-              "--cache-dir", str(tmp_path / "cache"), log=tmp_path / "mount.log")
-    yield m
-    m.close()
 
 
 def _eventually(pred, timeout: float = 10.0) -> bool:
