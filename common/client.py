@@ -7,7 +7,6 @@ and used in one event loop, and never carried across a fork.
 """
 from __future__ import annotations
 
-import asyncio
 import base64
 import datetime as dt
 import hashlib
@@ -18,13 +17,15 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Iterable
 from xml.sax.saxutils import escape
 
+import anyio
 import httpx
 import orjson
+import sniffio
 
 from . import errors, sigv4
 from .blocks import pick_replica
 from .config import parse_addr
-from .rpc import RpcClient
+from .rpc import RpcClient, TrioRpcClient
 
 MIN_PART = 5 << 20
 # after the DataNodes could not be reached directly, batch reads go through the gateway for this long
@@ -80,7 +81,7 @@ def _error(resp: httpx.Response, body: bytes, resource: str) -> errors.DomainErr
     return cls(f"{message or code or resp.status_code} ({resource})", code=code, status=resp.status_code)
 
 
-class _PieceFailed(Exception):
+class PieceFailed(Exception):
     """A DataNode could not serve a piece of a direct batch read (the gateway's path retries other replicas)."""
 
 
@@ -93,6 +94,10 @@ def _holder(block_id: int, nodes: list, addrs: dict) -> str:
 
 def _item_error(meta: dict, bucket: str, key: str) -> errors.DomainError:
     return S3_CODES.get(meta["err"], errors.DomainError)(f"{meta['msg']} (/{bucket}/{key})", code=meta["err"])
+
+
+def _batch_body(items: list[tuple[str, str, int | None, int | None]]) -> bytes:
+    return orjson.dumps({"items": [{"bucket": b, "key": k, "start": s, "end": e} for b, k, s, e in items]})
 
 
 class S3Client:
@@ -343,6 +348,13 @@ class S3Client:
         r = await self._fs_send("GET", f"fs/{bucket}", query=[("ino", ino), ("off", offset), ("len", length)])
         return r.content
 
+    async def fs_locate(self, bucket: str, ino: int, offset: int, length: int) -> dict:
+        """Where bytes [offset, offset + length) of file `ino` are: {"etag", "size", "p", "addrs", "grant"}, the
+        pieces to give read_pieces (gateway/s3/posix.py)."""
+        r = await self._fs_send("GET", f"fs/{bucket}", query=[("ino", ino), ("off", offset), ("len", length),
+                                                             ("locate", 1)])
+        return orjson.loads(r.content)
+
     async def fs_write(self, bucket: str, ino: int, layout: dict, chunks: AsyncIterator[bytes]) -> dict:
         """New content of file `ino` (in `bucket`): `layout` {"base", "size", "segs"} says which blocks of version
         `base` stay and which extents are new, `chunks` streams the new extents' bytes (gateway/s3/posix.py
@@ -370,53 +382,81 @@ class S3Client:
         The bytes come straight from the DataNodes with the gateway's read token when they can be reached (the
         gateway then only locates), else through the gateway's batch read: a DataNode that can't be reached, a bad
         replica or a refused token sends the batch through the gateway, which falls back over replicas and repairs."""
-        body = orjson.dumps({"items": [{"bucket": b, "key": k, "start": s, "end": e} for b, k, s, e in items]})
+        body = _batch_body(items)
         if time.monotonic() >= self._direct_after:
             try:
                 return await self._batch_direct(items, body)
             except errors.Unavailable:
                 self._direct_after = time.monotonic() + DIRECT_RETRY_S
-            except (errors.DomainError, _PieceFailed):
+            except (errors.DomainError, PieceFailed):
                 pass  # a refused token, a bad replica: the gateway's path sorts it out
         return await self._batch_proxy(items, body)
 
-    def _datanode(self, addr: str) -> RpcClient:
+    def _datanode(self, addr: str) -> RpcClient | TrioRpcClient:
+        """The RPC client of a DataNode, for the event loop this client runs on (asyncio, or the mount's trio)."""
         dn = self._datanodes.get(addr)
         if dn is None:
             host, port = parse_addr(addr)
-            dn = self._datanodes[addr] = RpcClient(host, port, "", timeout=self._http.timeout.read or 60.0,
-                                                   connect_timeout=1.0)
+            kind = TrioRpcClient if sniffio.current_async_library() == "trio" else RpcClient
+            dn = self._datanodes[addr] = kind(host, port, "", timeout=self._http.timeout.read or 60.0,
+                                              connect_timeout=1.0)
         return dn
 
-    async def _batch_direct(self, items: list, body: bytes) -> list[bytes | errors.DomainError]:
-        plan = orjson.loads((await self._fs_send("POST", "locate", content=body)).content)
-        addrs, grant = plan["addrs"], plan["grant"]
-        by_node: dict[str, list[tuple[int, int]]] = {}  # addr -> (item index, piece index)
-        for i, meta in enumerate(plan["items"]):
-            for j, (bid, _, _, nodes) in enumerate(meta.get("p", ())):
-                by_node.setdefault(_holder(bid, nodes, addrs), []).append((i, j))
-        pieces: dict[tuple[int, int], memoryview] = {}
+    async def read_pieces(self, pieces: list, addrs: dict, grant: dict) -> list[memoryview]:
+        """Block pieces [[block id, offset, length, [node, ...]], ...] as a locate answer lists them, read straight
+        from the DataNodes with its read token: one call per node for all the pieces it holds, the nodes in
+        parallel. Raises PieceFailed when a node can't serve a piece, Unavailable when one can't be reached."""
+        by_node: dict[str, list[int]] = {}
+        for i, (bid, _, _, nodes) in enumerate(pieces):
+            by_node.setdefault(_holder(bid, nodes, addrs), []).append(i)
+        out: list = [None] * len(pieces)
 
-        async def node_reads(addr: str, refs: list[tuple[int, int]]) -> None:
-            reads = [plan["items"][i]["p"][j][:3] for i, j in refs]
-            head, payload = await self._datanode(addr).call("read_tokened", reads=reads, grant=grant)
+        async def node_reads(addr: str, refs: list[int]) -> None:
+            head, payload = await self._datanode(addr).call("read_tokened", reads=[pieces[i][:3] for i in refs],
+                                                            grant=grant)
             view, pos = memoryview(payload), 0
-            for ref, n in zip(refs, head["lens"]):
+            for i, n in zip(refs, head["lens"]):
                 if n < 0:
-                    raise _PieceFailed(str(head["errs"]))
-                pieces[ref] = view[pos:pos + n]
+                    raise PieceFailed(str(head["errs"]))
+                out[i] = view[pos:pos + n]
                 pos += n
 
-        failed = [r for r in await asyncio.gather(*(node_reads(a, refs) for a, refs in by_node.items()),
-                                                  return_exceptions=True) if r is not None]
+        if len(by_node) == 1:
+            await node_reads(*by_node.popitem())
+            return out
+        failed: list[Exception] = []
+
+        async def node_reads_noting(addr: str, refs: list[int]) -> None:
+            try:
+                await node_reads(addr, refs)
+            except Exception as e:  # noqa: BLE001 -- raised below, once every node is done
+                failed.append(e)
+
+        async with anyio.create_task_group() as tg:  # asyncio or trio (the mount)
+            for addr, refs in by_node.items():
+                tg.start_soon(node_reads_noting, addr, refs)
         if failed:
             raise failed[0]
+        return out
+
+    async def locate(self, items: list[tuple[str, str, int | None, int | None]]) -> dict:
+        """Where the bytes of batch items are, instead of the bytes (gateway/s3/batch.py batch_locate): {"items":
+        [index entry with "p": pieces for read_pieces | {"err", "msg"}], "addrs", "grant"}."""
+        return await self._locate(_batch_body(items))
+
+    async def _locate(self, body: bytes) -> dict:
+        return orjson.loads((await self._fs_send("POST", "locate", content=body)).content)
+
+    async def _batch_direct(self, items: list, body: bytes) -> list[bytes | errors.DomainError]:
+        plan = await self._locate(body)
+        flat = [p for meta in plan["items"] for p in meta.get("p", ())]
+        got = iter(await self.read_pieces(flat, plan["addrs"], plan["grant"]))
         out: list[bytes | errors.DomainError] = []
-        for i, ((b, k, _, _), meta) in enumerate(zip(items, plan["items"])):
+        for (b, k, _, _), meta in zip(items, plan["items"]):
             if "err" in meta:
                 out.append(_item_error(meta, b, k))
             else:
-                out.append(b"".join(pieces[i, j] for j in range(len(meta["p"]))))
+                out.append(b"".join([next(got) for _ in meta["p"]]))
         return out
 
     async def _batch_proxy(self, items: list, body: bytes) -> list[bytes | errors.DomainError]:

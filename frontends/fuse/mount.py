@@ -19,7 +19,7 @@ import pyfuse3
 import trio
 
 from epochfs.common.client import S3Client
-from epochfs.common.service import setup_logging
+from epochfs.common.service import keep_buffers_on_heap, setup_logging
 
 from .ops import EpochOperations
 from .options import MountOptions, options
@@ -43,11 +43,13 @@ def read_large_bodies() -> None:
     AsyncHTTP11Connection.READ_NUM_BYTES = max(AsyncHTTP11Connection.READ_NUM_BYTES, 1 << 20)
 
 
-def set_kernel_readahead(mountpoint: str, nbytes: int) -> None:
+async def set_kernel_readahead(mountpoint: str, nbytes: int) -> None:
     """Let the kernel read ahead `nbytes` of a sequential reader (its default for FUSE is 128 KiB, which caps
-    every read request at that size): the mount's backing device is found in /proc/self/mountinfo, not by a stat
-    that this very process would have to answer. Best effort: without root or sysfs the default stays."""
+    every read request at that size). The kernel sets it from the mount's INIT reply, so this waits for the first
+    answer after INIT: a stat of the mount root, from a thread (this process answers it). The backing device is
+    found in /proc/self/mountinfo. Best effort: without root or sysfs the default stays."""
     try:
+        await trio.to_thread.run_sync(os.stat, mountpoint)
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
             f = line.split()
             if f[4] == mountpoint:
@@ -60,11 +62,11 @@ async def serve(ops: EpochOperations, mountpoint: str, fuse_opts: set[str]) -> N
     read_large_bodies()
     await ops.start()
     pyfuse3.init(ops, mountpoint, fuse_opts)
-    set_kernel_readahead(mountpoint, ops.o.readahead * ops.o.chunk_size)
     try:
         async with trio.open_nursery() as nursery:
             ops.nursery = nursery
             nursery.start_soon(_stop_on_signal)
+            nursery.start_soon(set_kernel_readahead, mountpoint, ops.o.readahead * ops.o.chunk_size)
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
     finally:
@@ -87,11 +89,11 @@ def cmd_mount(args) -> int:
     if not args.foreground:
         return _mount_background(mp)
     setup_logging("warning")
+    keep_buffers_on_heap()  # the block cache and RPC payloads, as in the services
     opts = options(args)
     if opts.cache_dir is not None:
         opts.cache_dir.mkdir(parents=True, exist_ok=True)
-    client = S3Client(args.endpoint, args.access_key, args.secret_key, timeout=opts.timeout,
-                      direct_reads=False)  # its direct path runs on asyncio; the mount runs on trio
+    client = S3Client(args.endpoint, args.access_key, args.secret_key, timeout=opts.timeout)
     ops = EpochOperations(client, opts)
     try:
         trio.run(serve, ops, mp, fuse_options(opts, not args.no_allow_other))

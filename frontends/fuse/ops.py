@@ -30,7 +30,7 @@ import pyfuse3
 import trio
 
 from epochfs.common import errors
-from epochfs.common.client import S3Client
+from epochfs.common.client import DIRECT_RETRY_S, PieceFailed, S3Client
 
 from .. import errmap
 from .cache import BlockCache
@@ -48,6 +48,10 @@ NOT_KEPT_XATTRS = (b"security.", b"system.")  # attribute namespaces namenode/po
 # their offsets by it (fsstress copies to up to 1,024 x st_blksize past EOF: gigabytes of zeros per file), while
 # readers gain nothing from it: the kernel's readahead (mount.py) sets the size of the reads that reach the mount.
 IO_BLKSIZE = 4096
+LOCATE_SPAN = 256 << 20  # bytes of a file one locate answers for (its read token serves every read in them)
+PLAN_MARGIN_S = 5        # a plan is dropped this long before its read token expires
+MAX_PLANS = 1 << 16
+LOCATE_FILES = 1024      # dataset mode: entries of a directory one locate answers for
 # what a writer knows of a block of the version it started from
 KEPT, CLEAN, DIRTY, GONE = range(4)  # only on DataNodes; also in the local copy, unchanged; changed; cut off
 
@@ -195,6 +199,36 @@ class Handle:
 
 
 @dataclass
+class _Plan:
+    """Where a stretch of one file version is on the DataNodes, with the read token for it (a locate answer)."""
+    etag: str
+    size: int
+    start: int
+    end: int
+    starts: list[int]                        # file offset of each piece
+    pieces: list[list]                       # [block id, offset in it, length, [node, ...]]
+    addrs: dict
+    grant: dict
+
+    def covers(self, etag: str, off: int, end: int) -> bool:
+        return etag.strip('"') == self.etag and self.start <= off and min(end, self.size) <= self.end and \
+            time.time() < self.grant["exp"] - PLAN_MARGIN_S
+
+    def within(self, off: int, end: int) -> list[list]:
+        """The pieces of bytes [off, end)."""
+        out = []
+        for i in range(max(bisect.bisect_right(self.starts, off) - 1, 0), len(self.pieces)):
+            s = self.starts[i]
+            if s >= end:
+                break
+            bid, boff, n, nodes = self.pieces[i]
+            lo, hi = max(off, s), min(end, s + n)
+            if hi > lo:
+                out.append([bid, boff + lo - s, hi - lo, nodes])
+        return out
+
+
+@dataclass
 class _Fetch:
     done: trio.Event = field(default_factory=trio.Event)
     data: bytes | None = None                # None when done: a prefetch missed it, the reader fetches it itself
@@ -222,6 +256,9 @@ class EpochOperations(pyfuse3.Operations):
         self.prefetched: set[int] = set()                # dataset mode: directories whose files were prefetched
         self.batches = trio.Semaphore(4)                 # prefetch batches under way at once
         self.inflight: dict[tuple, _Fetch] = {}
+        self.plans: dict[int, _Plan] = {}               # inode -> where its blocks are (direct reads)
+        self.direct_after = 0.0                          # monotonic time from which to try direct reads again
+        self.locating: dict[int | tuple, trio.Event] = {}  # locates under way: of a file, of a (directory, page)
         self._fh = itertools.count(1)
         self.nursery: trio.Nursery | None = None
 
@@ -552,7 +589,7 @@ class EpochOperations(pyfuse3.Operations):
                 await self._fill(h.ino, w, w.absent(off, min(off + size, w.size)))
                 return os.pread(w.fd, size, off)
         if not self.cache.enabled:
-            return await self.c.fs_read(self._bucket(h.ino), h.ino, off, size)
+            return await self._read(h.ino, h.etag, off, size, h.size)
         end = min(off + size, h.size)
         if end <= off:
             return b""
@@ -565,14 +602,14 @@ class EpochOperations(pyfuse3.Operations):
         if first == h.next_chunk and self.nursery is not None:
             for i in range(last + 1, min(last + 1 + self.o.readahead, (h.size + cs - 1) // cs)):
                 if (h.ino, h.etag, i) not in self.inflight:
-                    self.nursery.start_soon(self._prefetch, h.ino, h.etag, i)
+                    self.nursery.start_soon(self._prefetch, h.ino, h.etag, i, h.size)
         h.next_chunk = last + 1
-        pieces = [await self._chunk(h.ino, h.etag, i) for i in range(first, last + 1)]
+        pieces = [await self._chunk(h.ino, h.etag, i, h.size) for i in range(first, last + 1)]
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         return data[off - first * cs: end - first * cs]
 
-    async def _chunk(self, ino: int, etag: str, idx: int) -> bytes:
-        """Chunk `idx` of a file version: from the cache, from a fetch already under way, or from the gateway."""
+    async def _chunk(self, ino: int, etag: str, idx: int, size: int) -> bytes:
+        """Chunk `idx` of a file version: from the cache, from a fetch already under way, or read (_read)."""
         key = (ino, etag, idx)
         while (f := self.inflight.get(key)) is not None:
             await f.done.wait()
@@ -585,7 +622,7 @@ class EpochOperations(pyfuse3.Operations):
             return data
         f = self.inflight[key] = _Fetch()
         try:
-            f.data = await self.c.fs_read(self._bucket(ino), ino, idx * self.o.chunk_size, self.o.chunk_size)
+            f.data = await self._read(ino, etag, idx * self.o.chunk_size, self.o.chunk_size, size)
             self.cache.put(key, f.data)
             return f.data
         except BaseException as e:
@@ -595,43 +632,148 @@ class EpochOperations(pyfuse3.Operations):
             del self.inflight[key]
             f.done.set()
 
-    async def _prefetch_dir(self, p: int) -> None:
-        """Dataset mode: fetch the files of directory `p` that fit in one chunk, `prefetch` files per batch request,
-        while the cache keeps them without evicting anything."""
-        bucket, base = self._bucket(p), self.keys.get(p)
-        if bucket is None or base is None:
+    async def _read(self, ino: int, etag: str, off: int, n: int, size: int) -> bytes:
+        """Bytes [off, off + n) of version `etag` of a file of `size` bytes (short at its end), straight from the
+        DataNodes where the mount knows where they are (_plan); else, and when that fails, through the gateway.
+        A DataNode that can't be reached sends reads through the gateway for DIRECT_RETRY_S; a refused token or a
+        bad replica sends this one read there (it falls back over replicas and repairs)."""
+        bucket = self._bucket(ino)
+        if time.monotonic() >= self.direct_after:
+            try:
+                plan = await self._plan(bucket, ino, etag, off, off + n, size)
+                if plan is not None:
+                    pieces = plan.within(off, off + n)
+                    if not pieces:
+                        return b""
+                    got = await self.c.read_pieces(pieces, plan.addrs, plan.grant)
+                    return got[0] if len(got) == 1 else b"".join(got)
+            except errors.Unavailable as e:
+                self._direct_failed(e)
+            except (errors.DomainError, PieceFailed):
+                self.plans.pop(ino, None)
+        return await self.c.fs_read(bucket, ino, off, n)
+
+    def _direct_failed(self, e: Exception) -> None:
+        log.warning("reading from the DataNodes failed, through the gateway for %.0f s: %s", DIRECT_RETRY_S, e)
+        self.direct_after = time.monotonic() + DIRECT_RETRY_S
+
+    async def _plan(self, bucket: str, ino: int, etag: str, off: int, end: int, size: int) -> _Plan | None:
+        """Where bytes [off, end) of the file are, or None when the gateway should read them.
+
+        A large file is located LOCATE_SPAN at a time: one request for many block reads. A small file on its own
+        is not worth a locate (a gateway read is one request too), but in dataset mode its directory is located
+        LOCATE_FILES files at a time, so that an epoch's reads of small files cost one DataNode call each and no
+        request to the gateway. Measured with bench/mount_bench.py, see the README's mount benchmark."""
+        plan = self.plans.get(ino)
+        if plan is not None and plan.covers(etag, off, end):
+            return plan
+        p = self.parent_of.get(ino)
+        if size <= self.o.chunk_size:
+            if p is None or p not in self.listings or p not in self.keys:
+                return None
+            await self._locate_dir(bucket, p, ino)
+        else:
+            ev = self.locating.get(ino)  # the readahead's fetches start together: one locates, the others wait
+            if ev is not None:
+                await ev.wait()
+            plan = self.plans.get(ino)
+            if plan is None or not plan.covers(etag, off, end):
+                ev = self.locating[ino] = trio.Event()
+                try:
+                    r = await self.c.fs_locate(bucket, ino, off, LOCATE_SPAN)
+                    self._keep_plan(ino, r["etag"], r["size"], off, r["p"], r["addrs"], r["grant"])
+                finally:
+                    del self.locating[ino]
+                    ev.set()
+        plan = self.plans.get(ino)
+        return plan if plan is not None and plan.covers(etag, off, end) else None
+
+    def _keep_plan(self, ino: int, etag: str, size: int, off: int, pieces: list, addrs: dict, grant: dict) -> None:
+        starts, pos = [], off
+        for p in pieces:
+            starts.append(pos)
+            pos += p[2]
+        if len(self.plans) >= MAX_PLANS:
+            del self.plans[next(iter(self.plans))]
+        self.plans[ino] = _Plan(etag.strip('"'), size, off, min(off + LOCATE_SPAN, size), starts, pieces, addrs,
+                                grant)
+
+    async def _locate_dir(self, bucket: str, p: int, ino: int) -> None:
+        """Dataset mode: locate the page of LOCATE_FILES entries of directory `p` that holds file `ino`, once
+        (concurrent readers of the page wait for the one locate)."""
+        listing = self.listings[p]
+        i = next((i for i, (_, a) in enumerate(listing) if a["ino"] == ino), 0)
+        page = (p, i // LOCATE_FILES)
+        ev = self.locating.get(page)
+        if ev is not None:
+            await ev.wait()
             return
-        files = [(n, a) for n, a in self.listings.get(p, ()) if stat.S_ISREG(a["mode"])
+        ev = self.locating[page] = trio.Event()
+        try:
+            files = [(n, a) for n, a in listing[page[1] * LOCATE_FILES:(page[1] + 1) * LOCATE_FILES]
+                     if stat.S_ISREG(a["mode"]) and a["size"] <= self.o.chunk_size]
+            r = await self.c.locate([(bucket, self.keys[p] + n, None, None) for n, _ in files])
+            for (_, a), meta in zip(files, r["items"]):
+                if "p" in meta:
+                    self._keep_plan(a["ino"], meta["etag"], meta["size"], 0, meta["p"], r["addrs"], r["grant"])
+        finally:
+            del self.locating[page]
+            ev.set()
+
+    async def _prefetch_dir(self, p: int) -> None:
+        """Dataset mode: fetch the files of directory `p` that fit in one chunk, `prefetch` files per batch,
+        while the cache keeps them without evicting anything."""
+        bucket = self._bucket(p)
+        if bucket is None or p not in self.keys:
+            return
+        files = [a for _, a in self.listings.get(p, ()) if stat.S_ISREG(a["mode"])
                  and 0 < a["size"] <= self.o.chunk_size]
         for i in range(0, len(files), self.o.prefetch):
             async with self.batches:
-                todo = [(n, (a["ino"], a["etag"], 0), a["size"]) for n, a in files[i:i + self.o.prefetch]]
-                todo = [t for t in todo if t[1] not in self.inflight and t[1] not in self.cache]
+                todo = [a for a in files[i:i + self.o.prefetch]
+                        if (a["ino"], a["etag"], 0) not in self.inflight and (a["ino"], a["etag"], 0) not in self.cache]
                 if not todo:
                     continue
-                if not self.cache.has_room(sum(t[2] for t in todo)):
+                if not self.cache.has_room(sum(a["size"] for a in todo)):
                     return
-                await self._fetch_batch(bucket, base, todo)
+                await self._fetch_batch(bucket, todo)
 
-    async def _fetch_batch(self, bucket: str, base: str, todo: list) -> None:
-        """One batch read of whole files into the cache; a reader of one of them waits for it instead of asking."""
-        fetches = [self.inflight.setdefault(key, _Fetch()) for _, key, _ in todo]
+    async def _fetch_batch(self, bucket: str, todo: list[dict]) -> None:
+        """Read whole small files (their attributes) into the cache, one DataNode call per node and read token; a
+        reader of one of them waits for it instead of asking. What can't be had directly is left to the readers."""
+        keys = [(a["ino"], a["etag"], 0) for a in todo]
+        fetches = [self.inflight.setdefault(k, _Fetch()) for k in keys]
         try:
-            res = await self.c.batch_get([(bucket, base + n, None, None) for n, _, _ in todo])
-            for (_, key, size), f, data in zip(todo, fetches, res):
-                if isinstance(data, bytes) and len(data) == size:
-                    self.cache.put(key, data)
-                    f.data = data
+            groups: dict[int, tuple[_Plan, list[int]]] = {}
+            for i, a in enumerate(todo):
+                plan = await self._plan(bucket, a["ino"], a["etag"], 0, a["size"], a["size"])
+                if plan is not None:
+                    groups.setdefault(id(plan.grant), (plan, []))[1].append(i)
+
+            async def read_group(plan: _Plan, idx: list[int]) -> None:
+                wanted = [self.plans[todo[i]["ino"]].within(0, todo[i]["size"]) for i in idx]
+                got = iter(await self.c.read_pieces([q for w in wanted for q in w], plan.addrs, plan.grant))
+                for i, w in zip(idx, wanted):
+                    data = next(got) if len(w) == 1 else b"".join([next(got) for _ in w])
+                    if len(data) == todo[i]["size"]:
+                        self.cache.put(keys[i], data)
+                        fetches[i].data = data
+
+            async with trio.open_nursery() as n:
+                for plan, idx in groups.values():
+                    n.start_soon(read_group, plan, idx)
+        except errors.Unavailable as e:
+            self._direct_failed(e)
         except Exception:  # the readers fetch their files themselves; a background task must not end the mount
-            log.exception("prefetch of %s/%s failed", bucket, base)
+            log.exception("prefetch into the cache failed")
         finally:
-            for (_, key, _), f in zip(todo, fetches):
-                self.inflight.pop(key, None)
+            for k, f in zip(keys, fetches):
+                self.inflight.pop(k, None)
                 f.done.set()
 
-    async def _prefetch(self, ino: int, etag: str, idx: int) -> None:
+    async def _prefetch(self, ino: int, etag: str, idx: int, size: int) -> None:
         try:
-            await self._chunk(ino, etag, idx)
+            await self._chunk(ino, etag, idx, size)
         except errors.DomainError:
             pass  # the reader's own request will fetch it again and report the error
 
@@ -712,6 +854,8 @@ class EpochOperations(pyfuse3.Operations):
 
     @_posix
     async def flush(self, fh):
+        if self.o.read_only:  # nothing to flush, ever: ENOSYS makes the kernel stop sending FLUSH at every close
+            raise pyfuse3.FUSEError(errno.ENOSYS)
         h = self.files[fh]
         if h.writer is not None:
             await self._upload(h.ino, h.writer)

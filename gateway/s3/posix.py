@@ -2,6 +2,9 @@
 
   POST /_epochfs/fs/<bucket>   {"op": "lookup", "args": {...}} -> {"r": result} or {"err": class, "msg", "errno"}
   GET  /_epochfs/fs/<bucket>?ino=&off=&len=   bytes [off, off+len) of the file (short at its end)
+  GET  /_epochfs/fs/<bucket>?ino=&off=&len=&locate=1   where those bytes are instead: {"etag", "size", "p": [[block
+                                     id, offset in it, length, [node, ...]], ...], "addrs": {node: rpc address},
+                                     "grant": read token}, for the mount to read the DataNodes itself (as /locate)
   PUT  /_epochfs/fs/<bucket>?ino=    the file's new content as a layout (blocks kept, extents new: fs_write); new
                                      blocks go to the bucket's DataNodes, then one NameNode commit replaces the old
                                      content -> {"r": attributes and the new layout}
@@ -22,8 +25,9 @@ import hashlib
 import orjson
 from prometheus_client import Counter
 
-from epochfs.common import errors
+from epochfs.common import errors, readtoken
 
+from ..cluster import plan_range
 from .access import bucket_access, check_object_read, may_list
 from .body import body_stream, raw_body, read_all
 from .errors import S3Error, access_denied, invalid_argument
@@ -107,7 +111,7 @@ async def fs_op(ctx, req):
 
 @extension("GET", "fs")
 async def fs_read(ctx, req):
-    FS_REQUESTS.labels("read").inc()
+    FS_REQUESTS.labels("locate" if req.query.get("locate") else "read").inc()
     if req.bucket is None:
         raise invalid_argument("GET /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     ino, off, n = _int_arg(req, "ino"), _int_arg(req, "off", 0), _int_arg(req, "len")
@@ -120,6 +124,10 @@ async def fs_read(ctx, req):
         raise access_denied() from None
     check_object_read(ctx, req, info, res)  # a reader by the bucket's ACL also needs the object's
     end = min(off + n, res["size"])
+    if req.query.get("locate"):
+        pieces = [[blk[0], boff, k, blk[3]] for blk, boff, k in plan_range(res["blk"], off, end)] if end > off else []
+        grant = readtoken.issue(ctx.settings.cluster_secret, (p[0] for p in pieces))
+        return _answer({"etag": res["etag"], "size": res["size"], "p": pieces, "addrs": res["addrs"], "grant": grant})
     if end <= off:
         return Response(200, [("x-epochfs-etag", res["etag"])], b"")
     pieces = [p async for p in ctx.cluster.read_range(res["blk"], res["addrs"], off, end)]

@@ -1,0 +1,92 @@
+"""The mount reads file data straight from the DataNodes (the gateway only says where the blocks are), and through
+the gateway when a DataNode can't be reached."""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+
+import pytest
+
+from cluster import MAIN, Cluster
+from epochfs.common.blocks import pick_replica
+from epochfs.common.client import S3Client
+from mounting import Mount, fs_requests, needs_fuse
+
+pytestmark = [pytest.mark.integration, needs_fuse]
+
+
+def test_large_files_are_read_from_the_datanodes(cluster, bucket, s3, tmp_path):
+    big = os.urandom(10 << 20)  # three 4 MiB blocks
+    s3.put_object(Bucket=bucket, Key="direct/big.bin", Body=big)
+    before = fs_requests(cluster)
+    m = Mount(cluster, f"{bucket}/direct", tmp_path / "d", "--cache", "none", log=tmp_path / "mount.log")
+    try:
+        with open(m.path / "big.bin", "rb", buffering=0) as f:
+            assert f.read() == big
+            f.seek(5_000_000)
+            assert f.read(3_000_000) == big[5_000_000:8_000_000]
+    finally:
+        m.close()
+    after = fs_requests(cluster)
+    assert after.get("read", 0) == before.get("read", 0)  # no byte through the gateway
+    assert 1 <= after.get("locate", 0) - before.get("locate", 0) <= 2
+
+
+def test_dataset_epoch_reads_small_files_without_gateway_reads(cluster, bucket, s3, tmp_path):
+    rng = random.Random(5)
+    files = {f"s{i % 3}/f{i:03d}": rng.randbytes(rng.randrange(1, 90_000)) for i in range(45)}
+    for k, v in files.items():
+        s3.put_object(Bucket=bucket, Key=f"ds2/{k}", Body=v)
+    before = fs_requests(cluster)
+    for extra in (("--prefetch", "8"), ("--prefetch", "0")):  # in batches, and one file at a time
+        m = Mount(cluster, f"{bucket}/ds2", tmp_path / f"ds{extra[1]}", "--dataset", *extra, log=tmp_path / "m.log")
+        try:
+            order = list(files)
+            rng.shuffle(order)
+            for name in order:
+                assert (m.path / name).read_bytes() == files[name]
+        finally:
+            m.close()
+    assert fs_requests(cluster).get("read", 0) == before.get("read", 0)
+
+
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("direct")).start()
+    yield c
+    c.close()
+
+
+def _serving_node(cluster: Cluster, bucket: str, key: str, block: int) -> str:
+    """The DataNode a direct read of block number `block` of the object goes to (pick_replica over the holders)."""
+    async def locate():
+        async with S3Client(cluster.endpoint, MAIN[0], MAIN[1]) as c:
+            return await c.locate([(bucket, key, None, None)])
+    r = asyncio.run(locate())
+    bid, _, _, nodes = r["items"][0]["p"][block]
+    port = int(pick_replica(bid, nodes, r["addrs"]).rsplit(":", 1)[1])
+    return next(n for n, p in cluster.ports.items() if n.startswith("dn") and p[1] == port)
+
+
+def test_a_datanode_that_cannot_be_reached_sends_reads_through_the_gateway(own_cluster, tmp_path):
+    s3 = own_cluster.s3()
+    s3.create_bucket(Bucket="fallback")
+    body = os.urandom(9 << 20)  # blocks of 4, 4 and 1 MiB
+    s3.put_object(Bucket="fallback", Key="f.bin", Body=body)
+    own_cluster.replicate_once()  # every block on all three nodes
+    m = Mount(own_cluster, "fallback", tmp_path / "fb", "--cache", "off", "--timeout", "5",
+              log=tmp_path / "mount.log")
+    try:
+        with open(m.path / "f.bin", "rb", buffering=0) as f:
+            assert f.read(1 << 20) == body[:1 << 20]
+            reads = fs_requests(own_cluster).get("read", 0)
+            own_cluster.kill(_serving_node(own_cluster, "fallback", "f.bin", 1))
+            t0 = time.monotonic()
+            f.seek(4 << 20)
+            assert f.read() == body[4 << 20:]  # from the other replicas, through the gateway
+            assert time.monotonic() - t0 < 20
+        assert fs_requests(own_cluster).get("read", 0) > reads
+    finally:
+        m.close()
