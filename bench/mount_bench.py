@@ -10,7 +10,8 @@ What it measures, in one run, through the mount and from a local copy of the sam
 The ratio column is mount / local (1.0 = local-directory speed). The local copy is read from the page cache (it was
 just written), so it is the ceiling any file system on this machine can reach. The mount runs in dataset mode with
 the block cache policy "none" (--mount-args to change) and is started fresh after the upload, so epoch 1 reads
-everything from the cluster. "mount cpu ms/file" is the FUSE process's CPU (utime+stime from /proc) per file read.
+everything from the cluster, once the cluster has settled after the upload (compactions, replication). "mount cpu
+ms/file" is the FUSE process's CPU (utime+stime from /proc) per file read (per MB for the sequential read).
 
 How to run:
 
@@ -65,6 +66,47 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def descendants(pid: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += kids.get(p, [])
+    return out
+
+
+def settle(pid: int, quiet: float = 0.05, timeout: float = 180.0) -> float:
+    """Wait until the cluster under `pid` uses less than `quiet` of a core for two seconds running (RocksDB
+    compactions and replication after the upload), so that epoch 1 measures reads of a dataset at rest, as
+    training finds it; returns the seconds waited."""
+    t0, calm = time.monotonic(), 0
+
+    def used() -> float:
+        total = 0.0
+        for p in descendants(pid):
+            try:
+                total += cpu_seconds(p)
+            except (OSError, ValueError, IndexError):
+                pass
+        return total
+
+    last = used()
+    while calm < 2 and time.monotonic() - t0 < timeout:
+        time.sleep(1)
+        now = used()
+        calm = calm + 1 if now - last < quiet else 0
+        last = now
+    return time.monotonic() - t0
+
+
 def start_cluster(root: Path) -> tuple[subprocess.Popen, dict]:
     port = free_port_block()
     p = subprocess.Popen([sys.executable, "-m", "epochfs.frontends.cli.main", "up", "--data-dir", str(root / "data"),
@@ -79,8 +121,8 @@ def start_cluster(root: Path) -> tuple[subprocess.Popen, dict]:
 def mount(env: dict, bucket: str, mp: Path, extra: list[str], log: Path) -> subprocess.Popen:
     mp.mkdir(parents=True, exist_ok=True)
     p = subprocess.Popen([sys.executable, "-m", "epochfs.frontends.cli.main", "mount", "-f", bucket, str(mp),
-                          "--endpoint", env["AWS_ENDPOINT_URL"], "--access-key", env["AWS_ACCESS_KEY_ID"],
-                          "--secret-key", env["AWS_SECRET_ACCESS_KEY"], *extra],
+                          f"--endpoint={env['AWS_ENDPOINT_URL']}", f"--access-key={env['AWS_ACCESS_KEY_ID']}",
+                          f"--secret-key={env['AWS_SECRET_ACCESS_KEY']}", *extra],
                          stdout=open(log, "ab"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
     while not os.path.ismount(mp):
@@ -157,6 +199,7 @@ def main() -> None:
         (local / "big.bin").write_bytes(big)
         s3.upload_fileobj(open(local / "big.bin", "rb"), "bench", "big.bin")
         del big
+        print(f"cluster settled after {settle(cluster.pid):.0f} s", flush=True)
         mnt = mount(env, "bench", tmp / "mnt", shlex.split(a.mount_args), tmp / "mount.log")
         rows = []
         for e in range(1, a.epochs + 1):
@@ -167,7 +210,9 @@ def main() -> None:
             assert n_m == n_l == a.files * a.size
             rows.append((f"epoch {e}", a.files / t_m, n_m / t_m / 1e6, a.files / t_l, n_l / t_l / 1e6,
                          cpu / a.files * 1e3))
+        cpu0 = cpu_seconds(mnt.pid)
         t_m, n_m = read_sequential(tmp / "mnt" / "big.bin")
+        seq_cpu = (cpu_seconds(mnt.pid) - cpu0) / (n_m / 1e6) * 1e3  # ms per MB
         t_l, n_l = read_sequential(local / "big.bin")
         assert n_m == n_l
         print(f"\nmount args: {a.mount_args}; {a.threads} reader threads; {os.cpu_count()} cores\n")
@@ -176,7 +221,7 @@ def main() -> None:
         for name, fm, mm, fl, ml, cpu in rows:
             print(f"{name:<12}{fm:>15,.0f}{mm:>12,.1f}{fl:>15,.0f}{ml:>12,.1f}{fm / fl:>8.2f}{cpu:>19.3f}")
         print(f"{'sequential':<12}{'':>15}{n_m / t_m / 1e6:>12,.1f}{'':>15}{n_l / t_l / 1e6:>12,.1f}"
-              f"{t_l / t_m:>8.2f}")
+              f"{t_l / t_m:>8.2f}{seq_cpu:>15.3f} /MB")
     finally:
         if mnt is not None:
             mnt.send_signal(signal.SIGTERM)

@@ -25,6 +25,7 @@ from typing import Any, Awaitable, Callable
 import orjson
 
 from . import errors
+from .metrics import RPC_CALLS, series
 
 log = logging.getLogger("epochfs.rpc")
 
@@ -154,6 +155,7 @@ class _ServerConn(_FrameProtocol):
 
     async def _handle(self, head: dict, payload) -> None:
         op = head.pop("op", None)
+        series(RPC_CALLS, op if op in self.server.handlers else "unknown").inc()
         handler = self.server.handlers.get(op)
         out_payload = b""
         try:

@@ -42,11 +42,19 @@ def _load_or_create(path: Path, make) -> dict:
     return val
 
 
+def _secret_key() -> str:
+    """A random secret key that never starts with "-": one that did was taken for an option when passed as
+    `--secret-key KEY` (argparse), as scripts and the mount benchmark do."""
+    while (key := secrets.token_urlsafe(30)).startswith("-"):
+        pass
+    return key
+
+
 def _root_credentials(data_dir: Path) -> dict:
     env_ak, env_sk = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
     saved = _load_or_create(data_dir / "credentials.json", lambda: {
         "access_key": env_ak or "EPOCH" + secrets.token_hex(8).upper(),
-        "secret_key": env_sk or secrets.token_urlsafe(30),
+        "secret_key": env_sk or _secret_key(),
     })
     if env_ak and env_sk:
         return {"access_key": env_ak, "secret_key": env_sk}

@@ -254,6 +254,7 @@ class EpochOperations(pyfuse3.Operations):
         self.parent_of: dict[int, int] = {}              # dataset mode: a file's directory
         self.keys: dict[int, str] = {}                   # dataset mode: a directory's key prefix in its bucket
         self.prefetched: set[int] = set()                # dataset mode: directories whose files were prefetched
+        self.dir_pos: dict[int, tuple[int, int]] = {}    # dataset mode: inode -> (directory, index in its listing)
         self.batches = trio.Semaphore(4)                 # prefetch batches under way at once
         self.inflight: dict[tuple, _Fetch] = {}
         self.plans: dict[int, _Plan] = {}               # inode -> where its blocks are (direct reads)
@@ -422,6 +423,8 @@ class EpochOperations(pyfuse3.Operations):
             after = page["next"]
         if self.o.dataset:
             self.listings[ino] = out
+            for i, (_, a) in enumerate(out):
+                self.dir_pos[a["ino"]] = (ino, i)
         return out
 
     @_posix
@@ -611,6 +614,9 @@ class EpochOperations(pyfuse3.Operations):
     async def _chunk(self, ino: int, etag: str, idx: int, size: int) -> bytes:
         """Chunk `idx` of a file version: from the cache, from a fetch already under way, or read (_read)."""
         key = (ino, etag, idx)
+        pos = self.dir_pos.get(ino) if idx == 0 and self.o.prefetch else None
+        if pos is not None and size <= self.o.chunk_size and key not in self.inflight and key not in self.cache:
+            await self._fetch_group(pos[0], pos[1] // self.o.prefetch)
         while (f := self.inflight.get(key)) is not None:
             await f.done.wait()
             if f.error is not None:
@@ -702,8 +708,7 @@ class EpochOperations(pyfuse3.Operations):
         """Dataset mode: locate the page of LOCATE_FILES entries of directory `p` that holds file `ino`, once
         (concurrent readers of the page wait for the one locate)."""
         listing = self.listings[p]
-        i = next((i for i, (_, a) in enumerate(listing) if a["ino"] == ino), 0)
-        page = (p, i // LOCATE_FILES)
+        page = (p, self.dir_pos.get(ino, (p, 0))[1] // LOCATE_FILES)
         ev = self.locating.get(page)
         if ev is not None:
             await ev.wait()
@@ -721,22 +726,32 @@ class EpochOperations(pyfuse3.Operations):
             ev.set()
 
     async def _prefetch_dir(self, p: int) -> None:
-        """Dataset mode: fetch the files of directory `p` that fit in one chunk, `prefetch` files per batch,
-        while the cache keeps them without evicting anything."""
+        """Dataset mode: fetch the small files of directory `p` group by group (_fetch_group) while the cache keeps
+        them without evicting anything."""
+        for g in range(0, -(-len(self.listings.get(p, ())) // self.o.prefetch)):
+            async with self.batches:
+                if not await self._fetch_group(p, g):
+                    return
+
+    async def _fetch_group(self, p: int, g: int) -> bool:
+        """Dataset mode: fetch group `g` of directory `p` (its entries g*prefetch to (g+1)*prefetch) in one batch:
+        the files that fit in one chunk and are neither cached nor on their way. A read that misses the cache
+        fetches its file's group, not the file alone: a shuffled epoch reads the others soon, and one DataNode call
+        per node for `prefetch` files costs far less than one per file. False when the cache has no room for them.
+        """
         bucket = self._bucket(p)
         if bucket is None or p not in self.keys:
-            return
-        files = [a for _, a in self.listings.get(p, ()) if stat.S_ISREG(a["mode"])
-                 and 0 < a["size"] <= self.o.chunk_size]
-        for i in range(0, len(files), self.o.prefetch):
-            async with self.batches:
-                todo = [a for a in files[i:i + self.o.prefetch]
-                        if (a["ino"], a["etag"], 0) not in self.inflight and (a["ino"], a["etag"], 0) not in self.cache]
-                if not todo:
-                    continue
-                if not self.cache.has_room(sum(a["size"] for a in todo)):
-                    return
-                await self._fetch_batch(bucket, todo)
+            return False
+        n = self.o.prefetch
+        todo = [a for _, a in self.listings[p][g * n:(g + 1) * n]
+                if stat.S_ISREG(a["mode"]) and 0 < a["size"] <= self.o.chunk_size
+                and (a["ino"], a["etag"], 0) not in self.inflight and (a["ino"], a["etag"], 0) not in self.cache]
+        if not todo:
+            return True
+        if not self.cache.has_room(sum(a["size"] for a in todo)):
+            return False
+        await self._fetch_batch(bucket, todo)
+        return True
 
     async def _fetch_batch(self, bucket: str, todo: list[dict]) -> None:
         """Read whole small files (their attributes) into the cache, one DataNode call per node and read token; a

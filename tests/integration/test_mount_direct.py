@@ -7,6 +7,7 @@ import os
 import random
 import time
 
+import httpx
 import pytest
 
 from cluster import MAIN, Cluster
@@ -50,6 +51,36 @@ def test_dataset_epoch_reads_small_files_without_gateway_reads(cluster, bucket, 
         finally:
             m.close()
     assert fs_requests(cluster).get("read", 0) == before.get("read", 0)
+
+
+def datanode_calls(cluster, op: str) -> float:
+    """RPC calls `op` served, summed over the DataNodes (their /metrics)."""
+    total = 0.0
+    for name, ports in cluster.ports.items():
+        if name.startswith("dn") and name in cluster.procs:
+            for line in httpx.get(f"http://{cluster.addr(name)}:{ports[0]}/metrics").text.splitlines():
+                if line.startswith(f'epochfs_rpc_calls_total{{op="{op}"}}'):
+                    total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_dataset_read_that_misses_fetches_its_files_group(cluster, bucket, s3, tmp_path):
+    """In dataset mode a file not yet cached is fetched with the `prefetch` files around it in its directory, one
+    DataNode call per node: a shuffled epoch of 48 files in groups of 8 costs at most 6 x 3 calls, not 48."""
+    rng = random.Random(6)
+    files = {f"g{i % 3}/f{i:03d}": rng.randbytes(rng.randrange(1, 60_000)) for i in range(48)}
+    for k, v in files.items():
+        s3.put_object(Bucket=bucket, Key=f"grp/{k}", Body=v)
+    calls = datanode_calls(cluster, "read_tokened")
+    m = Mount(cluster, f"{bucket}/grp", tmp_path / "g", "--dataset", "--prefetch", "8", log=tmp_path / "m.log")
+    try:
+        order = list(files)
+        rng.shuffle(order)
+        for name in order:
+            assert (m.path / name).read_bytes() == files[name]
+    finally:
+        m.close()
+    assert 0 < datanode_calls(cluster, "read_tokened") - calls <= 6 * 3
 
 
 @pytest.fixture(scope="module")
