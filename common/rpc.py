@@ -228,8 +228,8 @@ class _Conn(_FrameProtocol):
         self.transport.abort()
 
 
-class RpcClient:
-    """A pool of connections to one peer. `call` raises the peer's DomainError, or Unavailable if it can't be reached."""
+class _Pool:
+    """What both clients keep: the peer, the cluster secret, timeouts and the idle connections."""
 
     def __init__(self, host: str, port: int, secret: str, *, timeout: float = 30.0, connect_timeout: float = 3.0,
                  max_idle: int = 32) -> None:
@@ -238,10 +238,14 @@ class RpcClient:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_idle = max_idle
-        self._idle: list[_Conn] = []
+        self._idle: list = []
 
     def __repr__(self) -> str:
-        return f"RpcClient({self.host}:{self.port})"
+        return f"{type(self).__name__}({self.host}:{self.port})"
+
+
+class RpcClient(_Pool):
+    """A pool of connections to one peer. `call` raises the peer's DomainError, or Unavailable if it can't be reached."""
 
     async def _connect(self) -> _Conn:
         try:
@@ -326,23 +330,11 @@ class _TrioConn:
         return buf
 
 
-class TrioRpcClient:
+class TrioRpcClient(_Pool):
     """RpcClient for trio programs: the mount, whose pyfuse3 runs on trio, reads blocks from the DataNodes with it.
     The same frames and pooling over trio sockets; a call that fails on a pooled connection is tried once more on a
-    new one, so use it for calls that may be repeated (reads). (A helper thread running RpcClient on asyncio costs two thread
-    wake-ups per call: 260-300 us of CPU per call measured on this machine's VM, more than the call itself.)"""
-
-    def __init__(self, host: str, port: int, secret: str, *, timeout: float = 30.0, connect_timeout: float = 3.0,
-                 max_idle: int = 32) -> None:
-        self.host, self.port = host, port
-        self.secret = secret
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self.max_idle = max_idle
-        self._idle: list[_TrioConn] = []
-
-    def __repr__(self) -> str:
-        return f"TrioRpcClient({self.host}:{self.port})"
+    new one, so use it for calls that may be repeated (reads). (A helper thread running RpcClient on asyncio costs
+    two thread wake-ups per call: 260-300 us of CPU per call measured on this machine's VM, more than the call.)"""
 
     async def _connect(self) -> _TrioConn:
         import trio

@@ -18,6 +18,13 @@ from mounting import Mount, fs_requests, needs_fuse
 pytestmark = [pytest.mark.integration, needs_fuse]
 
 
+def _shuffled_epoch(m: Mount, files: dict[str, bytes], rng: random.Random) -> None:
+    order = list(files)
+    rng.shuffle(order)
+    for name in order:
+        assert (m.path / name).read_bytes() == files[name]
+
+
 def test_large_files_are_read_from_the_datanodes(cluster, bucket, s3, tmp_path):
     big = os.urandom(10 << 20)  # three 4 MiB blocks
     s3.put_object(Bucket=bucket, Key="direct/big.bin", Body=big)
@@ -44,10 +51,7 @@ def test_dataset_epoch_reads_small_files_without_gateway_reads(cluster, bucket, 
     for extra in (("--prefetch", "8"), ("--prefetch", "0")):  # in batches, and one file at a time
         m = Mount(cluster, f"{bucket}/ds2", tmp_path / f"ds{extra[1]}", "--dataset", *extra, log=tmp_path / "m.log")
         try:
-            order = list(files)
-            rng.shuffle(order)
-            for name in order:
-                assert (m.path / name).read_bytes() == files[name]
+            _shuffled_epoch(m, files, rng)
         finally:
             m.close()
     assert fs_requests(cluster).get("read", 0) == before.get("read", 0)
@@ -74,10 +78,7 @@ def test_a_dataset_read_that_misses_fetches_its_files_group(cluster, bucket, s3,
     calls = datanode_calls(cluster, "read_tokened")
     m = Mount(cluster, f"{bucket}/grp", tmp_path / "g", "--dataset", "--prefetch", "8", log=tmp_path / "m.log")
     try:
-        order = list(files)
-        rng.shuffle(order)
-        for name in order:
-            assert (m.path / name).read_bytes() == files[name]
+        _shuffled_epoch(m, files, rng)
     finally:
         m.close()
     assert 0 < datanode_calls(cluster, "read_tokened") - calls <= 6 * 3
