@@ -222,6 +222,11 @@ def main() -> None:
             print(f"{name:<12}{fm:>15,.0f}{mm:>12,.1f}{fl:>15,.0f}{ml:>12,.1f}{fm / fl:>8.2f}{cpu:>19.3f}")
         print(f"{'sequential':<12}{'':>15}{n_m / t_m / 1e6:>12,.1f}{'':>15}{n_l / t_l / 1e6:>12,.1f}"
               f"{t_l / t_m:>8.2f}{seq_cpu:>15.3f} /MB")
+    except BaseException:
+        log = tmp / "mount.log"
+        if log.exists():  # the mount's own account of a failure, before the temporary folder goes
+            print(f"--- end of {log}:\n{log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+        raise
     finally:
         if mnt is not None:
             mnt.send_signal(signal.SIGTERM)

@@ -336,8 +336,8 @@ class MetaStore:
         "vid"}. Empty implicit directories above a removed key go too.
 
         In a versioned bucket a plain delete makes a delete marker the current version. The conditions (ETag,
-        last-modified second, size) apply to the targeted version if it exists: deleting a missing key succeeds
-        whatever they say, as in S3."""
+        last-modified second, size) apply to the targeted version if it exists, a delete marker included (it
+        matches only If-Match: *): deleting a missing key succeeds whatever they say, as in S3."""
         gone = {"existed": False}
         try:
             parent, name, marker = self._resolve(bucket, key)
@@ -356,8 +356,8 @@ class MetaStore:
             if found is None:
                 return {"existed": False, "vid": version_id}
             vkey, target = found
-        if not target.get("dm"):
-            self._check_delete_conditions(target, if_match, if_mtime, if_size)
+        # a delete marker is checked too: it has no ETag (only If-Match: * holds), size 0 and its own time
+        self._check_delete_conditions(target, if_match, if_mtime, if_size)
         with self.kv.batch() as b:
             if vkey is not None:  # a noncurrent version
                 self._garbage_blocks(b, target.get("blk", []))

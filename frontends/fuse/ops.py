@@ -679,11 +679,13 @@ class EpochOperations(pyfuse3.Operations):
                 return None
             await self._locate_dir(bucket, p, ino)
         else:
-            ev = self.locating.get(ino)  # the readahead's fetches start together: one locates, the others wait
-            if ev is not None:
-                await ev.wait()
-            plan = self.plans.get(ino)
-            if plan is None or not plan.covers(etag, off, end):
+            # the readahead's fetches start together: one locates, the others wait for it, and locate themselves
+            # (one at a time again) only if its answer doesn't cover their bytes
+            while (plan := self.plans.get(ino)) is None or not plan.covers(etag, off, end):
+                ev = self.locating.get(ino)
+                if ev is not None:
+                    await ev.wait()
+                    continue
                 ev = self.locating[ino] = trio.Event()
                 try:
                     r = await self.c.fs_locate(bucket, ino, off, LOCATE_SPAN)
@@ -691,6 +693,7 @@ class EpochOperations(pyfuse3.Operations):
                 finally:
                     del self.locating[ino]
                     ev.set()
+                break
         plan = self.plans.get(ino)
         return plan if plan is not None and plan.covers(etag, off, end) else None
 
@@ -728,10 +731,13 @@ class EpochOperations(pyfuse3.Operations):
     async def _prefetch_dir(self, p: int) -> None:
         """Dataset mode: fetch the small files of directory `p` group by group (_fetch_group) while the cache keeps
         them without evicting anything."""
-        for g in range(0, -(-len(self.listings.get(p, ())) // self.o.prefetch)):
-            async with self.batches:
-                if not await self._fetch_group(p, g):
-                    return
+        try:
+            for g in range(0, -(-len(self.listings.get(p, ())) // self.o.prefetch)):
+                async with self.batches:
+                    if not await self._fetch_group(p, g):
+                        return
+        except Exception:  # as in _prefetch: the readers fetch their files themselves
+            log.exception("prefetch of directory inode %s failed", p)
 
     async def _fetch_group(self, p: int, g: int) -> bool:
         """Dataset mode: fetch group `g` of directory `p` (its entries g*prefetch to (g+1)*prefetch) in one batch:
@@ -787,10 +793,13 @@ class EpochOperations(pyfuse3.Operations):
                 f.done.set()
 
     async def _prefetch(self, ino: int, etag: str, idx: int, size: int) -> None:
+        """Readahead of one chunk, in the background."""
         try:
             await self._chunk(ino, etag, idx, size)
-        except errors.DomainError:
+        except (errors.DomainError, PieceFailed, OSError):
             pass  # the reader's own request will fetch it again and report the error
+        except Exception:  # a bug in a background task must not end pyfuse3.main() and with it the mount
+            log.exception("readahead of inode %s chunk %s failed", ino, idx)
 
     async def _writer(self, ino: int) -> Writer:
         """The file's local copy; made empty, knowing only where the current version's blocks are."""

@@ -63,8 +63,10 @@ async def list_objects_v1(ctx, req):
     next_marker = ""
     if res["truncated"] and delimiter and res["items"]:
         next_marker = f"<NextMarker>{xml.enc_key(res['items'][-1][1], url)}</NextMarker>"
+    # v1's top-level Prefix is sent as it is even with encoding-type=url: S3 clients (botocore) decode Marker,
+    # NextMarker, Delimiter and the keys of a v1 listing, not its Prefix
     body = xml.doc("ListBucketResult",
-                   f"<Name>{xml.esc(req.bucket)}</Name><Prefix>{xml.enc_key(prefix, url)}</Prefix>"
+                   f"<Name>{xml.esc(req.bucket)}</Name><Prefix>{xml.text(prefix)}</Prefix>"
                    f"<Marker>{xml.enc_key(marker, url)}</Marker>{next_marker}<MaxKeys>{max_keys}</MaxKeys>"
                    f"{_opt('Delimiter', delimiter, url)}<IsTruncated>{str(res['truncated']).lower()}</IsTruncated>"
                    f"{'<EncodingType>url</EncodingType>' if url else ''}{contents}{prefixes}")

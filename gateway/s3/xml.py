@@ -55,6 +55,18 @@ def enc_key(s: str, url: bool) -> str:
     return escape(s) if ("&" in s or "<" in s or ">" in s) else s
 
 
+def text(s: str) -> str:
+    """A string as XML character data that parses back to exactly itself: &, <, > escaped, and CR, LF, TAB as
+    character references (a parser would normalise them as raw characters). Other control characters can't be
+    XML 1.0 at all: such a string is URL-encoded instead."""
+    if any(c < " " and c not in "\t\n\r" for c in s):
+        return quote(s, safe="/")
+    s = esc(s)
+    if "\n" in s or "\r" in s or "\t" in s:
+        s = s.replace("\r", "&#13;").replace("\n", "&#10;").replace("\t", "&#9;")
+    return s
+
+
 def doc(root: str, inner: str) -> bytes:
     return f'{HEAD}<{root} xmlns="{NS}">{inner}</{root}>'.encode()
 

@@ -501,6 +501,9 @@ def sc_list_encoding(t: Transcript) -> None:
     t("v2 url delim", "list_objects_v2", EncodingType="url", Delimiter="/",
       shape=lambda r: {"prefixes": listing(r)["prefixes"]}, s3={"status": 200, "prefixes": ["sp%20ace/",
                                                                                              "unicod%C3%A9/"]})
+    # v1 echoes its Prefix as sent even with encoding-type=url (botocore decodes v1's keys, not its Prefix)
+    t("v1 url prefix", "list_objects", EncodingType="url", Prefix="sp ace/",
+      shape=lambda r: {"keys": listing(r)["keys"], "Prefix": r.get("Prefix")})
     for k in keys:
         t(f"get {k!r}", "get_object", Key=k, body=True)
     t("prefix unicode", "list_objects_v2", Prefix="unicodé/", shape=listing)

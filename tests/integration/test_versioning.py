@@ -61,3 +61,27 @@ def test_suspended_versioning_overwrites_the_null_version(s3, bucket):
     ids = [v["VersionId"] for v in s3.list_object_versions(Bucket=bucket)["Versions"]]
     assert ids == ["null", v1]
     assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"n2"
+
+
+def test_conditional_delete_of_a_key_whose_current_version_is_a_delete_marker(s3, bucket):
+    """A delete's conditions are checked against the current version even when it is a delete marker: the marker
+    has no ETag (only If-Match: * holds), size 0 and its own time. A key that never existed takes any condition."""
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    assert s3.delete_object(Bucket=bucket, Key="never", IfMatch="badetag")["ResponseMetadata"]["HTTPStatusCode"] == 204
+    r = s3.put_object(Bucket=bucket, Key="k", Body=b"data")
+    with pytest.raises(ClientError) as e:
+        s3.delete_object(Bucket=bucket, Key="k", IfMatch='"0123456789abcdef0123456789abcdef"')
+    assert code(e) == (412, "PreconditionFailed")
+    assert s3.delete_object(Bucket=bucket, Key="k", IfMatch=r["ETag"])["DeleteMarker"] is True
+    markers = lambda: s3.list_object_versions(Bucket=bucket, Prefix="k").get("DeleteMarkers", [])  # noqa: E731
+    assert len(markers()) == 1
+    for cond, entry in (({"IfMatch": r["ETag"]}, {"ETag": r["ETag"]}), ({"IfMatchSize": 4}, {"Size": 4})):
+        with pytest.raises(ClientError) as e:
+            s3.delete_object(Bucket=bucket, Key="k", **cond)
+        assert code(e) == (412, "PreconditionFailed")
+        res = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "k", **entry}]})
+        assert [x["Code"] for x in res["Errors"]] == ["PreconditionFailed"]
+    assert len(markers()) == 1  # none of the refused deletes stacked another marker
+    assert s3.delete_object(Bucket=bucket, Key="k", IfMatch="*")["DeleteMarker"] is True
+    assert s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "k", "Size": 0}]})["Deleted"][0]["DeleteMarker"]
+    assert s3.get_object(Bucket=bucket, Key="k", VersionId=r["VersionId"])["Body"].read() == b"data"
