@@ -601,11 +601,11 @@ class EpochOperations(pyfuse3.Operations):
         p = self.parent_of.get(h.ino)
         if self.o.prefetch and p is not None and p not in self.prefetched and self.nursery is not None:
             self.prefetched.add(p)
-            self.nursery.start_soon(self._prefetch_dir, p)
+            self._background(self._prefetch_dir, p)
         if first == h.next_chunk and self.nursery is not None:
             for i in range(last + 1, min(last + 1 + self.o.readahead, (h.size + cs - 1) // cs)):
                 if (h.ino, h.etag, i) not in self.inflight:
-                    self.nursery.start_soon(self._prefetch, h.ino, h.etag, i, h.size)
+                    self._background(self._chunk, h.ino, h.etag, i, h.size)
         h.next_chunk = last + 1
         pieces = [await self._chunk(h.ino, h.etag, i, h.size) for i in range(first, last + 1)]
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
@@ -731,13 +731,10 @@ class EpochOperations(pyfuse3.Operations):
     async def _prefetch_dir(self, p: int) -> None:
         """Dataset mode: fetch the small files of directory `p` group by group (_fetch_group) while the cache keeps
         them without evicting anything."""
-        try:
-            for g in range(0, -(-len(self.listings.get(p, ())) // self.o.prefetch)):
-                async with self.batches:
-                    if not await self._fetch_group(p, g):
-                        return
-        except Exception:  # as in _prefetch: the readers fetch their files themselves
-            log.exception("prefetch of directory inode %s failed", p)
+        for g in range(0, -(-len(self.listings.get(p, ())) // self.o.prefetch)):
+            async with self.batches:
+                if not await self._fetch_group(p, g):
+                    return
 
     async def _fetch_group(self, p: int, g: int) -> bool:
         """Dataset mode: fetch group `g` of directory `p` (its entries g*prefetch to (g+1)*prefetch) in one batch:
@@ -792,14 +789,18 @@ class EpochOperations(pyfuse3.Operations):
                 self.inflight.pop(k, None)
                 f.done.set()
 
-    async def _prefetch(self, ino: int, etag: str, idx: int, size: int) -> None:
-        """Readahead of one chunk, in the background."""
-        try:
-            await self._chunk(ino, etag, idx, size)
-        except (errors.DomainError, PieceFailed, OSError):
-            pass  # the reader's own request will fetch it again and report the error
-        except Exception:  # a bug in a background task must not end pyfuse3.main() and with it the mount
-            log.exception("readahead of inode %s chunk %s failed", ino, idx)
+    def _background(self, fn, *args) -> None:
+        """Run speculative work (readahead, directory prefetch) in the mount's nursery. Its failures are the
+        readers' to meet: they fetch the same bytes themselves and get the error; a bug in it is logged, for an
+        exception out of a nursery task would end pyfuse3.main() and with it the mount."""
+        async def guarded() -> None:
+            try:
+                await fn(*args)
+            except (errors.DomainError, PieceFailed, OSError):
+                pass
+            except Exception:
+                log.exception("background %s%r failed", fn.__name__, args)
+        self.nursery.start_soon(guarded)
 
     async def _writer(self, ino: int) -> Writer:
         """The file's local copy; made empty, knowing only where the current version's blocks are."""
