@@ -5,13 +5,20 @@ What it measures, in one run, through the mount and from a local copy of the sam
 
     epoch 1..E   read N files of S bytes (default 20,000 x 110 KiB) in a new shuffled order each epoch with T reader
                  threads (default 8); files/s and MB/s per epoch
-    sequential   one B-byte file (default 1 GiB) read front to back in 1 MiB reads; MB/s
+    sequential   a B-byte file (default 1 GiB) read front to back in 1 MiB reads, MB/s: one on the new mount before
+                 the epochs, another after them (a different file, so that neither is in any cache)
 
 The ratio column is mount / local (1.0 = local-directory speed). The local copy is read from the page cache (it was
 just written), so it is the ceiling any file system on this machine can reach. The mount runs in dataset mode with
 the block cache policy "none" (--mount-args to change) and is started fresh after the upload, so epoch 1 reads
 everything from the cluster, once the cluster has settled after the upload (compactions, replication). "mount cpu
 ms/file" is the FUSE process's CPU (utime+stime from /proc) per file read (per MB for the sequential read).
+
+A sequential read through any cached file system puts the file into new page cache (and the block cache keeps it too,
+with room). After the epochs this machine has few recently freed pages left, and on a VM whose free memory goes back
+to the host (virtio-balloon free page reporting) a page the guest touches for the first time costs a host fault. So
+the run also times the kernel alone putting B bytes into new page cache (a write to a new tmpfs file, right after the
+mount's read): no cached read can fill the page cache faster than that at that moment.
 
 How to run:
 
@@ -159,6 +166,33 @@ def read_sequential(path: Path) -> tuple[float, int]:
     return time.perf_counter() - t0, n
 
 
+def sequential(name: str, pid: int, mnt: Path, local: Path, file: str) -> tuple[str, float, float, float]:
+    """(name, mount MB/s, local MB/s, mount CPU ms per MB) of reading `file` through the mount, then locally."""
+    cpu0 = cpu_seconds(pid)
+    t_m, n_m = read_sequential(mnt / file)
+    cpu = (cpu_seconds(pid) - cpu0) / (n_m / 1e6) * 1e3
+    t_l, n_l = read_sequential(local / file)
+    assert n_m == n_l
+    return name, n_m / t_m / 1e6, n_l / t_l / 1e6, cpu
+
+
+def new_page_cache_mb_s(nbytes: int) -> float | None:
+    """MB/s of the kernel alone putting `nbytes` into new page cache: 1 MiB writes of one buffer to a new file in
+    /dev/shm (tmpfs), removed afterwards; None without /dev/shm."""
+    if not os.path.isdir("/dev/shm"):
+        return None
+    buf = os.urandom(1 << 20)
+    fd, path = tempfile.mkstemp(dir="/dev/shm", prefix="mount-bench-")
+    try:
+        t0 = time.perf_counter()
+        for _ in range(nbytes >> 20):
+            os.write(fd, buf)
+        return (nbytes >> 20 << 20) / (time.perf_counter() - t0) / 1e6
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
 def upload(s3, bucket: str, names: list[str], size: int, local: Path) -> None:
     def put(name: str) -> None:
         body = random.Random(name).randbytes(size)
@@ -193,14 +227,16 @@ def main() -> None:
         s3.create_bucket(Bucket="bench")
         local = tmp / "local"
         names = [f"shard{i % 100:03d}/sample{i:06d}.bin" for i in range(a.files)]
-        print(f"uploading {a.files} files of {a.size} B and one of {a.big} B ...", flush=True)
+        print(f"uploading {a.files} files of {a.size} B and two of {a.big} B ...", flush=True)
         upload(s3, "bench", names, a.size, local)
-        big = os.urandom(1 << 20) * (a.big >> 20)
-        (local / "big.bin").write_bytes(big)
-        s3.upload_fileobj(open(local / "big.bin", "rb"), "bench", "big.bin")
-        del big
+        for name in ("fresh.bin", "big.bin"):
+            big = os.urandom(1 << 20) * (a.big >> 20)
+            (local / name).write_bytes(big)
+            s3.upload_fileobj(open(local / name, "rb"), "bench", name)
+            del big
         print(f"cluster settled after {settle(cluster.pid):.0f} s", flush=True)
         mnt = mount(env, "bench", tmp / "mnt", shlex.split(a.mount_args), tmp / "mount.log")
+        seq = [sequential("sequential, new mount", mnt.pid, tmp / "mnt", local, "fresh.bin")]
         rows = []
         for e in range(1, a.epochs + 1):
             cpu0 = cpu_seconds(mnt.pid)
@@ -210,18 +246,20 @@ def main() -> None:
             assert n_m == n_l == a.files * a.size
             rows.append((f"epoch {e}", a.files / t_m, n_m / t_m / 1e6, a.files / t_l, n_l / t_l / 1e6,
                          cpu / a.files * 1e3))
-        cpu0 = cpu_seconds(mnt.pid)
-        t_m, n_m = read_sequential(tmp / "mnt" / "big.bin")
-        seq_cpu = (cpu_seconds(mnt.pid) - cpu0) / (n_m / 1e6) * 1e3  # ms per MB
-        t_l, n_l = read_sequential(local / "big.bin")
-        assert n_m == n_l
+        seq.append(sequential("sequential, after the epochs", mnt.pid, tmp / "mnt", local, "big.bin"))
+        fill = new_page_cache_mb_s(a.big)
         print(f"\nmount args: {a.mount_args}; {a.threads} reader threads; {os.cpu_count()} cores\n")
         print(f"{'phase':<12}{'mount files/s':>15}{'mount MB/s':>12}{'local files/s':>15}{'local MB/s':>12}"
               f"{'ratio':>8}{'mount cpu ms/file':>19}")
         for name, fm, mm, fl, ml, cpu in rows:
             print(f"{name:<12}{fm:>15,.0f}{mm:>12,.1f}{fl:>15,.0f}{ml:>12,.1f}{fm / fl:>8.2f}{cpu:>19.3f}")
-        print(f"{'sequential':<12}{'':>15}{n_m / t_m / 1e6:>12,.1f}{'':>15}{n_l / t_l / 1e6:>12,.1f}"
-              f"{t_l / t_m:>8.2f}{seq_cpu:>15.3f} /MB")
+        print(f"\n{'sequential read of ' + format(a.big >> 20, ',') + ' MiB':<30}{'mount MB/s':>12}{'local MB/s':>12}"
+              f"{'mount cpu ms/MB':>17}")
+        for name, mm, ml, cpu in seq:
+            print(f"{name:<30}{mm:>12,.1f}{ml:>12,.1f}{cpu:>17.3f}")
+        if fill is not None:
+            print(f"{'new page cache (tmpfs write)':<30}{fill:>12,.1f}{'':>12}{'':>17}   (right after the mount's read: "
+                  f"after the epochs mount/this = {seq[-1][1] / fill:.2f})")
     except BaseException:
         log = tmp / "mount.log"
         if log.exists():  # the mount's own account of a failure, before the temporary folder goes
