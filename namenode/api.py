@@ -53,7 +53,8 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
                                    "rf": int(a.get("replication") or settings.replication),
                                    "acl": a.get("acl") or "private", "loc": a.get("loc") or "",
                                    **({"wp": write_policy.validate(a["write_policy"])}
-                                      if a.get("write_policy") else {})})
+                                      if a.get("write_policy") else {}),
+                                   **({"own": a["own"]} if a.get("own") else {})})
 
     async def bucket_update(a, _):
         if a["fields"].get("wp") is not None:

@@ -7,6 +7,11 @@ authenticated-read) or as a list of grants [grantee, permission], where grantee 
 Keys made through the admin API also carry per-bucket permissions: "read" (list, get, head), "write" (read, put,
 delete, multipart) and "owner" (everything the bucket's owner may do). They add to what ownership and ACLs give;
 anonymous requests get only what an ACL grants to AllUsers.
+
+A bucket's object ownership ("own", set with PutBucketOwnershipControls or x-amz-object-ownership at creation) says
+who owns the objects written into it: ObjectWriter (also when none is set) the writer; BucketOwnerPreferred the
+bucket owner when the writer grants it bucket-owner-full-control; BucketOwnerEnforced always the bucket owner, and
+ACLs are off: they grant nothing, and requests that set one fail with AccessControlListNotSupported.
 """
 from __future__ import annotations
 
@@ -26,6 +31,44 @@ _CANNED_GRANTS = {"private": [], "public-read": [[f"uri:{ALL_USERS}", "READ"]],
                   "authenticated-read": [[f"uri:{AUTH_USERS}", "READ"]]}
 _GRANT_HEADERS = {"x-amz-grant-read": "READ", "x-amz-grant-write": "WRITE", "x-amz-grant-read-acp": "READ_ACP",
                   "x-amz-grant-write-acp": "WRITE_ACP", "x-amz-grant-full-control": "FULL_CONTROL"}
+
+
+OWNERSHIP = ("BucketOwnerEnforced", "BucketOwnerPreferred", "ObjectWriter")
+
+
+def acls_disabled(info: dict) -> bool:
+    return info.get("own") == "BucketOwnerEnforced"
+
+
+def acl_not_supported() -> S3Error:
+    return S3Error("AccessControlListNotSupported", "The bucket does not allow ACLs", 400)
+
+
+def check_ownership(own: str, bucket_acl) -> None:
+    """Is `own` an object ownership setting that a bucket with ACL `bucket_acl` may take?"""
+    if own not in OWNERSHIP:
+        raise S3Error("InvalidArgument", f"Invalid x-amz-object-ownership value {own!r}", 400)
+    if own == "BucketOwnerEnforced" and _grant_list(bucket_acl):
+        raise S3Error("InvalidBucketAclWithObjectOwnership",
+                      "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting", 400)
+
+
+def new_object_acl(req, info: dict) -> tuple[str, object]:
+    """(owner, ACL) of an object the request writes into bucket `info`, by the bucket's object ownership."""
+    if acls_disabled(info):
+        if req.headers.get("x-amz-acl", "bucket-owner-full-control") != "bucket-owner-full-control" \
+                or any(h in req.headers for h in _GRANT_HEADERS):
+            raise acl_not_supported()
+        return info.get("owner", ""), "private"
+    acl = canned_acl(req)
+    if info.get("own") == "BucketOwnerPreferred" and req.headers.get("x-amz-acl") == "bucket-owner-full-control":
+        return info.get("owner", ""), acl
+    return req.user.owner_id, acl
+
+
+def _acl(info: dict, acl):
+    """What an ACL stored in bucket `info` grants: nothing while the bucket's ACLs are off."""
+    return None if acls_disabled(info) else acl
 
 
 def _grant_list(acl) -> list:
@@ -96,7 +139,7 @@ def is_owner(ctx, req, info: dict) -> bool:
 def may_list(ctx, req, info: dict) -> bool:
     """May the caller list the bucket (and so learn which keys exist)?"""
     return is_owner(ctx, req, info) or (req.auth is not None and key_allows(req.user, info.get("name", ""), "read")) \
-        or grants(info.get("acl"), "read", req)
+        or grants(_acl(info, info.get("acl")), "read", req)
 
 
 async def bucket_access(ctx, req, perm: str | None = None) -> dict:
@@ -107,7 +150,7 @@ async def bucket_access(ctx, req, perm: str | None = None) -> dict:
     info = await ctx.bucket(req.bucket)
     if is_owner(ctx, req, info):
         return info
-    if perm == "object" or (perm is not None and grants(info.get("acl"), perm, req)):
+    if perm == "object" or (perm is not None and grants(_acl(info, info.get("acl")), perm, req)):
         return info
     if perm is not None and req.auth is not None and key_allows(req.user, req.bucket, perm):
         return info
@@ -118,10 +161,10 @@ def check_object_read(ctx, req, info: dict, obj: dict | None) -> None:
     if is_owner(ctx, req, info) or (req.auth is not None and key_allows(req.user, info.get("name", ""), "read")):
         return
     if obj is None:  # missing key: say so only to those who may list the bucket
-        if grants(info.get("acl"), "read", req):
+        if grants(_acl(info, info.get("acl")), "read", req):
             raise errors.NoSuchKey("The specified key does not exist.")
         raise access_denied()
-    if not grants(obj.get("acl"), "read", req):
+    if not grants(_acl(info, obj.get("acl")), "read", req):
         raise access_denied()
 
 

@@ -1,4 +1,5 @@
-"""Bucket operations: ListBuckets, CreateBucket, DeleteBucket, HeadBucket, GetBucketLocation, ACL and versioning."""
+"""Bucket operations: ListBuckets, CreateBucket, DeleteBucket, HeadBucket, GetBucketLocation, ACL, versioning and
+object ownership."""
 from __future__ import annotations
 
 import ipaddress
@@ -8,7 +9,8 @@ from epochfs.common import errors
 
 from . import xml
 from .body import read_all
-from .access import acl_from_xml, acl_xml, bucket_access, canned_acl, key_allows
+from .access import (OWNERSHIP, acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bucket_access, canned_acl,
+                     check_ownership, key_allows)
 from .errors import S3Error, access_denied, malformed_xml
 from .http import Response
 
@@ -71,10 +73,13 @@ async def create_bucket(ctx, req):
         root = xml.parse(body)
         loc = (root.findtext("LocationConstraint") or "").strip()
     acl = canned_acl(req)
+    own = req.headers.get("x-amz-object-ownership")
+    if own is not None:
+        check_ownership(own, acl)
     policy = req.headers.get(WRITE_POLICY_HEADER)  # epochfs's own: async or sync:N (default: the cluster's)
     try:
         await ctx.cluster.nn("bucket_create", bucket=req.bucket, owner=req.user.owner_id, acl=acl, loc=loc,
-                             **({"write_policy": policy.strip()} if policy else {}))
+                             **({"write_policy": policy.strip()} if policy else {}), **({"own": own} if own else {}))
     except errors.BucketAlreadyOwnedByYou:
         if ctx.settings.region == "us-east-1":
             return Response(200, [("location", f"/{req.bucket}")])  # us-east-1 answers 200 to a repeat create
@@ -129,8 +134,38 @@ async def get_acl(ctx, req):
 
 async def put_acl(ctx, req):
     info = await bucket_owned(ctx, req)
+    if acls_disabled(info):
+        raise acl_not_supported()
     body = await read_all(req.receive, 1 << 20)
     acl = acl_from_xml(body, info.get("owner", "")) if body.strip() else canned_acl(req)
     await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"acl": acl})
     ctx.forget_bucket(req.bucket)
     return Response(200)
+
+
+async def get_ownership(ctx, req):
+    info = await bucket_owned(ctx, req)
+    if not info.get("own"):
+        raise S3Error("OwnershipControlsNotFoundError", "The bucket ownership controls were not found", 404,
+                      BucketName=req.bucket)
+    return Response(200, [("content-type", "application/xml")],
+                    xml.doc("OwnershipControls", f"<Rule><ObjectOwnership>{info['own']}</ObjectOwnership></Rule>"))
+
+
+async def put_ownership(ctx, req):
+    info = await bucket_owned(ctx, req)
+    root = xml.parse(await read_all(req.receive, 64 << 10))
+    rules = [r.findtext("ObjectOwnership") for r in root.iter("Rule")]
+    if root.tag != "OwnershipControls" or len(rules) != 1 or rules[0] not in OWNERSHIP:
+        raise malformed_xml()
+    check_ownership(rules[0], info.get("acl"))
+    await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"own": rules[0]})
+    ctx.forget_bucket(req.bucket)
+    return Response(200)
+
+
+async def delete_ownership(ctx, req):
+    await bucket_owned(ctx, req)
+    await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"own": None})
+    ctx.forget_bucket(req.bucket)
+    return Response(204)

@@ -44,9 +44,9 @@ def _checksum_choice(req) -> tuple[str | None, str | None]:
 
 
 async def create(ctx, req):
-    await bucket_access(ctx, req, "write")
+    info = await bucket_access(ctx, req, "write")
     check_key(req.key)
-    attrs = object_attrs(req)
+    attrs = object_attrs(req, info)
     alg, ctype = _checksum_choice(req)
     if alg:
         attrs["csa"], attrs["cst"] = alg, ctype

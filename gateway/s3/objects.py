@@ -12,7 +12,8 @@ from epochfs.common import errors
 from epochfs.common.paths import split_key
 
 from . import quota, xml
-from .access import acl_from_xml, acl_xml, bucket_access, canned_acl, check_object_read, may_list
+from .access import (acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bucket_access, canned_acl,
+                     check_object_read, may_list, new_object_acl)
 from .body import BodyCheck, body_stream, read_all
 from .bucket import bucket_owned
 from .errors import S3Error, access_denied, invalid_argument, invalid_request, malformed_xml
@@ -32,8 +33,8 @@ def check_key(key: str) -> None:
                       MaxSizeAllowed=1024) from None
 
 
-def object_attrs(req) -> dict:
-    """Stored attributes of a new object, from the request headers."""
+def object_attrs(req, info: dict) -> dict:
+    """Stored attributes of a new object in bucket `info`, from the request headers."""
     h = req.headers
     meta = {k[11:]: v for k, v in h.items() if k.startswith("x-amz-meta-")}
     if sum(len(k) + len(v) for k, v in meta.items()) > MAX_META_BYTES:
@@ -48,9 +49,8 @@ def object_attrs(req) -> dict:
     sc = h.get("x-amz-storage-class", "STANDARD")
     if sc not in STORAGE_CLASSES:
         raise S3Error("InvalidStorageClass", "The storage class you specified is not valid", 400)
-    attrs = {"ctype": h.get("content-type", "binary/octet-stream"), "meta": meta, "hdr": hdr,
-             "owner": req.user.owner_id}
-    acl = canned_acl(req)
+    owner, acl = new_object_acl(req, info)
+    attrs = {"ctype": h.get("content-type", "binary/octet-stream"), "meta": meta, "hdr": hdr, "owner": owner}
     if acl != "private":
         attrs["acl"] = acl
     if sc != "STANDARD":
@@ -212,7 +212,7 @@ async def put_object(ctx, req):
     info = await bucket_access(ctx, req, "write")
     check_key(req.key)
     await quota.precheck(ctx, req, info, replaces_key=True)
-    attrs = object_attrs(req)
+    attrs = object_attrs(req, info)
     if "content-length" not in req.headers and "x-amz-decoded-content-length" not in req.headers \
             and "chunked" not in req.headers.get("transfer-encoding", ""):
         raise S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.", 411)
@@ -425,22 +425,21 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
 
 
 async def copy_object(ctx, req):
-    await bucket_access(ctx, req, "write")
+    info = await bucket_access(ctx, req, "write")
     check_key(req.key)
     (sb, sk), src, stream, _ = await read_copy_source(ctx, req)
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
     if directive not in ("COPY", "REPLACE"):
         raise invalid_argument("Unknown metadata directive.")
     if directive == "REPLACE":
-        attrs = object_attrs(req)
+        attrs = object_attrs(req, info)
     else:
         attrs = {k: src[k] for k in ("ctype", "meta", "xa", "hdr", "sc") if k in src}
-        attrs["owner"] = req.user.owner_id
-        acl = canned_acl(req)
+        attrs["owner"], acl = new_object_acl(req, info)
         if acl != "private":
             attrs["acl"] = acl
         if "x-amz-storage-class" in req.headers:
-            attrs["sc"] = object_attrs(req).get("sc", "STANDARD")
+            attrs["sc"] = object_attrs(req, info).get("sc", "STANDARD")
     if (sb, sk) == (req.bucket, req.key) and directive == "COPY" and "x-amz-storage-class" not in req.headers:
         raise invalid_request("This copy request is illegal because it is trying to copy an object to itself "
                               "without changing the object's metadata, storage class, website redirect location or "
@@ -474,15 +473,19 @@ async def copy_object(ctx, req):
 
 
 async def get_acl(ctx, req):
-    await bucket_owned(ctx, req)
+    info = await bucket_owned(ctx, req)
     obj, _ = await _stat(ctx, req.bucket, req.key)
-    owner = obj.get("owner") or req.user.owner_id
+    if acls_disabled(info):  # the bucket owner owns every object, with no other grants
+        owner, acl = info.get("owner", ""), None
+    else:
+        owner, acl = obj.get("owner") or req.user.owner_id, obj.get("acl")
     return Response(200, [("content-type", "application/xml")],
-                    acl_xml(obj.get("acl"), owner, ctx.display_name(owner), ctx.display_name))
+                    acl_xml(acl, owner, ctx.display_name(owner), ctx.display_name))
 
 
 async def put_acl(ctx, req):
-    await bucket_owned(ctx, req)
+    if acls_disabled(await bucket_owned(ctx, req)):
+        raise acl_not_supported()
     obj, _ = await _stat(ctx, req.bucket, req.key)
     body = await read_all(req.receive, 1 << 20)
     acl = acl_from_xml(body, obj.get("owner", "")) if body.strip() else canned_acl(req)

@@ -68,12 +68,15 @@ def route(req: S3Request):
         if "cors" in q:
             h = {"GET": cors.get_cors, "PUT": cors.put_cors, "DELETE": cors.delete_cors}.get(m)
             return h if h is not None else _not_allowed()
+        if "ownershipControls" in q:
+            h = {"GET": bucket.get_ownership, "PUT": bucket.put_ownership, "DELETE": bucket.delete_ownership}.get(m)
+            return h if h is not None else _not_allowed()
         if m == "GET" or m == "HEAD" and q:
             for sub, h in _BUCKET_GET.items():
                 if sub in q:
                     return h
             for sub in ("policy", "lifecycle", "tagging", "website", "logging", "notification",
-                        "replication", "encryption", "object-lock", "ownershipControls", "publicAccessBlock",
+                        "replication", "encryption", "object-lock", "publicAccessBlock",
                         "requestPayment", "accelerate", "analytics", "metrics", "inventory",
                         "intelligent-tiering"):
                 if sub in q:
