@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from epochfs.common import errors
 
-from . import attributes, batch, bucket, cors, ext, listing, multipart, objects, posix
+from . import attributes, batch, bucket, cors, ext, listing, multipart, objects, posix, post
 from ..keys import access_key_of
 from .access import ANONYMOUS
 from .body import ClientDisconnected
@@ -99,7 +99,7 @@ def route(req: S3Request):
         if m == "POST":
             if "delete" in q:
                 return objects.delete_objects
-            raise not_implemented("POST object (browser uploads)")
+            return post.post_object
         raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.", 405)
     if m == "GET":
         if "uploadId" in q:
