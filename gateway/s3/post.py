@@ -34,6 +34,7 @@ from .objects import check_key, object_attrs, version_headers
 from .sigv4 import AuthResult
 
 _ISO8601 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
+MAX_PART_HEADER = 8 << 10             # one header line of a part
 MAX_FIELDS_BYTES = 1 << 20            # all fields together (AWS allows 20 KB of policy; metadata stays within 2 KiB)
 NOT_IN_POLICY = {"policy", "x-amz-signature", "signature", "awsaccesskeyid", "file"}  # fields a policy needn't name
 
@@ -61,9 +62,15 @@ class _Form:
 
     def _field(self, d, s, e) -> None:
         self._hname += d[s:e]
+        self._bounded()
 
     def _value(self, d, s, e) -> None:
         self._hvalue += d[s:e]
+        self._bounded()
+
+    def _bounded(self) -> None:
+        if len(self._hname) + len(self._hvalue) > MAX_PART_HEADER:
+            raise S3Error("MalformedPOSTRequest", "A part header of your POST request is too large.", 400)
 
     def _header_end(self) -> None:
         self._headers[self._hname.decode("latin-1").lower()] = self._hvalue.decode("utf-8", "replace")

@@ -66,6 +66,11 @@ def test_bad_forms(cluster, bucket):
     assert r.status_code == 400
     r = httpx.post(f"{cluster.endpoint}/{bucket}", data={"key": "k"}, files={"other": ("f", b"1")})
     assert r.status_code == 400  # no part named "file"
+    huge = (b"--zz\r\nContent-Disposition: form-data; name=\"key\"; x=\"" + b"a" * (64 << 10)
+            + b"\"\r\n\r\nk\r\n--zz--\r\n")
+    r = httpx.post(f"{cluster.endpoint}/{bucket}", content=huge,
+                   headers={"content-type": "multipart/form-data; boundary=zz"})
+    assert r.status_code == 400 and b"MalformedPOSTRequest" in r.content
 
 
 def test_cut_off_upload_leaves_nothing(cluster, s3, bucket):
