@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,10 +24,32 @@ ALT = ("EPOCHALTKEY00000000", "epochaltsecret0000000000000000000000000", "alt-us
 SECRET = "test-cluster-secret"
 
 
+_given: set[int] = set()
+
+
+def ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nobody listens on, below the kernel's ephemeral range and not handed out before in this run. A port
+    from bind(0) is an ephemeral one, which any of a test run's many outgoing connections may take as its local port
+    before the service given it binds it (a CI run lost a test to EADDRINUSE that way)."""
+    hi = min(ephemeral_low(), 65536) - 1
+    while True:
+        port = random.randint(min(10000, hi - 1000), hi)
+        if port in _given:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
 
 
 class Cluster:

@@ -8,13 +8,16 @@ import sys
 
 import boto3
 import pytest
+from cluster import ephemeral_low
+
 
 def free_port() -> int:
-    """A gateway port whose next 16 ports (the other services of `epochfs up`) are free too."""
+    """A gateway port whose next 16 ports (the other services of `epochfs up`) are free too, below the ephemeral
+    range (cluster.free_port says why)."""
     import random
     import socket
     while True:
-        base = random.randint(20000, 60000)
+        base = random.randint(10000, ephemeral_low() - 18)
         try:
             socks = []
             for p in range(base, base + 17):
