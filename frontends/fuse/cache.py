@@ -94,10 +94,11 @@ class BlockCache:
         self.misses += 1
         return None
 
-    def put(self, key: Key, data: bytes) -> None:
+    def put(self, key: Key, data: bytes, memory: bool = True) -> None:
+        """Keep a chunk: in memory, else (or with memory=False, for what the page cache holds) on disk."""
         if not self.enabled or key in self._data or key in self._disk.index:
             return
-        victims = self._mem.room_for(len(data))
+        victims = self._mem.room_for(len(data)) if memory else None
         if victims is not None:
             for v in victims:
                 self._spill(v)

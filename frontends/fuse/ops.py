@@ -195,7 +195,10 @@ class Handle:
     etag: str
     size: int
     writer: Writer | None = None
-    next_chunk: int = -1                     # the chunk a sequential reader asks for next
+    pos: int = -1                            # where the last read ended: a sequential reader asks for that next
+    ahead: int = -1                          # the last chunk readahead was started for
+    stream: bool = False                     # reading a large file front to back (see _stream_window)
+    window: dict[int, list] = field(default_factory=dict)  # a stream's chunks: index -> [data, bytes not yet read]
 
 
 @dataclass
@@ -602,17 +605,59 @@ class EpochOperations(pyfuse3.Operations):
         if self.o.prefetch and p is not None and p not in self.prefetched and self.nursery is not None:
             self.prefetched.add(p)
             self._background(self._prefetch_dir, p)
-        if first == h.next_chunk and self.nursery is not None:
-            for i in range(last + 1, min(last + 1 + self.o.readahead, (h.size + cs - 1) // cs)):
-                if (h.ino, h.etag, i) not in self.inflight:
-                    self._background(self._chunk, h.ino, h.etag, i, h.size)
-        h.next_chunk = last + 1
-        pieces = [await self._chunk(h.ino, h.etag, i, h.size) for i in range(first, last + 1)]
+        seq = off == h.pos and off > 0
+        window = self._stream_window(h, off, seq)
+        h.pos = end
+        if not seq:
+            h.ahead = last
+        elif self.nursery is not None:  # the next `readahead` chunks, each started once
+            for i in range(max(last, h.ahead) + 1, min(last + 1 + self.o.readahead, (h.size + cs - 1) // cs)):
+                if (h.ino, h.etag, i) not in self.inflight and i not in h.window:
+                    self._background(self._chunk, h.ino, h.etag, i, h.size, window)
+            h.ahead = max(h.ahead, last + self.o.readahead)
+        pieces = [await self._chunk(h.ino, h.etag, i, h.size, window) for i in range(first, last + 1)]
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if window is not None:
+            for i in range(first, last + 1):  # a chunk leaves the window once all its bytes were read
+                kept = window.get(i)
+                if kept is not None:
+                    kept[1] -= min(end, (i + 1) * cs) - max(off, i * cs)
+                    if kept[1] <= 0:
+                        del window[i]
         return data[off - first * cs: end - first * cs]
 
-    async def _chunk(self, ino: int, etag: str, idx: int, size: int) -> bytes:
-        """Chunk `idx` of a file version: from the cache, from a fetch already under way, or read (_read)."""
+    def _stream_window(self, h: Handle, off: int, seq: bool) -> dict[int, list] | None:
+        """The window of a handle that reads a large file front to back, or None for reads the block cache keeps.
+
+        A file larger than the readahead span read front to back is what the kernel's page cache keeps (across
+        opens too): keeping its chunks in the block cache as well held every byte twice, and each new byte cost two
+        first touches of memory. Measured on the 1 GiB sequential read of bench/mount_bench.py: see the README's
+        mount benchmark. So a stream's chunks pass through a window of the handle, dropped once read (or, with a
+        disk tier, kept there). Reads of small files and reads at random offsets (shuffled samples in one large
+        file) go to the block cache as before: that is where the "none" policy beats the kernel's LRU.
+
+        The kernel sends the reads of its readahead concurrently and they may be served out of order, so a handle
+        stays a stream while its reads stay within the readahead span of where it was; a seek elsewhere ends it."""
+        cs = self.o.chunk_size
+        span = (self.o.readahead + 1) * cs
+        if h.size <= span:
+            return None
+        if seq:
+            h.stream = True
+        elif h.stream and abs(off - h.pos) > span:
+            h.stream = False
+        if not h.stream:
+            h.window.clear()
+            return None
+        for i in [i for i in h.window if (i + 1) * cs < off - span]:  # skipped over: never read whole
+            del h.window[i]
+        return h.window
+
+    async def _chunk(self, ino: int, etag: str, idx: int, size: int, window: dict[int, list] | None = None) -> bytes:
+        """Chunk `idx` of a file version: from the cache, from a fetch already under way, or read (_read). With a
+        stream's `window`, a chunk read goes there (and to the cache's disk tier only), not to the memory tier."""
+        if window is not None and idx in window:
+            return window[idx][0]
         key = (ino, etag, idx)
         pos = self.dir_pos.get(ino) if idx == 0 and self.o.prefetch else None
         if pos is not None and size <= self.o.chunk_size and key not in self.inflight and key not in self.cache:
@@ -622,21 +667,27 @@ class EpochOperations(pyfuse3.Operations):
             if f.error is not None:
                 raise f.error
             if f.data is not None:
-                return f.data
+                return self._keep(key, f.data, window)
         data = self.cache.get(key)
         if data is not None:
             return data
         f = self.inflight[key] = _Fetch()
         try:
             f.data = await self._read(ino, etag, idx * self.o.chunk_size, self.o.chunk_size, size)
-            self.cache.put(key, f.data)
-            return f.data
+            self.cache.put(key, f.data, memory=window is None)
+            return self._keep(key, f.data, window)
         except BaseException as e:
             f.error = e
             raise
         finally:
             del self.inflight[key]
             f.done.set()
+
+    @staticmethod
+    def _keep(key: tuple, data: bytes, window: dict[int, list] | None) -> bytes:
+        if window is not None and data:
+            window.setdefault(key[2], [data, len(data)])
+        return data
 
     async def _read(self, ino: int, etag: str, off: int, n: int, size: int) -> bytes:
         """Bytes [off, off + n) of version `etag` of a file of `size` bytes (short at its end), straight from the

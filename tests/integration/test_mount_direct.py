@@ -84,6 +84,63 @@ def test_a_dataset_read_that_misses_fetches_its_files_group(cluster, bucket, s3,
     assert 0 < datanode_calls(cluster, "read_tokened") - calls <= 6 * 3
 
 
+def _front_to_back(path, drop: bool = True) -> bytes:
+    """The file read front to back in 128 KiB reads; then the kernel drops its pages of it (as under memory pressure),
+    so that the next read reaches the mount."""
+    with open(path, "rb", buffering=0) as f:
+        data = b"".join(iter(lambda: f.read(128 << 10), b""))
+        if drop:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    return data
+
+
+def _at_random(path, size: int, chunk: int) -> dict[int, bytes]:
+    """Every chunk-sized piece of the file, read far from the one before (no kernel readahead); pages dropped after."""
+    with open(path, "rb", buffering=0) as f:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+        n = size // chunk
+        got = {i * chunk: os.pread(f.fileno(), chunk, i * chunk) for i in [*range(0, n, 2), *range(1, n, 2)][::-1]}
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    return got
+
+
+def test_a_file_read_front_to_back_is_not_kept_twice(cluster, bucket, s3, tmp_path):
+    """The kernel's page cache keeps what a reader reads front to back: the block cache's memory does not hold those
+    chunks as well (a read after the kernel dropped them goes to the DataNodes again), a disk tier does, and chunks
+    read at random offsets stay in memory as before (where the none policy beats the kernel's LRU)."""
+    mib = 1 << 20
+    big = os.urandom(12 * mib)
+    s3.put_object(Bucket=bucket, Key="stream/big.bin", Body=big)
+    small_chunks = ("--chunk-size", "1M", "--readahead", "2")  # 12 chunks: a stream past the readahead span
+    m = Mount(cluster, f"{bucket}/stream", tmp_path / "s", "--cache", "none", "--cache-mem", "64M", *small_chunks,
+              log=tmp_path / "m.log")
+    try:
+        calls = datanode_calls(cluster, "read_tokened")
+        assert _front_to_back(m.path / "big.bin") == big
+        first = datanode_calls(cluster, "read_tokened") - calls
+        assert first >= 12
+        calls += first
+        assert _front_to_back(m.path / "big.bin") == big
+        assert datanode_calls(cluster, "read_tokened") - calls >= 10  # all but the first chunk or so: not kept
+        for _ in range(2):  # read at random offsets: kept, the second round makes no DataNode read
+            calls = datanode_calls(cluster, "read_tokened")
+            got = _at_random(m.path / "big.bin", len(big), mib)
+            assert all(v == big[k:k + mib] for k, v in got.items()) and len(got) == 12
+        assert datanode_calls(cluster, "read_tokened") == calls
+    finally:
+        m.close()
+    m = Mount(cluster, f"{bucket}/stream", tmp_path / "d", "--cache", "none", "--cache-mem", "64M",
+              "--cache-disk", "64M", "--cache-dir", str(tmp_path / "cache"), *small_chunks, log=tmp_path / "m.log")
+    try:
+        assert _front_to_back(m.path / "big.bin") == big
+        calls = datanode_calls(cluster, "read_tokened")
+        assert _front_to_back(m.path / "big.bin") == big
+        assert datanode_calls(cluster, "read_tokened") == calls  # the disk tier kept the stream
+        assert sum(p.stat().st_size for p in (tmp_path / "cache" / "blocks").iterdir()) >= 10 * mib
+    finally:
+        m.close()
+
+
 @pytest.fixture(scope="module")
 def own_cluster(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("direct")).start()
