@@ -6,7 +6,9 @@ What it measures, in one run, through the mount and from a local copy of the sam
     epoch 1..E   read N files of S bytes (default 20,000 x 110 KiB) in a new shuffled order each epoch with T reader
                  threads (default 8); files/s and MB/s per epoch
     sequential   a B-byte file (default 1 GiB) read front to back in 1 MiB reads, MB/s: one on the new mount before
-                 the epochs, another after them (a different file, so that neither is in any cache)
+                 the epochs, another after them (a different file, so that neither is in any cache); with the CPU the
+                 mount and the cluster spent per MB, and what the cluster read from disk meanwhile (its page cache
+                 lost the blocks: on one machine the DataNodes, the local copy and the mount share the memory)
 
 The ratio column is mount / local (1.0 = local-directory speed). The local copy is read from the page cache (it was
 just written), so it is the ceiling any file system on this machine can reach. The mount runs in dataset mode with
@@ -14,11 +16,11 @@ the block cache policy "none" (--mount-args to change) and is started fresh afte
 everything from the cluster, once the cluster has settled after the upload (compactions, replication). "mount cpu
 ms/file" is the FUSE process's CPU (utime+stime from /proc) per file read (per MB for the sequential read).
 
-A sequential read through any cached file system puts the file into new page cache (and the block cache keeps it too,
-with room). After the epochs this machine has few recently freed pages left, and on a VM whose free memory goes back
-to the host (virtio-balloon free page reporting) a page the guest touches for the first time costs a host fault. So
-the run also times the kernel alone putting B bytes into new page cache (a write to a new tmpfs file, right after the
-mount's read): no cached read can fill the page cache faster than that at that moment.
+A sequential read through any cached file system puts the file into new page cache (the mount's block cache does not
+keep a stream a second time). After the epochs this machine has few recently freed pages left, and on a VM whose
+free memory goes back to the host (virtio-balloon free page reporting) a page the guest touches for the first time
+costs a host fault. So the run also times the kernel alone putting B bytes into new page cache (a write to a new
+tmpfs file, right after the mount's read): no cached read can fill the page cache faster than that at that moment.
 
 How to run:
 
@@ -166,14 +168,29 @@ def read_sequential(path: Path) -> tuple[float, int]:
     return time.perf_counter() - t0, n
 
 
-def sequential(name: str, pid: int, mnt: Path, local: Path, file: str) -> tuple[str, float, float, float]:
-    """(name, mount MB/s, local MB/s, mount CPU ms per MB) of reading `file` through the mount, then locally."""
-    cpu0 = cpu_seconds(pid)
+def cluster_usage(pid: int) -> tuple[float, int]:
+    """(CPU seconds, bytes read from disk) of the cluster's processes (`epochfs up` and its children)."""
+    cpu, disk = 0.0, 0
+    for p in descendants(pid):
+        try:
+            cpu += cpu_seconds(p)
+            disk += next(int(line.split()[1]) for line in Path(f"/proc/{p}/io").read_text().splitlines()
+                         if line.startswith("read_bytes:"))
+        except (OSError, ValueError, IndexError, StopIteration):
+            pass
+    return cpu, disk
+
+
+def sequential(name: str, pid: int, cluster: int, mnt: Path, local: Path, file: str) -> tuple:
+    """(name, mount MB/s, local MB/s, mount CPU ms per MB, cluster CPU ms per MB, MB the cluster read from disk) of
+    reading `file` through the mount, then locally."""
+    cpu0, (ccpu0, disk0) = cpu_seconds(pid), cluster_usage(cluster)
     t_m, n_m = read_sequential(mnt / file)
-    cpu = (cpu_seconds(pid) - cpu0) / (n_m / 1e6) * 1e3
+    mb = n_m / 1e6
+    cpu, (ccpu, disk) = cpu_seconds(pid), cluster_usage(cluster)
     t_l, n_l = read_sequential(local / file)
     assert n_m == n_l
-    return name, n_m / t_m / 1e6, n_l / t_l / 1e6, cpu
+    return name, mb / t_m, n_l / t_l / 1e6, (cpu - cpu0) / mb * 1e3, (ccpu - ccpu0) / mb * 1e3, (disk - disk0) / 1e6
 
 
 def new_page_cache_mb_s(nbytes: int) -> float | None:
@@ -236,7 +253,7 @@ def main() -> None:
             del big
         print(f"cluster settled after {settle(cluster.pid):.0f} s", flush=True)
         mnt = mount(env, "bench", tmp / "mnt", shlex.split(a.mount_args), tmp / "mount.log")
-        seq = [sequential("sequential, new mount", mnt.pid, tmp / "mnt", local, "fresh.bin")]
+        seq = [sequential("sequential, new mount", mnt.pid, cluster.pid, tmp / "mnt", local, "fresh.bin")]
         rows = []
         for e in range(1, a.epochs + 1):
             cpu0 = cpu_seconds(mnt.pid)
@@ -246,7 +263,7 @@ def main() -> None:
             assert n_m == n_l == a.files * a.size
             rows.append((f"epoch {e}", a.files / t_m, n_m / t_m / 1e6, a.files / t_l, n_l / t_l / 1e6,
                          cpu / a.files * 1e3))
-        seq.append(sequential("sequential, after the epochs", mnt.pid, tmp / "mnt", local, "big.bin"))
+        seq.append(sequential("sequential, after the epochs", mnt.pid, cluster.pid, tmp / "mnt", local, "big.bin"))
         fill = new_page_cache_mb_s(a.big)
         print(f"\nmount args: {a.mount_args}; {a.threads} reader threads; {os.cpu_count()} cores\n")
         print(f"{'phase':<12}{'mount files/s':>15}{'mount MB/s':>12}{'local files/s':>15}{'local MB/s':>12}"
@@ -254,9 +271,9 @@ def main() -> None:
         for name, fm, mm, fl, ml, cpu in rows:
             print(f"{name:<12}{fm:>15,.0f}{mm:>12,.1f}{fl:>15,.0f}{ml:>12,.1f}{fm / fl:>8.2f}{cpu:>19.3f}")
         print(f"\n{'sequential read of ' + format(a.big >> 20, ',') + ' MiB':<30}{'mount MB/s':>12}{'local MB/s':>12}"
-              f"{'mount cpu ms/MB':>17}")
-        for name, mm, ml, cpu in seq:
-            print(f"{name:<30}{mm:>12,.1f}{ml:>12,.1f}{cpu:>17.3f}")
+              f"{'ratio':>8}{'mount cpu ms/MB':>17}{'cluster cpu ms/MB':>19}{'cluster disk MB':>17}")
+        for name, mm, ml, cpu, ccpu, disk in seq:
+            print(f"{name:<30}{mm:>12,.1f}{ml:>12,.1f}{mm / ml:>8.2f}{cpu:>17.3f}{ccpu:>19.3f}{disk:>17,.0f}")
         if fill is not None:
             print(f"{'new page cache (tmpfs write)':<30}{fill:>12,.1f}{'':>12}{'':>17}   (right after the mount's read: "
                   f"after the epochs mount/this = {seq[-1][1] / fill:.2f})")
