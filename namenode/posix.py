@@ -384,7 +384,11 @@ class Posix:
     def rename(self, parent: int, name: str, newparent: int, newname: str, flags: int = 0,
                bucket: str | None = None) -> None:
         """Move one entry (a file, or a directory with everything below it) in one batch. RENAME_NOREPLACE fails
-        with EEXIST if the target exists; RENAME_EXCHANGE swaps two existing entries."""
+        with EEXIST if the target exists; RENAME_EXCHANGE swaps two existing entries. Other flags (RENAME_WHITEOUT,
+        which overlayfs asks of its upper layer) fail with EINVAL: a rename that ignored them would claim to have
+        left what it did not."""
+        if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) or flags == RENAME_NOREPLACE | RENAME_EXCHANGE:
+            raise _fail(errors.InvalidInput, errno.EINVAL, f"rename flags {flags:#x} not supported")
         self._check_name(newname)
         src_dir = self._writable_dir(parent)
         dst_dir = src_dir if newparent == parent else self._writable_dir(newparent)

@@ -15,6 +15,7 @@ every file of a directory soon, so the first read of a file there fetches the di
 from __future__ import annotations
 
 import bisect
+import collections
 import errno
 import functools
 import itertools
@@ -195,7 +196,7 @@ class Handle:
     etag: str
     size: int
     writer: Writer | None = None
-    pos: int = -1                            # where the last read ended: a sequential reader asks for that next
+    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=16))  # (start, end) of reads
     ahead: int = -1                          # the last chunk readahead was started for
     stream: bool = False                     # reading a large file front to back (see _stream_window)
     window: dict[int, list] = field(default_factory=dict)  # a stream's chunks: index -> [data, bytes not yet read]
@@ -605,12 +606,14 @@ class EpochOperations(pyfuse3.Operations):
         if self.o.prefetch and p is not None and p not in self.prefetched and self.nursery is not None:
             self.prefetched.add(p)
             self._background(self._prefetch_dir, p)
-        seq = off == h.pos and off > 0
+        # sequential: the read adjoins a recent one. The kernel's readahead sends its reads together and trio may
+        # run them in any order, so a sequential reader's read may come before the one it follows.
+        seq = any(e == off or s == end for s, e in h.recent)
         window = self._stream_window(h, off, seq)
-        h.pos = end
-        if not seq:
+        h.recent.append((off, end))
+        if not seq and window is None:
             h.ahead = last
-        elif self.nursery is not None:  # the next `readahead` chunks, each started once
+        elif seq and self.nursery is not None:  # the next `readahead` chunks, each started once
             for i in range(max(last, h.ahead) + 1, min(last + 1 + self.o.readahead, (h.size + cs - 1) // cs)):
                 if (h.ino, h.etag, i) not in self.inflight and i not in h.window:
                     self._background(self._chunk, h.ino, h.etag, i, h.size, window)
@@ -636,15 +639,16 @@ class EpochOperations(pyfuse3.Operations):
         disk tier, kept there). Reads of small files and reads at random offsets (shuffled samples in one large
         file) go to the block cache as before: that is where the "none" policy beats the kernel's LRU.
 
-        The kernel sends the reads of its readahead concurrently and they may be served out of order, so a handle
-        stays a stream while its reads stay within the readahead span of where it was; a seek elsewhere ends it."""
+        A handle becomes a stream with a sequential read (see read) and stays one while its reads stay within the
+        readahead span of the last one (the kernel's readahead reads, served in any order); a seek elsewhere ends it.
+        """
         cs = self.o.chunk_size
         span = (self.o.readahead + 1) * cs
         if h.size <= span:
             return None
         if seq:
             h.stream = True
-        elif h.stream and abs(off - h.pos) > span:
+        elif h.stream and (not h.recent or abs(off - h.recent[-1][1]) > span):
             h.stream = False
         if not h.stream:
             h.window.clear()

@@ -114,6 +114,9 @@ def test_rename_files_and_directories(mnt, s3, bucket):
     _renameat2(root / "w", root / "z" / "b" / "x", 2)      # RENAME_EXCHANGE
     assert (root / "w").read_bytes() == b"y" and (root / "z" / "b" / "x").read_bytes() == b"w"
     with pytest.raises(OSError) as e:
+        _renameat2(root / "w", root / "v", 4)              # RENAME_WHITEOUT: not offered, nothing moves
+    assert e.value.errno == errno.EINVAL and (root / "w").read_bytes() == b"y" and not (root / "v").exists()
+    with pytest.raises(OSError) as e:
         os.rename(root / "z", root / "z" / "b" / "inside")
     assert e.value.errno == errno.EINVAL
 

@@ -69,6 +69,9 @@ def test_rename_moves_a_directory_in_one_entry(fs):
     assert errno_of(fs.rename, fs.b, "g", fs.b, "z", RENAME_NOREPLACE) == errno.EEXIST
     fs.rename(fs.b, "g", fs.b, "z", RENAME_EXCHANGE)
     assert fs.lookup(fs.b, "z")["ino"] == g["ino"] and fs.lookup(fs.b, "g")["ino"] == a["ino"]
+    for flags in (4, RENAME_NOREPLACE | RENAME_EXCHANGE):  # RENAME_WHITEOUT; both at once
+        assert errno_of(fs.rename, fs.b, "z", fs.b, "w", flags) == errno.EINVAL
+    assert fs.lookup(fs.b, "z")["ino"] == g["ino"] and errno_of(fs.lookup, fs.b, "w") == errno.ENOENT
 
 
 def test_replaced_file_stays_readable_by_inode_until_reaped(fs, monkeypatch):
