@@ -673,8 +673,8 @@ class EpochOperations(pyfuse3.Operations):
             if f.data is not None:
                 return self._keep(key, f.data, window)
         data = self.cache.get(key)
-        if data is not None:
-            return data
+        if data is not None:  # a stream keeps it at hand: each of the chunk's reads would read the disk tier again
+            return self._keep(key, data, window)
         f = self.inflight[key] = _Fetch()
         try:
             f.data = await self._read(ino, etag, idx * self.o.chunk_size, self.o.chunk_size, size)
