@@ -671,15 +671,15 @@ class EpochOperations(pyfuse3.Operations):
             if f.error is not None:
                 raise f.error
             if f.data is not None:
-                return self._keep(key, f.data, window)
+                return self._keep(idx, f.data, window)
         data = self.cache.get(key)
         if data is not None:  # a stream keeps it at hand: each of the chunk's reads would read the disk tier again
-            return self._keep(key, data, window)
+            return self._keep(idx, data, window)
         f = self.inflight[key] = _Fetch()
         try:
             f.data = await self._read(ino, etag, idx * self.o.chunk_size, self.o.chunk_size, size)
             self.cache.put(key, f.data, memory=window is None)
-            return self._keep(key, f.data, window)
+            return self._keep(idx, f.data, window)
         except BaseException as e:
             f.error = e
             raise
@@ -688,9 +688,10 @@ class EpochOperations(pyfuse3.Operations):
             f.done.set()
 
     @staticmethod
-    def _keep(key: tuple, data: bytes, window: dict[int, list] | None) -> bytes:
+    def _keep(idx: int, data: bytes, window: dict[int, list] | None) -> bytes:
+        """`data`, chunk `idx`, also put in a stream's window (with all its bytes still to be read)."""
         if window is not None and data:
-            window.setdefault(key[2], [data, len(data)])
+            window.setdefault(idx, [data, len(data)])
         return data
 
     async def _read(self, ino: int, etag: str, off: int, n: int, size: int) -> bytes:

@@ -84,13 +84,12 @@ def test_a_dataset_read_that_misses_fetches_its_files_group(cluster, bucket, s3,
     assert 0 < datanode_calls(cluster, "read_tokened") - calls <= 6 * 3
 
 
-def _front_to_back(path, drop: bool = True) -> bytes:
+def _front_to_back(path) -> bytes:
     """The file read front to back in 128 KiB reads; then the kernel drops its pages of it (as under memory pressure),
     so that the next read reaches the mount."""
     with open(path, "rb", buffering=0) as f:
         data = b"".join(iter(lambda: f.read(128 << 10), b""))
-        if drop:
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     return data
 
 
