@@ -198,7 +198,7 @@ class Handle:
     writer: Writer | None = None
     recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=16))  # (start, end) of reads
     ahead: int = -1                          # the last chunk readahead was started for
-    stream: bool = False                     # reading a large file front to back (see _stream_window)
+    stream: bool = False                     # reading a large file front to back (see _track_stream)
     window: dict[int, list] = field(default_factory=dict)  # a stream's chunks: index -> [data, bytes not yet read]
 
 
@@ -609,28 +609,32 @@ class EpochOperations(pyfuse3.Operations):
         # sequential: the read adjoins a recent one. The kernel's readahead sends its reads together and trio may
         # run them in any order, so a sequential reader's read may come before the one it follows.
         seq = any(e == off or s == end for s, e in h.recent)
-        window = self._stream_window(h, off, seq)
+        self._track_stream(h, off, seq)
         h.recent.append((off, end))
-        if not seq and window is None:
+        if not seq and not h.stream:
             h.ahead = last
         elif seq and self.nursery is not None:  # the next `readahead` chunks, each started once
             for i in range(max(last, h.ahead) + 1, min(last + 1 + self.o.readahead, (h.size + cs - 1) // cs)):
                 if (h.ino, h.etag, i) not in self.inflight and i not in h.window:
-                    self._background(self._chunk, h.ino, h.etag, i, h.size, window)
+                    self._background(self._chunk, h.ino, h.etag, i, h.size, h.window)
             h.ahead = max(h.ahead, last + self.o.readahead)
-        pieces = [await self._chunk(h.ino, h.etag, i, h.size, window) for i in range(first, last + 1)]
+        # whether the handle streams is asked again for each chunk: a read that began before its stream was seen
+        # would otherwise miss the chunks the stream keeps in its window only, and fetch them again
+        pieces = [await self._chunk(h.ino, h.etag, i, h.size, h.window if h.stream else None)
+                  for i in range(first, last + 1)]
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        if window is not None:
+        if h.stream:
             for i in range(first, last + 1):  # a chunk leaves the window once all its bytes were read
-                kept = window.get(i)
+                kept = h.window.get(i)
                 if kept is not None:
                     kept[1] -= min(end, (i + 1) * cs) - max(off, i * cs)
                     if kept[1] <= 0:
-                        del window[i]
+                        del h.window[i]
         return data[off - first * cs: end - first * cs]
 
-    def _stream_window(self, h: Handle, off: int, seq: bool) -> dict[int, list] | None:
-        """The window of a handle that reads a large file front to back, or None for reads the block cache keeps.
+    def _track_stream(self, h: Handle, off: int, seq: bool) -> None:
+        """Is the handle a stream, reading a large file front to back? Its chunks then go to its window, not to the
+        block cache's memory.
 
         A file larger than the readahead span read front to back is what the kernel's page cache keeps (across
         opens too): keeping its chunks in the block cache as well held every byte twice, and each new byte cost two
@@ -645,17 +649,16 @@ class EpochOperations(pyfuse3.Operations):
         cs = self.o.chunk_size
         span = (self.o.readahead + 1) * cs
         if h.size <= span:
-            return None
+            return
         if seq:
             h.stream = True
         elif h.stream and (not h.recent or abs(off - h.recent[-1][1]) > span):
             h.stream = False
         if not h.stream:
             h.window.clear()
-            return None
+            return
         for i in [i for i in h.window if (i + 1) * cs < off - span]:  # skipped over: never read whole
             del h.window[i]
-        return h.window
 
     async def _chunk(self, ino: int, etag: str, idx: int, size: int, window: dict[int, list] | None = None) -> bytes:
         """Chunk `idx` of a file version: from the cache, from a fetch already under way, or read (_read). With a
