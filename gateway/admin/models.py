@@ -143,7 +143,7 @@ class DecommissionJobCreate(In):
     node: NodeId = Field(description="the DataNode to drain")
 
 
-JobCreate = Annotated[Union[ClusterJobCreate, ScrubJobCreate, DecommissionJobCreate], Field(discriminator="kind")]
+JobCreate = Union[ClusterJobCreate, ScrubJobCreate, DecommissionJobCreate]  # told apart by kind
 
 
 class Job(Msg):
