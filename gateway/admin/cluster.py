@@ -3,15 +3,17 @@ from __future__ import annotations
 
 import itertools
 import time
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Path
 
 from .. import metrics
 from .auth import AdminDep
 from .common import BAD_BODY, CtxDep
-from .models import Job, JobCreate, Node, Summary, Throughput
+from .models import Job, JobCreate, Node, NodeId, Summary, Throughput
 
 router = APIRouter(tags=["cluster"])
+NodeIdPath = Annotated[NodeId, Path()]
 _job_ids = itertools.count(1)
 
 
@@ -58,7 +60,7 @@ async def list_nodes(_: AdminDep, ctx: CtxDep) -> list[Node]:
 
 
 @router.get("/nodes/{node_id}", response_model=Node, responses={404: {"description": "no such DataNode"}})
-async def get_node(node_id: int, _: AdminDep, ctx: CtxDep) -> Node:
+async def get_node(node_id: NodeIdPath, _: AdminDep, ctx: CtxDep) -> Node:
     for n in await nodes_of(ctx):
         if n.id == node_id:
             return n
@@ -74,7 +76,7 @@ async def _decommission(ctx, node_id: int) -> Job:
 
 @router.post("/nodes/{node_id}/decommission", response_model=Job, status_code=202,
              responses={404: {"description": "no such DataNode"}})
-async def decommission(node_id: int, _: AdminDep, ctx: CtxDep) -> Job:
+async def decommission(node_id: NodeIdPath, _: AdminDep, ctx: CtxDep) -> Job:
     """Drain a DataNode: it gets no new blocks, its blocks are copied elsewhere, then it is decommissioned."""
     return await _decommission(ctx, node_id)
 

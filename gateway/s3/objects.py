@@ -235,7 +235,6 @@ async def put_object(ctx, req):
     if "content-length" not in req.headers and "x-amz-decoded-content-length" not in req.headers \
             and "chunked" not in req.headers.get("transfer-encoding", ""):
         raise S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.", 411)
-    args.int_arg(req.headers.get("x-amz-decoded-content-length"), "x-amz-decoded-content-length", 0, hi=args.MAX_INT)
     check = BodyCheck(req.headers, req.auth)
     stream, dec = body_stream(req.receive, req.headers, req.auth)
     blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update,

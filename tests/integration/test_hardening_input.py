@@ -126,10 +126,13 @@ def test_huge_integers_in_bodies(cluster, s3, obj):
         assert (status, code) == (400, "InvalidArgument"), (args, data[:300])
 
 
-def test_decoded_content_length_must_be_a_number(cluster, obj):
+def test_decoded_content_length_must_be_a_number(cluster, s3, obj):
+    up = _upload(s3, obj)
     for v in ("abc", "+1", BIG):
-        status, code, _ = _get(cluster, f"/{obj}/dcl", {"x-amz-decoded-content-length": v}, "PUT", b"x")
-        assert (status, code) == (400, "InvalidArgument"), v
+        for path in (f"/{obj}/dcl", f"/{obj}/mp?partNumber=1&uploadId={up}"):
+            status, code, _ = _get(cluster, path, {"x-amz-decoded-content-length": v}, "PUT", b"x")
+            assert (status, code) == (400, "InvalidArgument"), (path, v)
+    assert s3.list_parts(Bucket=obj, Key="mp", UploadId=up).get("Parts", []) == []
 
 
 def test_huge_content_length_is_refused(cluster, obj):
