@@ -393,8 +393,10 @@ async def delete_objects(ctx, req):
 
 
 def copy_source_version(req) -> str | None:
+    """The version of x-amz-copy-source (echoed in x-amz-copy-source-version-id)."""
     _, _, qs = req.headers["x-amz-copy-source"].partition("?")
-    return unquote(qs[10:]) if qs.startswith("versionId=") and qs[10:] else None
+    return args.header_value(unquote(qs[10:]), "x-amz-copy-source") if qs.startswith("versionId=") and qs[10:] \
+        else None
 
 
 def parse_copy_source(req) -> tuple[str, str]:
