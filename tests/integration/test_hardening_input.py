@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import socket
+import subprocess
+import sys
 from urllib.parse import urlsplit
 
 import boto3
@@ -369,3 +371,22 @@ def test_admin_integers_may_be_written_as_json_floats(admin, bucket):
     """JSON Schema's integer includes 2.0, so the schema and the validation agree on it."""
     assert admin.call("PATCH", f"/buckets/{bucket}", {"replication": 2.0, "quota_bytes": 1e6})["quota_bytes"] == 10 ** 6
 
+
+
+def test_admin_api_conforms_to_its_schema(tmp_path_factory):
+    """schemathesis with every check (responses, status codes, Allow on 405, negative data refused, valid data
+    taken) finds nothing. Before: 16 unique failures (100 examples, seed 7). A cluster of its own, since an admin
+    fuzzer may drain nodes."""
+    pytest.importorskip("schemathesis")
+    from cluster import Cluster
+    c = Cluster(tmp_path_factory.mktemp("conform")).start()
+    try:
+        c.s3().create_bucket(Bucket="conform")
+        auth = base64.b64encode(f"{MAIN[0]}:{MAIN[1]}".encode()).decode()
+        run = subprocess.run([sys.executable, "-m", "schemathesis.cli", "run", f"{c.endpoint}/admin/openapi.json",
+                              "--checks", "all", "--max-examples", "25", "--seed", "1", "-H",
+                              f"Authorization: Basic {auth}"], capture_output=True, text=True, timeout=600,
+                             cwd=tmp_path_factory.mktemp("st"))
+        assert run.returncode == 0, run.stdout[-4000:]
+    finally:
+        c.close()
