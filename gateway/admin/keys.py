@@ -42,7 +42,8 @@ async def list_keys(_: AdminDep, ctx: CtxDep) -> list[Key]:
     return [bootstrap_view(ctx, u) for u in ctx.keys.bootstrap.values()] + [key_view(r) for r in stored]
 
 
-@router.post("/keys", response_model=KeyCreated, status_code=201, responses={**BAD_BODY, 409: {"description": "key exists"}})
+@router.post("/keys", response_model=KeyCreated, status_code=201,
+             responses={**BAD_BODY, 409: {"description": "key exists"}})
 async def create_key(req: KeyCreate, _: AdminDep, ctx: CtxDep) -> KeyCreated:
     ak = req.access_key or "EPK" + secrets.token_hex(8).upper()
     _not_bootstrap(ctx, ak)

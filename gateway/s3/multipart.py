@@ -12,7 +12,7 @@ from .access import bucket_access
 from .body import BodyCheck, body_stream, read_all
 from .errors import S3Error, invalid_argument, invalid_request, malformed_xml
 from .http import Response
-from .objects import check_key, conditional_write, object_attrs, read_copy_source
+from .objects import check_key, object_attrs, read_copy_source
 
 
 def _checksum_choice(req) -> tuple[str | None, str | None]:
@@ -107,10 +107,9 @@ async def complete(ctx, req):
     expected = {a: req.headers[f"x-amz-checksum-{a}"] for a in ALGORITHMS if f"x-amz-checksum-{a}" in req.headers}
     if "x-amz-checksum-type" in req.headers:
         expected["type"] = req.headers["x-amz-checksum-type"].upper()
-    res = await conditional_write(ctx.cluster.nn(
-        "mpu_complete", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"], parts=parts,
-        checksum=expected, if_match=req.headers.get("if-match"), if_none_match=req.headers.get("if-none-match")),
-        req.headers)
+    res = await ctx.cluster.nn("mpu_complete", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"],
+                               parts=parts, checksum=expected, if_match=req.headers.get("if-match"),
+                               if_none_match=req.headers.get("if-none-match"))
     cs = res.get("cs") or {}
     cs_xml = "".join(f"<Checksum{a.upper()}>{xml.esc(v)}</Checksum{a.upper()}>" for a, v in cs.items() if a != "type")
     if cs:

@@ -56,7 +56,8 @@ def object_attrs(req, info: dict) -> dict:
     if sc not in STORAGE_CLASSES:
         raise S3Error("InvalidStorageClass", "The storage class you specified is not valid", 400)
     owner, acl = new_object_acl(req, info)
-    attrs = {"ctype": args.header_value(h.get("content-type", "binary/octet-stream"), "content-type"), "meta": meta, "hdr": hdr, "owner": owner}
+    ctype = args.header_value(h.get("content-type", "binary/octet-stream"), "content-type")
+    attrs = {"ctype": ctype, "meta": meta, "hdr": hdr, "owner": owner}
     if acl != "private":
         attrs["acl"] = acl
     if sc != "STANDARD":
@@ -150,14 +151,6 @@ def precondition_failed(condition: str) -> S3Error:
                    Condition=condition)
 
 
-async def conditional_write(coro, headers: dict):
-    """Await a NameNode write that carries If-Match / If-None-Match; its 412 names the condition that failed."""
-    try:
-        return await coro
-    except errors.PreconditionFailed:
-        raise precondition_failed("If-None-Match" if "if-none-match" in headers else "If-Match") from None
-
-
 def range_spec(spec: str) -> tuple[int | None, int | None] | None:
     """(first, last) of a single `bytes=first-last` range (first None: a suffix of `last` bytes; last None: to the
     end); None to ignore the header (as S3 does for syntax it can't parse). It needs no object size, so a ranged
@@ -245,9 +238,8 @@ async def put_object(ctx, req):
         cs = check.checksums()
         if cs:
             obj["cs"] = {**cs, "type": "FULL_OBJECT"}
-        res = await conditional_write(ctx.cluster.nn(
-            "put_object", bucket=req.bucket, key=req.key, obj=obj, if_match=req.headers.get("if-match"),
-            if_none_match=req.headers.get("if-none-match")), req.headers)
+        res = await ctx.cluster.nn("put_object", bucket=req.bucket, key=req.key, obj=obj,
+                                   if_match=req.headers.get("if-match"), if_none_match=req.headers.get("if-none-match"))
     except BaseException:
         await ctx.abandon(blocks)
         raise
@@ -472,9 +464,8 @@ async def copy_object(ctx, req):
         obj = {**attrs, "size": size, "etag": f'"{md5.hexdigest()}"', "blk": blocks}
         if check.checksums():
             obj["cs"] = {**check.checksums(), "type": "FULL_OBJECT"}
-        res = await conditional_write(ctx.cluster.nn(
-            "put_object", bucket=req.bucket, key=req.key, obj=obj, if_match=req.headers.get("if-match"),
-            if_none_match=req.headers.get("if-none-match")), req.headers)
+        res = await ctx.cluster.nn("put_object", bucket=req.bucket, key=req.key, obj=obj,
+                                   if_match=req.headers.get("if-match"), if_none_match=req.headers.get("if-none-match"))
     except BaseException:
         await ctx.abandon(blocks)
         raise
