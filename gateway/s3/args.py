@@ -64,7 +64,3 @@ def header_value(value: str, name: str) -> str:
         raise S3Error("InvalidArgument", f"Header value of {name} contains a character not allowed in HTTP headers",
                       400, ArgumentName=name)
     return value
-
-
-def header_safe(value: str) -> bool:
-    return _CTL.search(value) is None
