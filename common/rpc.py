@@ -56,6 +56,15 @@ def _frame(head: dict, payload) -> list:
     return [_HDR.pack(len(j), len(payload)) + j, payload]
 
 
+def _request_frame(head: dict, payload) -> list:
+    """A request's frame; a request that can't be encoded (an integer past 64 bits that the caller's checks let
+    through) is the caller's InvalidInput, raised before anything is sent."""
+    try:
+        return _frame(head, payload)
+    except TypeError as e:
+        raise errors.InvalidInput(f"{head.get('op')}: {e}") from None
+
+
 class _FrameProtocol(asyncio.BufferedProtocol):
     """Reads frames with recv_into straight into buffers of the frame's exact size: a 1 MiB block arrives with no
     intermediate copy, where a StreamReader copies it twice. Subclasses get `frame_received(head, payload)`."""
@@ -216,8 +225,9 @@ class _Conn(_FrameProtocol):
             reply.set_result((head, payload))
 
     def send(self, head: dict, payload) -> asyncio.Future:
+        frame = _request_frame(head, payload)
         self._reply = asyncio.get_running_loop().create_future()
-        self.write_frame(head, payload)
+        self.transport.writelines(frame)
         return self._reply
 
     def time_out(self) -> None:
@@ -279,6 +289,9 @@ class RpcClient(_Pool):
         except (OSError, TimeoutError, ConnectionError) as e:
             conn.transport.close()
             raise errors.Unavailable(f"{op} to {self.host}:{self.port} failed: {e!r}") from None
+        except errors.InvalidInput:
+            self._idle.append(conn)  # not sent (_request_frame): the connection is as it was
+            raise
         except BaseException:
             conn.transport.close()  # cancelled mid-call: the connection is in an unknown state
             raise
@@ -309,7 +322,7 @@ class _TrioConn:
         self.sock = sock
 
     async def call(self, head: dict, payload) -> tuple[dict, bytearray]:
-        for buf in _frame(head, payload):
+        for buf in _request_frame(head, payload):
             view = memoryview(buf).cast("B")
             while view:
                 view = view[await self.sock.send(view):]

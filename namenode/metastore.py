@@ -254,12 +254,14 @@ class MetaStore:
     def check_conditions(cur: dict | None, if_match: str | None, if_none_match: str | None) -> None:
         if if_none_match is not None:
             if cur is not None and (if_none_match.strip() == "*" or _etag_in(cur.get("etag"), if_none_match)):
-                raise errors.PreconditionFailed("At least one of the pre-conditions you specified did not hold")
+                raise errors.PreconditionFailed("At least one of the pre-conditions you specified did not hold",
+                                                condition="If-None-Match")
         if if_match is not None:
             if cur is None:
                 raise errors.NoSuchKey("The specified key does not exist.")
             if not (if_match.strip() == "*" or _etag_in(cur.get("etag"), if_match)):
-                raise errors.PreconditionFailed("At least one of the pre-conditions you specified did not hold")
+                raise errors.PreconditionFailed("At least one of the pre-conditions you specified did not hold",
+                                                condition="If-Match")
 
     def put_object(self, bucket: str, key: str, obj: dict, *, if_match: str | None = None,
                    if_none_match: str | None = None, batch_extra=None) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from .auth import AdminDep
-from .common import CtxDep
+from .common import BAD_BODY, CtxDep
 from .models import Bucket, BucketPatch
 
 router = APIRouter(tags=["buckets"])
@@ -38,7 +38,8 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
     return await _one(ctx, name)
 
 
-@router.patch("/buckets/{name}", response_model=Bucket, responses={404: {"description": "no such bucket"}})
+@router.patch("/buckets/{name}", response_model=Bucket,
+              responses={**BAD_BODY, 404: {"description": "no such bucket"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change replication factor (new blocks), write policy or quotas. A quota set to null is removed."""
     await ctx.cluster.nn("bucket_info", bucket=name)  # 404 before anything changes

@@ -3,15 +3,17 @@ from __future__ import annotations
 
 import itertools
 import time
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Path
 
 from .. import metrics
 from .auth import AdminDep
-from .common import CtxDep
-from .models import Job, JobCreate, Node, Summary, Throughput
+from .common import BAD_BODY, CtxDep
+from .models import Job, JobCreate, Node, NodeId, Summary, Throughput
 
 router = APIRouter(tags=["cluster"])
+NodeIdPath = Annotated[NodeId, Path()]
 _job_ids = itertools.count(1)
 
 
@@ -58,7 +60,7 @@ async def list_nodes(_: AdminDep, ctx: CtxDep) -> list[Node]:
 
 
 @router.get("/nodes/{node_id}", response_model=Node, responses={404: {"description": "no such DataNode"}})
-async def get_node(node_id: int, _: AdminDep, ctx: CtxDep) -> Node:
+async def get_node(node_id: NodeIdPath, _: AdminDep, ctx: CtxDep) -> Node:
     for n in await nodes_of(ctx):
         if n.id == node_id:
             return n
@@ -74,7 +76,7 @@ async def _decommission(ctx, node_id: int) -> Job:
 
 @router.post("/nodes/{node_id}/decommission", response_model=Job, status_code=202,
              responses={404: {"description": "no such DataNode"}})
-async def decommission(node_id: int, _: AdminDep, ctx: CtxDep) -> Job:
+async def decommission(node_id: NodeIdPath, _: AdminDep, ctx: CtxDep) -> Job:
     """Drain a DataNode: it gets no new blocks, its blocks are copied elsewhere, then it is decommissioned."""
     return await _decommission(ctx, node_id)
 
@@ -109,8 +111,8 @@ async def list_jobs(_: AdminDep, ctx: CtxDep) -> list[Job]:
 
 
 @router.post("/jobs", response_model=Job, status_code=202,
-             responses={404: {"description": "no such DataNode"}, 409: {"description": "the DataNode is not alive"},
-                        422: {"description": "a node given to rebalance, or none to decommission"}})
+             responses={**BAD_BODY, 404: {"description": "no such DataNode"},
+                        409: {"description": "the DataNode is not alive"}})
 async def start_job(req: JobCreate, _: AdminDep, ctx: CtxDep) -> Job:
     """Start a job: gc (one pass, done at once), decommission (of `node`), scrub (a full CRC pass on every live
     DataNode, or on `node`), rebalance (move replicas from the fullest to the emptiest nodes). Starting a scrub or
@@ -123,9 +125,6 @@ async def start_job(req: JobCreate, _: AdminDep, ctx: CtxDep) -> Job:
                                 detail={"expired_allocations": res.get("expired", 0),
                                         "garbage_blocks_left": stats.get("garbage", 0), "started": t}))
     if req.kind == "decommission":
-        if req.node is None:
-            raise HTTPException(422, "decommission needs a node")
         return await _decommission(ctx, req.node)
-    if req.kind == "rebalance" and req.node is not None:
-        raise HTTPException(422, "a rebalance job takes no node")
-    return job_view(await ctx.cluster.nn("job_start", kind=req.kind, **({} if req.node is None else {"node": req.node})))
+    node = getattr(req, "node", None)  # a scrub's (the schema gives a rebalance none)
+    return job_view(await ctx.cluster.nn("job_start", kind=req.kind, **({} if node is None else {"node": node})))

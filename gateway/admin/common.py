@@ -11,3 +11,4 @@ def get_ctx(request: Request):
 
 
 CtxDep = Annotated[object, Depends(get_ctx)]
+BAD_BODY = {400: {"description": "the body is not JSON"}}  # what FastAPI answers before validating it

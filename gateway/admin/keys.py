@@ -13,7 +13,7 @@ from fastapi import APIRouter, HTTPException, Response
 from epochfs.common import errors
 
 from .auth import AdminDep
-from .common import CtxDep
+from .common import BAD_BODY, CtxDep
 from .models import Key, KeyCreate, KeyCreated, KeyPatch
 
 router = APIRouter(tags=["keys"])
@@ -42,7 +42,8 @@ async def list_keys(_: AdminDep, ctx: CtxDep) -> list[Key]:
     return [bootstrap_view(ctx, u) for u in ctx.keys.bootstrap.values()] + [key_view(r) for r in stored]
 
 
-@router.post("/keys", response_model=KeyCreated, status_code=201, responses={409: {"description": "key exists"}})
+@router.post("/keys", response_model=KeyCreated, status_code=201,
+             responses={**BAD_BODY, 409: {"description": "key exists"}})
 async def create_key(req: KeyCreate, _: AdminDep, ctx: CtxDep) -> KeyCreated:
     ak = req.access_key or "EPK" + secrets.token_hex(8).upper()
     _not_bootstrap(ctx, ak)
@@ -65,7 +66,8 @@ async def get_key(access_key: str, _: AdminDep, ctx: CtxDep) -> Key:
     return key_view(rec)
 
 
-@router.patch("/keys/{access_key}", response_model=Key, responses={**_404, 409: {"description": "bootstrap key"}})
+@router.patch("/keys/{access_key}", response_model=Key,
+              responses={**BAD_BODY, **_404, 409: {"description": "bootstrap key"}})
 async def patch_key(access_key: str, patch: KeyPatch, _: AdminDep, ctx: CtxDep) -> Key:
     """Disable or enable a key, or replace its bucket permissions; takes effect on every gateway within seconds."""
     _not_bootstrap(ctx, access_key)

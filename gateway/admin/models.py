@@ -1,16 +1,35 @@
 """The admin API's request and response models (they make its OpenAPI schema at /admin/openapi.json)."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 Permission = Literal["read", "write", "owner"]
 BucketName = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+BucketNameStr = Annotated[str, BucketName]
+MAX_QUOTA = (1 << 53) - 1  # JSON's largest exact integer: a client's double can't round across the bound
+
+
+def _integral(v):
+    """JSON Schema's integer includes 2.0; strict mode takes neither 2.0 nor true nor "2", so 2.0 becomes 2 first."""
+    return int(v) if type(v) is float and v.is_integer() else v
+
+
+def Int(lo: int, hi: int):  # noqa: N802 (a type)
+    return Annotated[int, Field(ge=lo, le=hi), BeforeValidator(_integral)]
+
+
+BucketPerms = Field(json_schema_extra={"additionalProperties": False})  # keys: bucket names only
 
 
 class Msg(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class In(Msg):
+    """A request body: its types are strict, as its schema says (no 0 for false, no "2" or 2.0 for 2)."""
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Throughput(Msg):
@@ -65,15 +84,15 @@ class Bucket(Msg):
     versioning: str | None
 
 
-class BucketPatch(Msg):
+class BucketPatch(In):
     """Fields to change; a quota set to null is removed, a field left out is unchanged."""
-    replication: int | None = Field(None, ge=1, le=16)
+    replication: Int(1, 16) | None = None
     write_policy: str | None = Field(None, pattern=r"^(async|sync:([1-9]|1[0-6]))$")
-    quota_bytes: int | None = Field(None, ge=0, le=1 << 62)
-    quota_objects: int | None = Field(None, ge=0, le=1 << 62)
+    quota_bytes: Int(0, MAX_QUOTA) | None = None
+    quota_objects: Int(0, MAX_QUOTA) | None = None
 
 
-class KeyCreate(Msg):
+class KeyCreate(In):
     access_key: str | None = Field(None, pattern=r"^[A-Za-z0-9_.+=-]{3,128}$",
                                    description="default: generated")
     secret_key: str | None = Field(None, min_length=8, max_length=128, pattern=r"^[\x21-\x7e]+$",
@@ -82,14 +101,15 @@ class KeyCreate(Msg):
     owner_id: str | None = Field(None, max_length=128, pattern=r"^[\x21-\x7e]+$",
                                  description="canonical user id the key acts as; default: its own")
     admin: bool = False
-    buckets: dict[str, Permission] = Field(default_factory=dict)
+    buckets: Annotated[dict[BucketNameStr, Permission], BucketPerms] = Field(default_factory=dict)
 
 
-class KeyPatch(Msg):
+class KeyPatch(In):
     disabled: bool | None = None
     admin: bool | None = None
     name: str | None = Field(None, max_length=128)
-    buckets: dict[str, Permission] | None = Field(None, description="replaces the key's bucket permissions")
+    buckets: Annotated[dict[BucketNameStr, Permission], BucketPerms] | None = Field(
+        None, description="replaces the key's bucket permissions")
 
 
 class Key(Msg):
@@ -106,10 +126,24 @@ class KeyCreated(Key):
     secret_key: str = Field(description="shown this once")
 
 
-class JobCreate(Msg):
-    kind: Literal["scrub", "rebalance", "decommission", "gc"]
-    node: int | None = Field(None, ge=0, le=1 << 31,
-                             description="the DataNode (decommission; scrub: only this one; rebalance: none)")
+NodeId = Int(0, 1 << 31)
+
+
+class ClusterJobCreate(In):
+    kind: Literal["rebalance", "gc"]
+
+
+class ScrubJobCreate(In):
+    kind: Literal["scrub"]
+    node: NodeId | None = Field(None, description="only this DataNode (default: every live one)")
+
+
+class DecommissionJobCreate(In):
+    kind: Literal["decommission"]
+    node: NodeId = Field(description="the DataNode to drain")
+
+
+JobCreate = Union[ClusterJobCreate, ScrubJobCreate, DecommissionJobCreate]  # told apart by kind
 
 
 class Job(Msg):

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from epochfs.common import errors
 
@@ -19,8 +23,19 @@ async def domain_error(request: Request, exc: errors.DomainError) -> JSONRespons
     return JSONResponse({"detail": exc.message}, status_code=status)
 
 
+async def method_not_allowed(request: Request, exc: HTTPException):
+    """A 405's Allow header lists every method of the path (Starlette names only the first route's)."""
+    if exc.status_code != 405:
+        return await http_exception_handler(request, exc)
+    methods = sorted({m for r in request.app.routes if isinstance(r, APIRoute)
+                      and r.matches({**request.scope, "method": next(iter(r.methods))})[0] == Match.FULL
+                      for m in r.methods})
+    return JSONResponse({"detail": exc.detail}, status_code=405, headers={"Allow": ", ".join(methods)})
+
+
 def mount(api: FastAPI) -> None:
     for r in (cluster.router, buckets.router, keys.router):
         api.include_router(r, prefix=PREFIX)
     api.include_router(ui.router)
     api.add_exception_handler(errors.DomainError, domain_error)
+    api.add_exception_handler(HTTPException, method_not_allowed)

@@ -91,13 +91,14 @@ def canned_acl(req):
     for h, perm in _GRANT_HEADERS.items():
         for item in filter(None, (x.strip() for x in req.headers.get(h, "").split(","))):
             kind, _, val = item.partition("=")
-            val = val.strip().strip('"')
-            if kind.strip().lower() == "id":
-                header_grants.append([f"id:{val}", perm])
-            elif kind.strip().lower() == "uri":
-                header_grants.append([f"uri:{val}", perm])
-            else:
+            kind, val = kind.strip().lower(), val.strip().strip('"')
+            if kind == "emailaddress" and val:
                 raise not_implemented("grants by e-mail address")
+            if kind not in ("id", "uri") or not val:
+                raise S3Error("InvalidArgument", f"Invalid grant in {h}: use id=\"<canonical id>\", "
+                              "uri=\"<group URI>\" or emailAddress=\"<address>\"", 400, ArgumentName=h,
+                              ArgumentValue=req.headers[h])
+            header_grants.append([f"{kind}:{val}", perm])
     if header_grants:
         if "x-amz-acl" in req.headers:
             raise S3Error("InvalidRequest", "Specifying both Canned ACLs and Header Grants is not allowed", 400)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from epochfs.common import errors
 
-from . import xml
+from . import args, xml
 from .access import bucket_access, check_object_read
 from .errors import S3Error, invalid_argument, invalid_request
 from .objects import check_key, part_checksum
@@ -25,23 +25,16 @@ def _wanted(req) -> set[str]:
 
 
 def _int_header(req, name: str, default: int) -> int:
-    try:
-        v = int(req.headers.get(name, default))
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise invalid_argument(f"Argument {name} must be an integer between 0 and 2147483647", ArgumentName=name)
-    return v
+    return args.int_arg(req.headers.get(name), name, default,
+                        msg=f"Argument {name} must be an integer between 0 and 2147483647")
 
 
 def _checksum_xml(cs: dict) -> str:
     return "".join(f"<Checksum{a.upper()}>{xml.esc(v)}</Checksum{a.upper()}>" for a, v in cs.items() if a != "type")
 
 
-def _parts_xml(obj: dict, req) -> str:
+def _parts_xml(obj: dict, max_parts: int, marker: int) -> str:
     """The ObjectParts element, one page of it (x-amz-max-parts after x-amz-part-number-marker)."""
-    max_parts = min(_int_header(req, "x-amz-max-parts", 1000), 1000)
-    marker = _int_header(req, "x-amz-part-number-marker", 0)
     sizes = obj["ps"]
     numbers = range(marker + 1, len(sizes) + 1)
     page, truncated = numbers[:max_parts], len(numbers) > max_parts
@@ -57,6 +50,8 @@ async def get_object_attributes(ctx, req):
     info = await bucket_access(ctx, req, "object")
     check_key(req.key)
     wanted = _wanted(req)
+    max_parts = min(_int_header(req, "x-amz-max-parts", 1000), 1000)
+    marker = _int_header(req, "x-amz-part-number-marker", 0)
     vid = req.query.get("versionId")
     if vid not in (None, "", "null"):
         raise S3Error("NoSuchVersion", "The specified version does not exist.", 404)
@@ -76,7 +71,7 @@ async def get_object_attributes(ctx, req):
         out.append(f"<Checksum>{_checksum_xml(cs)}<ChecksumType>{cs.get('type', 'FULL_OBJECT')}</ChecksumType>"
                    f"</Checksum>")
     if "ObjectParts" in wanted and obj.get("ps"):
-        out.append(_parts_xml(obj, req))
+        out.append(_parts_xml(obj, max_parts, marker))
     if "StorageClass" in wanted:
         out.append(f"<StorageClass>{obj.get('sc') or 'STANDARD'}</StorageClass>")
     if "ObjectSize" in wanted:

@@ -8,9 +8,13 @@ from typing import AsyncIterator
 
 from epochfs.common.checksums import ALGORITHMS, Hasher, new_hasher
 
+from . import args
 from .errors import S3Error, invalid_argument, invalid_request
 from .sigv4 import (STREAMING_SIGNED, STREAMING_SIGNED_TRAILER, STREAMING_UNSIGNED_TRAILER, UNSIGNED, AuthResult,
                     ChunkSigner)
+
+
+DECODED_LENGTH = "x-amz-decoded-content-length"
 
 
 class ClientDisconnected(Exception):
@@ -228,6 +232,7 @@ class BodyCheck:
 
 def body_stream(receive, headers: dict[str, str], auth: AuthResult | None) -> tuple[AsyncIterator[bytes], object]:
     """The request's payload as a stream of bytes, and the decoder (for trailers) if the body is aws-chunked."""
+    args.int_arg(headers.get(DECODED_LENGTH), DECODED_LENGTH, 0, hi=args.MAX_INT)  # checked before any is stored
     src = raw_body(receive)
     payload_hash = auth.payload_hash if auth else ""
     chunked = payload_hash.startswith("STREAMING-") or "aws-chunked" in headers.get("content-encoding", "")
@@ -249,7 +254,7 @@ async def _counted(src: AsyncIterator[bytes], headers: dict[str, str]) -> AsyncI
 
 
 async def _decoded(dec: AwsChunkedDecoder, headers: dict[str, str]) -> AsyncIterator[bytes]:
-    want = headers.get("x-amz-decoded-content-length")
+    want = headers.get(DECODED_LENGTH)
     n = 0
     async for piece in dec:
         n += len(piece)

@@ -7,7 +7,7 @@ import re
 
 from epochfs.common import errors
 
-from . import xml
+from . import args, xml
 from .body import read_all
 from .access import (OWNERSHIP, acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bucket_access, canned_acl,
                      check_ownership, key_allows)
@@ -44,12 +44,8 @@ async def list_buckets(ctx, req):
         mine = [b for b in mine if b["name"].startswith(prefix)]
     start = req.query.get("continuation-token", "")
     mine = [b for b in mine if b["name"] > start]
-    try:
-        max_buckets = int(req.query.get("max-buckets", "10000"))
-    except ValueError:
-        raise S3Error("InvalidArgument", "max-buckets must be an integer", 400) from None
-    if not 1 <= max_buckets <= 10000:
-        raise S3Error("InvalidArgument", "max-buckets must be between 1 and 10000", 400)
+    max_buckets = args.int_arg(req.query.get("max-buckets"), "max-buckets", 10000, 1, 10000,
+                               "max-buckets must be an integer between 1 and 10000")
     page, more = mine[:max_buckets], len(mine) > max_buckets
     items = "".join(f"<Bucket><Name>{xml.esc(b['name'])}</Name><CreationDate>{xml.iso8601(b['created'])}"
                     f"</CreationDate><BucketRegion>{ctx.settings.region}</BucketRegion></Bucket>" for b in page)
@@ -96,7 +92,7 @@ async def delete_bucket(ctx, req):
 
 
 async def head_bucket(ctx, req):
-    await bucket_owned(ctx, req)
+    await bucket_access(ctx, req, "read")  # whoever may list the bucket may ask whether it exists
     return Response(200, [("x-amz-bucket-region", ctx.settings.region)])
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from . import xml
+from . import args, xml
 from .body import read_all
 from .bucket import bucket_owned
 from .errors import S3Error, malformed_xml
@@ -25,12 +25,13 @@ def parse_cors(body: bytes) -> list[dict]:
         if r.findtext("ID"):
             rule["id"] = r.findtext("ID")
         if r.findtext("MaxAgeSeconds"):
-            try:
-                rule["max_age"] = int(r.findtext("MaxAgeSeconds"))
-            except ValueError:
-                raise malformed_xml() from None
+            rule["max_age"] = args.digits(r.findtext("MaxAgeSeconds").strip(), canonical=False)
+            if rule["max_age"] is None or rule["max_age"] > args.INT32:
+                raise malformed_xml()
         if not rule["origins"] or not rule["methods"]:
             raise malformed_xml()
+        for v in (*rule["origins"], *rule["headers"], *rule["expose"]):  # they go out in response headers
+            args.header_value(v, "CORSRule")
         for m in rule["methods"]:
             if m not in METHODS:
                 raise S3Error("InvalidRequest", f"Found unsupported HTTP method in CORS config. Unsupported method "

@@ -44,6 +44,8 @@ def from_domain(exc: errors.DomainError) -> S3Error:
             code, status = S3_ERRORS[cls]
             code = exc.details.get("code", code)
             err = S3Error(code, exc.message, status)
+            if exc.details.get("condition"):  # the header whose condition failed (s3fs: If-None-Match -> exists)
+                err.extra["Condition"] = exc.details["condition"]
             if exc.details.get("dm"):  # reading a key whose current version is a delete marker
                 err.headers = [("x-amz-delete-marker", "true"), ("x-amz-version-id", exc.details.get("vid", ""))]
             return err

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import base64
 
-from . import xml
+from . import args, xml
 from .access import bucket_access
 from .errors import S3Error, invalid_argument
 from .http import Response
@@ -15,14 +15,7 @@ def _params(req) -> tuple[str, str, int, bool]:
     if enc is not None and enc.lower() != "url":
         raise invalid_argument("Invalid Encoding Method specified in Request", ArgumentName="encoding-type",
                                ArgumentValue=enc)
-    try:
-        max_keys = int(q.get("max-keys", "1000"))
-    except ValueError:
-        raise invalid_argument("Provided max-keys not an integer or within integer range",
-                               ArgumentName="max-keys", ArgumentValue=q.get("max-keys")) from None
-    if max_keys < 0:
-        raise invalid_argument("Argument maxKeys must be an integer between 0 and 2147483647",
-                               ArgumentName="maxKeys", ArgumentValue=q.get("max-keys"))
+    max_keys = args.int_arg(q.get("max-keys"), "max-keys", 1000)
     if q.get("allow-unordered", "").lower() == "true" and q.get("delimiter"):
         # Ceph RGW's extension; listings here are always ordered, but the combination is refused as RGW does
         raise invalid_argument("allow-unordered cannot be used with a delimiter", ArgumentName="allow-unordered")

@@ -7,23 +7,12 @@ import time
 
 from epochfs.common.checksums import ALGORITHMS, multipart_types
 
-from . import quota, xml
+from . import args, quota, xml
 from .access import bucket_access
 from .body import BodyCheck, body_stream, read_all
 from .errors import S3Error, invalid_argument, invalid_request, malformed_xml
 from .http import Response
 from .objects import check_key, object_attrs, read_copy_source
-
-
-def _part_number(req) -> int:
-    try:
-        n = int(req.query["partNumber"])
-    except ValueError:
-        n = 0
-    if not 1 <= n <= 10000:
-        raise invalid_argument("Part number must be an integer between 1 and 10000, inclusive",
-                               ArgumentName="partNumber", ArgumentValue=req.query["partNumber"])
-    return n
 
 
 def _checksum_choice(req) -> tuple[str | None, str | None]:
@@ -61,7 +50,7 @@ async def create(ctx, req):
 
 async def upload_part(ctx, req):
     await quota.precheck(ctx, req, await bucket_access(ctx, req, "write"), replaces_key=False)
-    n = _part_number(req)
+    n = args.part_number(req.query["partNumber"])
     up = await ctx.cluster.nn("mpu_get", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
     check = BodyCheck(req.headers, req.auth, keep_alg=up["a"].get("csa"))
     stream, dec = body_stream(req.receive, req.headers, req.auth)
@@ -82,7 +71,7 @@ async def upload_part(ctx, req):
 
 async def upload_part_copy(ctx, req):
     await bucket_access(ctx, req, "write")
-    n = _part_number(req)
+    n = args.part_number(req.query["partNumber"])
     up = await ctx.cluster.nn("mpu_get", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
     _, _, stream, _ = await read_copy_source(ctx, req, req.headers.get("x-amz-copy-source-range"))
     check = BodyCheck({}, None, keep_alg=up["a"].get("csa"))
@@ -107,10 +96,10 @@ async def complete(ctx, req):
         raise malformed_xml()
     parts = []
     for p in root.findall("Part"):
-        try:
-            n = int(p.findtext("PartNumber") or "")
-        except ValueError:
-            raise malformed_xml() from None
+        pn = (p.findtext("PartNumber") or "").strip()
+        if args.digits(pn) is None:
+            raise malformed_xml()
+        n = args.part_number(pn)
         cs = {a: p.findtext(f"Checksum{a.upper()}") for a in ALGORITHMS if p.findtext(f"Checksum{a.upper()}")}
         parts.append({"n": n, "etag": (p.findtext("ETag") or "").strip(), "cs": cs})
     if not parts:
@@ -139,13 +128,7 @@ async def abort(ctx, req):
 
 
 def _int_arg(req, name: str, default: int, hi: int) -> int:
-    try:
-        v = int(req.query.get(name, default))
-    except ValueError:
-        raise invalid_argument(f"Provided {name} not an integer or within integer range", ArgumentName=name) from None
-    if v < 0:
-        raise invalid_argument(f"Argument {name} must be an integer between 0 and 2147483647", ArgumentName=name)
-    return min(v, hi)
+    return min(args.int_arg(req.query.get(name), name, default), hi)
 
 
 async def list_parts(ctx, req):

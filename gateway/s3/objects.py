@@ -4,14 +4,16 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import re
 import time
 from email.utils import parsedate_to_datetime
 from urllib.parse import unquote
 
 from epochfs.common import errors
+from epochfs.common.checksums import ALGORITHMS
 from epochfs.common.paths import split_key
 
-from . import quota, xml
+from . import args, quota, xml
 from .access import (acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bucket_access, canned_acl,
                      check_object_read, may_list, new_object_acl)
 from .body import BodyCheck, body_stream, read_all
@@ -23,6 +25,8 @@ STD_HEADERS = ("cache-control", "content-disposition", "content-encoding", "cont
 STORAGE_CLASSES = ("STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER",
                    "DEEP_ARCHIVE", "GLACIER_IR", "OUTPOSTS", "SNOW", "EXPRESS_ONEZONE")
 MAX_META_BYTES = 2048
+_COPY_RANGE = re.compile(r"bytes=([0-9]+)-([0-9]+)")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name (RFC 9110 token)
 
 
 def check_key(key: str) -> None:
@@ -36,10 +40,12 @@ def check_key(key: str) -> None:
 def object_attrs(req, info: dict) -> dict:
     """Stored attributes of a new object in bucket `info`, from the request headers."""
     h = req.headers
-    meta = {k[11:]: v for k, v in h.items() if k.startswith("x-amz-meta-")}
+    meta = {k[11:]: args.header_value(v, k) for k, v in h.items() if k.startswith("x-amz-meta-")}
+    if not all(_TOKEN.fullmatch(k) for k in meta):  # a POST form's field names need not be header names
+        raise invalid_argument("Metadata names must be valid HTTP header names")
     if sum(len(k) + len(v) for k, v in meta.items()) > MAX_META_BYTES:
         raise S3Error("MetadataTooLarge", "Your metadata headers exceed the maximum allowed metadata size.", 400)
-    hdr = {k: h[k] for k in STD_HEADERS if k in h}
+    hdr = {k: args.header_value(h[k], k) for k in STD_HEADERS if k in h}
     if "content-encoding" in hdr:
         enc = ",".join(e for e in (x.strip() for x in hdr["content-encoding"].split(",")) if e and e != "aws-chunked")
         if enc:
@@ -50,7 +56,8 @@ def object_attrs(req, info: dict) -> dict:
     if sc not in STORAGE_CLASSES:
         raise S3Error("InvalidStorageClass", "The storage class you specified is not valid", 400)
     owner, acl = new_object_acl(req, info)
-    attrs = {"ctype": h.get("content-type", "binary/octet-stream"), "meta": meta, "hdr": hdr, "owner": owner}
+    ctype = args.header_value(h.get("content-type", "binary/octet-stream"), "content-type")
+    attrs = {"ctype": ctype, "meta": meta, "hdr": hdr, "owner": owner}
     if acl != "private":
         attrs["acl"] = acl
     if sc != "STANDARD":
@@ -73,7 +80,7 @@ def object_headers(obj: dict, req, *, with_checksum: bool | None = None) -> list
         h.append(("x-amz-mp-parts-count", str(len(obj["ps"]))))
     asked = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
     if "partNumber" in req.query:
-        cs = part_checksum(obj, int(req.query["partNumber"])) if asked else {}
+        cs = part_checksum(obj, args.part_number(req.query["partNumber"])) if asked else {}
     else:
         cs = (obj.get("cs") or {}) if (asked if with_checksum is None else with_checksum) else {}
     for alg, v in cs.items():
@@ -117,8 +124,8 @@ def check_read_conditions(obj: dict, h: dict, prefix: str = "if-", copy: bool = 
     ims, ius = h.get(prefix + "modified-since"), h.get(prefix + "unmodified-since")
     if im is None and inm is None and ims is None and ius is None:
         return  # the usual read: no errors built (with their dates formatted) in vain
-    failed = S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold", 412,
-                     Condition=f"{prefix}{'match' if im else 'unmodified-since'}")
+    failed = precondition_failed(f"{'x-amz-copy-source-' if copy else ''}"
+                                 f"{'If-Match' if im is not None else 'If-Unmodified-Since'}")
     not_modified = S3Error("NotModified", "Not Modified", 304)
     if not copy:
         not_modified.headers = [("etag", etag), ("last-modified", xml.http_date(obj.get("mt", 0)))]
@@ -131,11 +138,17 @@ def check_read_conditions(obj: dict, h: dict, prefix: str = "if-", copy: bool = 
             raise failed
     if inm is not None:
         if _etag_matches(etag, inm):
-            raise failed if copy else not_modified
+            raise precondition_failed("x-amz-copy-source-If-None-Match") if copy else not_modified
     elif ims is not None:
         t = _parse_http_date(ims)
         if t is not None and mtime <= t and t <= time.time():
-            raise failed if copy else not_modified
+            raise precondition_failed("x-amz-copy-source-If-Modified-Since") if copy else not_modified
+
+
+def precondition_failed(condition: str) -> S3Error:
+    """412 naming the header whose condition failed, as S3 does (s3fs tells FileExistsError by If-None-Match)."""
+    return S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold", 412,
+                   Condition=condition)
 
 
 def range_spec(spec: str) -> tuple[int | None, int | None] | None:
@@ -148,11 +161,10 @@ def range_spec(spec: str) -> tuple[int | None, int | None] | None:
     a, sep, b = spec[6:].strip().partition("-")
     if not sep:
         return None
-    try:
-        if a == "":
-            return None, int(b)
-        first, last = int(a), int(b) if b else None
-    except ValueError:
+    first, last = args.digits(a, canonical=False), args.digits(b, canonical=False)  # huge: past any end
+    if a == "":
+        return (None, last) if last is not None else None
+    if first is None or (b and last is None):
         return None
     if last is not None and last < first:
         return None
@@ -242,13 +254,7 @@ def _part_range(obj: dict, req) -> tuple[int, int] | None:
     pn = req.query.get("partNumber")
     if pn is None:
         return None
-    try:
-        n = int(pn)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= 10000:
-        raise invalid_argument("Part number must be an integer between 1 and 10000, inclusive",
-                               ArgumentName="partNumber", ArgumentValue=pn)
+    n = args.part_number(pn)
     sizes = obj.get("ps") or [obj.get("size", 0)]
     if n > len(sizes):
         raise S3Error("InvalidPart", "The requested partnumber is not satisfiable", 400)
@@ -279,7 +285,7 @@ async def get_object(ctx, req, head: bool = False):
                      ("response-content-disposition", "content-disposition"),
                      ("response-content-encoding", "content-encoding")):
         if q in req.query:
-            headers = [(k, v) for k, v in headers if k != hname] + [(hname, req.query[q])]
+            headers = [(k, v) for k, v in headers if k != hname] + [(hname, args.header_value(req.query[q], q))]
     status = 200
     start, end = 0, size
     if rng is not None:
@@ -312,10 +318,7 @@ def _delete_conditions(etag: str | None, mtime: str | None, size: str | None, ht
             raise invalid_argument("bad last-modified-time condition")
         out["if_mtime"] = t
     if size is not None:
-        try:
-            out["if_size"] = int(size)
-        except ValueError:
-            raise invalid_argument("bad size condition") from None
+        out["if_size"] = args.int_arg(size.strip(), "size condition", 0, hi=args.MAX_INT)
     return out
 
 
@@ -340,6 +343,8 @@ async def delete_object(ctx, req):
 async def delete_objects(ctx, req):
     await bucket_access(ctx, req, "write")
     body = await read_all(req.receive, 2 << 20)
+    if "content-md5" not in req.headers and not any(f"x-amz-checksum-{a}" in req.headers for a in ALGORITHMS):
+        raise invalid_request("Missing required header for this request: Content-MD5")  # AWS's words
     if "content-md5" in req.headers:
         if base64.b64encode(hashlib.md5(body).digest()).decode() != req.headers["content-md5"]:
             raise S3Error("BadDigest", "The Content-MD5 you specified did not match what we received.", 400)
@@ -380,8 +385,10 @@ async def delete_objects(ctx, req):
 
 
 def copy_source_version(req) -> str | None:
+    """The version of x-amz-copy-source (echoed in x-amz-copy-source-version-id)."""
     _, _, qs = req.headers["x-amz-copy-source"].partition("?")
-    return unquote(qs[10:]) if qs.startswith("versionId=") and qs[10:] else None
+    return args.header_value(unquote(qs[10:]), "x-amz-copy-source") if qs.startswith("versionId=") and qs[10:] \
+        else None
 
 
 def parse_copy_source(req) -> tuple[str, str]:
@@ -413,13 +420,12 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
     size = obj.get("size", 0)
     start, end = 0, size
     if rng_header is not None:
-        spec = rng_header.strip()
-        try:
-            a, _, b = spec[6:].partition("-")
-            start, end = int(a), int(b) + 1
-        except ValueError:
-            raise invalid_argument("The x-amz-copy-source-range value must be of the form bytes=first-last") from None
-        if not spec.startswith("bytes=") or start >= size or end > size or end <= start:
+        m = _COPY_RANGE.fullmatch(rng_header.strip())
+        if m is None:
+            raise invalid_argument("The x-amz-copy-source-range value must be of the form bytes=first-last where "
+                                   "first and last are the zero-based offsets of the first and last bytes to copy")
+        start, end = args.digits(m[1], canonical=False), args.digits(m[2], canonical=False) + 1
+        if start >= size or end > size or end <= start:
             raise S3Error("InvalidRange", "The requested range is not satisfiable", 416)
     return (sb, sk), obj, ctx.cluster.read_range(obj.get("blk", []), addrs, start, end), end - start
 

@@ -28,6 +28,7 @@ from prometheus_client import Counter
 from epochfs.common import errors, readtoken
 
 from ..cluster import plan_range
+from . import args
 from .access import bucket_access, check_object_read, may_list
 from .body import body_stream, raw_body, read_all
 from .errors import S3Error, access_denied, invalid_argument
@@ -37,17 +38,24 @@ from .http import Response
 FS_REQUESTS = Counter("epochfs_fs_requests_total", "Mount API requests", ["op"])
 JSON = [("content-type", "application/json")]
 READ_OPS = frozenset(("getattr", "lookup", "readdir", "readlink", "layout", "getxattr", "listxattr"))
+INODE_ARGS = ("ino", "parent", "newparent")
 QUOTA_OPS = frozenset(("mknod", "link", "unlink", "rename", "setattr"))  # take the bucket whose usage they change
 
 
 def _int_arg(req, name: str, default: int | None = None) -> int:
     v = req.query.get(name)
-    if v is None and default is not None:
-        return default
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        raise invalid_argument(f"{name} must be an integer", ArgumentName=name) from None
+    if v is None and default is None:
+        raise invalid_argument(f"{name} must be an integer", ArgumentName=name)
+    return args.int_arg(v, name, default, hi=args.MAX_INT, msg=f"{name} must be an integer from 0 to 2^63-1")
+
+
+def _check_numbers(op_args: dict) -> None:
+    """Every number fits the NameNode's 64-bit messages, and an inode number is one (an integer from 0)."""
+    if not args.json_ints_in_range(op_args):
+        raise invalid_argument("A number in args is out of the 64-bit range")
+    for k in INODE_ARGS:
+        if k in op_args and not (type(op_args[k]) is int and op_args[k] >= 0):
+            raise invalid_argument(f"{k} must be an inode number", ArgumentName=k)
 
 
 def _answer(res: dict) -> Response:
@@ -79,11 +87,12 @@ async def _visible_buckets(ctx, req, entries: list) -> list:
 async def fs_op(ctx, req):
     try:
         body = orjson.loads(await read_all(req.receive, 1 << 20))
-        op, args = body["op"], body.get("args") or {}
-        if not isinstance(args, dict):
+        op, op_args = body["op"], body.get("args") or {}
+        if not isinstance(op_args, dict):
             raise TypeError
     except (orjson.JSONDecodeError, KeyError, TypeError):
         raise S3Error("MalformedJSON", "The body must be {\"op\": ..., \"args\": {...}}.", 400) from None
+    _check_numbers(op_args)
     FS_REQUESTS.labels(op).inc()
     try:
         if op == "statfs":
@@ -92,8 +101,8 @@ async def fs_op(ctx, req):
         if req.bucket is not None:
             bi = await _bucket_ino(ctx, req, "read" if op in READ_OPS else "write")
         if op in QUOTA_OPS:
-            args["bucket"] = req.bucket
-        res = await ctx.cluster.nn("fs", name=op, args=args, bi=bi)
+            op_args["bucket"] = req.bucket
+        res = await ctx.cluster.nn("fs", name=op, args=op_args, bi=bi)
         if op == "layout" and "r" in res:  # the size new extents are cut into (fs_write), for the mount's writer
             res["r"]["bs"] = await ctx.cluster.block_size(req.bucket)
         if bi is None and op == "readdir" and "r" in res:
@@ -115,8 +124,6 @@ async def fs_read(ctx, req):
     if req.bucket is None:
         raise invalid_argument("GET /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     ino, off, n = _int_arg(req, "ino"), _int_arg(req, "off", 0), _int_arg(req, "len")
-    if off < 0 or n < 0:
-        raise invalid_argument("off and len must not be negative")
     info = await bucket_access(ctx, req, "read")
     try:
         res = await ctx.cluster.nn("fs_blocks", ino=ino, bi=info["ino"])
@@ -188,8 +195,9 @@ async def fs_write(ctx, req):
     body = _Body(stream)
     try:
         layout = orjson.loads(await body.read(int.from_bytes(await body.read(4), "big")))
-        base, size, segs = layout["base"], int(layout["size"]), layout["segs"]
-        if not all(kind in ("k", "n") and isinstance(v, int) and v >= 0 for kind, v in segs):
+        base, size, segs = layout["base"], layout["size"], layout["segs"]
+        if not (type(size) is int and 0 <= size <= args.MAX_INT) or not all(
+                kind in ("k", "n") and type(v) is int and 0 <= v <= args.MAX_INT for kind, v in segs):
             raise ValueError
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         raise S3Error("MalformedJSON", "The body must start with a layout {\"base\", \"size\", \"segs\"}.",

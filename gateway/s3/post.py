@@ -25,7 +25,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from epochfs.common.sigv4 import UNSIGNED, signing_key
 
-from . import xml
+from . import args, xml
 from .access import bucket_access
 from .body import BodyCheck
 from .errors import S3Error, access_denied, invalid_argument
@@ -240,6 +240,9 @@ async def post_object(ctx, req):
     else:
         auth = req.auth  # anonymous, unless the request itself was signed
     key = fields["key"]
+    redirect = fields.get("success_action_redirect") or fields.get("redirect")
+    if redirect:
+        args.header_value(redirect, "success_action_redirect")  # it goes out in the Location header
     # the form's fields stand for the request headers of a PUT: headers, metadata, ACL, storage class
     headers = {n: v for n, v in fields.items() if n not in NOT_IN_POLICY and n != "key"}
     if "acl" in headers:
@@ -268,7 +271,6 @@ async def post_object(ctx, req):
         raise
     location = f"/{req.bucket}/{quote(key)}"
     out = [("etag", res["etag"])] + version_headers(res)
-    redirect = fields.get("success_action_redirect") or fields.get("redirect")
     if redirect:
         sep = "&" if "?" in redirect else "?"
         target = f"{redirect}{sep}bucket={quote(req.bucket)}&key={quote(key)}&etag={quote(res['etag'])}"

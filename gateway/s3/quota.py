@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from epochfs.common import errors
 
+from . import args
+
 
 def declared_length(req) -> int | None:
     n = req.headers.get("x-amz-decoded-content-length") or req.headers.get("content-length")
-    return int(n) if n is not None and n.isdigit() else None
+    return args.digits(n, canonical=False) if n is not None else None
 
 
 async def precheck(ctx, req, info: dict, replaces_key: bool) -> None:
