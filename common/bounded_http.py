@@ -3,13 +3,14 @@
 httptools (llhttp) has no header limit of its own and uvicorn adds none: a client streaming an endless header made
 the process hold everything it sent (httptools also re-concatenates a header value for every piece of it, so the
 CPU grew quadratically), and a connection that never finished its head or body, or never sent anything, was held
-forever. This subclass counts the bytes of each head before they reach the parser, counts the fields, and keeps
-three timers: idle (a new connection that sends nothing: keep_alive_s, as uvicorn already does between requests),
-head (a request head must complete within header_timeout_s once begun) and body idle (body_idle_timeout_s without a
-byte of body while the service is reading). Time spent answering a request is never limited.
+forever. This subclass counts the bytes of each head before they reach the parser, counts the fields, refuses a
+field (or request line) over S3's 8 KiB, and keeps three timers: idle (a new connection that sends nothing:
+keep_alive_s, as uvicorn already does between requests), head (a request head must complete within header_timeout_s
+once begun) and body idle (body_idle_timeout_s without a byte of body while the service is reading). Time spent
+answering a request is never limited.
 
-On the common path -- a whole head arriving in one read, a GET without a body -- no timer is armed: the checks are a
-counter and two flags.
+On the common path -- a whole head under 8 KiB arriving in one read, a GET without a body -- no timer is armed and
+no field is looked at again: the checks are a counter and a few flags.
 """
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ import asyncio
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .config import ServiceSettings
+
+
+MAX_FIELD_BYTES = 8192  # S3 answers 400 for a header field over 8 KiB
 
 
 class HeadTooLarge(Exception):
@@ -110,7 +114,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True
 
     def on_headers_complete(self) -> None:
-        if len(self.headers) > self.max_header_count:
+        if len(self.headers) > self.max_header_count or self._head_bytes > MAX_FIELD_BYTES and self._long_field():
             self._too_large = True
             raise HeadTooLarge  # httptools stops parsing; uvicorn answers with send_400_response
         self._in_head = self._reading_head = False
@@ -119,6 +123,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
         super().on_headers_complete()
+
+    def _long_field(self) -> bool:
+        """A request line or header field over S3's 8 KiB (only looked for in a head that big)."""
+        return len(self.url) > MAX_FIELD_BYTES or any(len(k) + len(v) > MAX_FIELD_BYTES for k, v in self.headers)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

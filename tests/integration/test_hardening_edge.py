@@ -224,6 +224,14 @@ def test_too_many_headers_get_400(edge_gw):
     assert got.startswith(b"HTTP/1.1 400") and b"RequestHeaderSectionTooLarge" in got, got[:300]
 
 
+def test_header_field_over_8k_gets_400(edge_gw):
+    _, port = edge_gw
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"GET /b/k HTTP/1.1\r\nHost: x\r\nx-amz-meta-a: " + b"v" * 9000 + b"\r\n\r\n")
+        closed, got = closed_within(s, 10)
+    assert got.startswith(b"HTTP/1.1 400") and b"RequestHeaderSectionTooLarge" in got, got[:300]
+
+
 def test_slowloris_head_is_closed_after_header_timeout(edge_gw):
     _, port = edge_gw
     with socket.create_connection(("127.0.0.1", port)) as s:
