@@ -1,4 +1,5 @@
-"""Running a service: uvicorn on uvloop + httptools, logs configured once, clean exit on SIGTERM/SIGINT."""
+"""Running a service: uvicorn on uvloop + httptools (with bounds on request heads and time, common/bounded_http.py),
+logs configured once, clean exit on SIGTERM/SIGINT."""
 from __future__ import annotations
 
 import ctypes
@@ -7,6 +8,7 @@ from typing import Callable
 
 import uvicorn
 
+from .bounded_http import protocol_for
 from .config import ServiceSettings
 from .logfmt import LogfmtFormatter
 
@@ -40,6 +42,6 @@ def serve(create_app: Callable, settings: ServiceSettings) -> None:
     setup_logging(settings.log_level)
     keep_buffers_on_heap()
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, loop="uvloop", http="httptools",
+    uvicorn.run(app, host=settings.host, port=settings.port, loop="uvloop", http=protocol_for(settings),
                 log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="on",
                 timeout_keep_alive=settings.keep_alive_s)

@@ -13,12 +13,13 @@ from .cluster import Cluster
 from .config import GatewaySettings
 from .keys import KeyRegistry
 from .metrics import S3Metrics
-from .s3.router import S3App
+from .s3.router import S3App, vhost_bucket
 from .s3.sigv4 import SigV4Verifier, User, parse_users
 
 # Unsigned requests for these paths go to FastAPI; a SigV4-signed request goes to the S3 API, so buckets named
 # "metrics" or "admin" stay reachable through S3 -- except the admin API's own paths, which always go to FastAPI
 # (signed or not), so a bucket named "admin" cannot hold keys under "v1/" or named "ui", "docs", "openapi.json".
+# A virtual-host-style request (Host bucket.GW_DOMAIN) always goes to the S3 API: its whole path is a key.
 FASTAPI_PATHS = ("/healthz", "/metrics", "/admin/")
 ADMIN_PATHS = ("/admin/ui", "/admin/docs", "/admin/openapi.json")
 ADMIN_PREFIX = "/admin/v1/"
@@ -71,11 +72,20 @@ class GatewayContext:
         await self.cluster.abandon([b[0] for b in blocks if b])
 
 
-def _to_fastapi(scope) -> bool:
+def _to_fastapi(scope, domain: str) -> bool:
     path = scope["path"]
-    if path.startswith(ADMIN_PREFIX) or path in ADMIN_PATHS:
-        return True
-    return path.startswith(FASTAPI_PATHS) and not _signed(scope)
+    if not (path.startswith(FASTAPI_PATHS) or path in ADMIN_PATHS):
+        return False
+    if domain and vhost_bucket(_host(scope), domain) is not None:
+        return False  # virtual-host style: the path is a key in that bucket
+    return path.startswith(ADMIN_PREFIX) or path in ADMIN_PATHS or not _signed(scope)
+
+
+def _host(scope) -> str | None:
+    for k, v in scope["headers"]:
+        if k == b"host":
+            return v.decode("latin-1")
+    return None
 
 
 def _signed(scope) -> bool:
@@ -105,7 +115,7 @@ def create_app(settings: GatewaySettings):
     s3 = S3App(ctx)
 
     async def app(scope, receive, send):
-        if scope["type"] != "http" or _to_fastapi(scope):
+        if scope["type"] != "http" or _to_fastapi(scope, settings.domain):
             await api(scope, receive, send)
         else:
             await s3(scope, receive, send)

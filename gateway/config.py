@@ -22,5 +22,8 @@ class GatewaySettings(ServiceSettings):
     namenode_retry_s: float = 10.0
     """How long a request waits for an unreachable NameNode before answering 503 ServiceUnavailable."""
     max_object_size: int = 5 << 40
+    domain: str = ""
+    """Domain for virtual-host-style requests: Host `bucket.<domain>` addresses bucket `bucket` and the whole path is
+    the key. Any other Host (the domain itself, an IP address) is path style; unset: always path style."""
     access_log: bool = False
     """Log every S3 request (key=value line with its request id); errors are logged either way."""

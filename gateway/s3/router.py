@@ -38,6 +38,8 @@ class S3Request:
     receive: object
     request_id: str
     auth: AuthResult | None = None
+    vhost: bool = False
+    """Addressed virtual-host style (the bucket came from the Host header)."""
 
     @property
     def user(self) -> User:
@@ -138,12 +140,27 @@ def _not_allowed():
     raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.", 405)
 
 
+def vhost_bucket(host: str | None, domain: str) -> str | None:
+    """The bucket a virtual-host-style request names: `bucket` for a Host `bucket.<domain>[:port]`; None (path
+    style) for any other Host, for `<domain>` itself, or when no domain is configured (GW_DOMAIN unset), as MinIO,
+    Garage and Ceph RGW do: a Host outside the domain is never taken for a bucket."""
+    if not domain or not host:
+        return None
+    h = host.lower()
+    if not h.startswith("["):  # an IPv6 literal never ends in the domain
+        h = h.rsplit(":", 1)[0]
+    h = h.rstrip(".")
+    suffix = "." + domain.lower().strip(".")
+    return h[:-len(suffix)] if h.endswith(suffix) and len(h) > len(suffix) else None
+
+
 class S3App:
     """ASGI app for the S3 API. `ctx` carries the cluster client, the users and the settings."""
 
     def __init__(self, ctx) -> None:
         self.ctx = ctx
         self.verifier = ctx.s3_verifier
+        self.domain = ctx.settings.domain
         self._rid_prefix = os.urandom(4).hex().upper()
         self._rid = 0
 
@@ -166,7 +183,8 @@ class S3App:
             req = self._parse(method, raw_path, scope.get("query_string", b""), headers, receive, rid)
             if method != "OPTIONS":  # CORS preflights carry no credentials
                 await self.ctx.keys.load(access_key_of(headers, req.query))
-                req.auth = self.verifier.verify(method, raw_path, req.query_list, headers)  # None: anonymous
+                req.auth = self.verifier.verify(method, raw_path, req.query_list, headers,  # None: anonymous
+                                                vhost_bucket=req.bucket if req.vhost else None)
             handler = route(req)
             resp = await handler(self.ctx, req)
         except S3Error as e:
@@ -199,9 +217,14 @@ class S3App:
         except (UnicodeDecodeError, ValueError):
             raise S3Error("InvalidURI", "Couldn't parse the specified URI.", 400) from None
         path = path[1:] if path.startswith("/") else path
-        bucket_name, sep, key = path.partition("/")
+        vbucket = vhost_bucket(headers.get("host"), self.domain) if self.domain else None
+        if vbucket is not None:  # virtual-host style: the whole path is the key, never a bucket
+            bucket_name, key = vbucket, path
+        else:
+            bucket_name, _, key = path.partition("/")
         return S3Request(method=method, bucket=bucket_name or None, key=key if key else None, query=dict(qlist),
-                         query_list=qlist, headers=headers, raw_path=raw_path, receive=receive, request_id=rid)
+                         query_list=qlist, headers=headers, raw_path=raw_path, receive=receive, request_id=rid,
+                         vhost=vbucket is not None)
 
     def _error(self, e: S3Error, req, raw_path, rid, method) -> Response:
         resource = req.resource if req is not None else raw_path.decode("latin-1")

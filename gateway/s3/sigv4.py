@@ -104,15 +104,18 @@ class SigV4Verifier:
         return u
 
     def verify(self, method: str, raw_path: bytes, query: list[tuple[str, str]], headers: dict[str, str],
-               now: dt.datetime | None = None) -> AuthResult | None:
-        """Verify the request's signature; None for an anonymous request. Raises S3Error on a bad signature."""
+               now: dt.datetime | None = None, *, vhost_bucket: str | None = None) -> AuthResult | None:
+        """Verify the request's signature; None for an anonymous request. Raises S3Error on a bad signature.
+        `vhost_bucket`: the bucket a virtual-host-style request named in its Host (SigV4 signs the path as sent and
+        the Host among the headers; a V2 signature's resource is /bucket/key either way)."""
         now = now or dt.datetime.now(dt.timezone.utc)
+        v2_resource = raw_path if vhost_bucket is None else b"/" + vhost_bucket.encode() + raw_path
         auth = headers.get("authorization")
         qd = dict(query)
         if auth is not None:
             if auth.startswith("AWS "):
                 akid, _, sig = auth[4:].strip().rpartition(":")
-                return self._verify_v2(method, raw_path, query, headers, akid, sig, None, now)
+                return self._verify_v2(method, v2_resource, query, headers, akid, sig, None, now)
             if not auth.startswith("AWS4-HMAC-SHA256 "):
                 raise S3Error("InvalidArgument", "Unsupported Authorization Type", 400)
             fields = {}
@@ -152,7 +155,7 @@ class SigV4Verifier:
             payload_hash = headers.get("x-amz-content-sha256", UNSIGNED)
             presigned = True
         elif "AWSAccessKeyId" in qd and "Signature" in qd:
-            return self._verify_v2(method, raw_path, query, headers, qd["AWSAccessKeyId"], qd["Signature"],
+            return self._verify_v2(method, v2_resource, query, headers, qd["AWSAccessKeyId"], qd["Signature"],
                                    qd.get("Expires", ""), now)
         else:
             return None
@@ -177,8 +180,13 @@ class SigV4Verifier:
         if date != amz_date[:8]:
             raise S3Error("SignatureDoesNotMatch", "Credential date does not match x-amz-date", 403)
 
+        names = signed.split(";")
+        unsigned = _not_signed(names, headers)
+        if unsigned:
+            raise S3Error("AccessDenied", "There were headers present in the request which were not signed", 403,
+                          HeadersNotSigned=", ".join(unsigned))
         signed_headers = []
-        for name in signed.split(";"):
+        for name in names:
             v = headers.get(name)
             if v is None:
                 raise S3Error("SignatureDoesNotMatch", f"signed header {name} is missing", 403)
@@ -195,6 +203,18 @@ class SigV4Verifier:
                           "you provided. Check your key and signing method.", 403,
                           AWSAccessKeyId=access_key, StringToSign=sts, CanonicalRequest=creq)
         return AuthResult(user, payload_hash, signature, amz_date, scope, key)
+
+
+def _not_signed(names: list[str], headers: dict[str, str]) -> list[str]:
+    """Headers a SigV4 signature must cover but doesn't: host and every x-amz-* header present (S3 answers 403
+    AccessDenied with HeadersNotSigned), except x-amz-content-sha256, which S3 takes unsigned (the payload hash is
+    part of the canonical request either way)."""
+    signed = set(names)
+    missing = [] if "host" in signed else ["host"]
+    for name in headers:
+        if name.startswith("x-amz-") and name not in signed and name != "x-amz-content-sha256":
+            missing.append(name)
+    return missing
 
 
 # Query parameters that are part of a V2 signature's resource (the S3 "sub-resources").
