@@ -240,6 +240,9 @@ def test_metrics_token(tmp_path):
             assert httpx.get(url, auth=("prometheus", "nope")).status_code == 401, name
         assert "secret-bucket-name" in httpx.get(urls["namenode"], headers={"Authorization": f"Bearer {token}"}).text
         assert httpx.get(f"{c.endpoint}/healthz").status_code == 200  # health checks need no token
+        s3.create_bucket(Bucket="metrics")  # signed requests still reach a bucket named like the route
+        s3.put_object(Bucket="metrics", Key="k", Body=b"v")
+        assert s3.get_object(Bucket="metrics", Key="k")["Body"].read() == b"v"
     finally:
         c.close()
 
