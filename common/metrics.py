@@ -5,6 +5,9 @@ replication queues) are read at scrape time by a gauge callback that the service
 """
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 from typing import Callable, Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, generate_latest
@@ -51,8 +54,28 @@ def gauge(name: str, help_: str, fn: GaugeFn, labels: tuple[str, ...] = ()) -> N
     _GAUGES[name] = (help_, labels, fn)
 
 
-def mount_metrics(app) -> None:
-    """Serve /metrics itself (a mounted sub-app would answer /metrics with a redirect to /metrics/)."""
+def token_presented(authorization: str, token: str) -> bool:
+    """Whether an Authorization header carries `token`: `Bearer <token>`, or HTTP Basic with it as the password
+    (what Prometheus' `authorization` and `basic_auth` scrape settings send)."""
+    scheme, _, cred = authorization.partition(" ")
+    if scheme.lower() == "bearer":
+        given = cred.strip()
+    elif scheme.lower() == "basic":
+        try:
+            given = base64.b64decode(cred.strip(), validate=True).decode().partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+    else:
+        return False
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+def mount_metrics(app, token: str = "") -> None:
+    """Serve /metrics itself (a mounted sub-app would answer /metrics with a redirect to /metrics/); with a
+    `token`, only to requests that present it (the NameNode's metrics name every bucket)."""
     async def metrics(request):
+        if token and not token_presented(request.headers.get("authorization", ""), token):
+            return Response("/metrics needs the metrics token (Authorization: Bearer TOKEN)\n", status_code=401,
+                            headers={"WWW-Authenticate": 'Bearer realm="metrics", Basic realm="metrics"'})
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
     app.add_route("/metrics", metrics, include_in_schema=False)

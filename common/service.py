@@ -9,7 +9,7 @@ from typing import Callable
 import uvicorn
 
 from .bounded_http import protocol_for
-from .config import ServiceSettings
+from .config import ServiceSettings, require_safe_cluster_secret
 from .logfmt import LogfmtFormatter
 
 
@@ -40,6 +40,7 @@ def keep_buffers_on_heap() -> None:
 
 def serve(create_app: Callable, settings: ServiceSettings) -> None:
     setup_logging(settings.log_level)
+    require_safe_cluster_secret(settings)
     keep_buffers_on_heap()
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, loop="uvloop", http=protocol_for(settings),

@@ -94,5 +94,5 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
         return {"status": "ok", "node_id": app.state.heartbeat.node_id, "blocks": app.state.store.count,
                 "used": app.state.store.used}
 
-    mount_metrics(app)
+    mount_metrics(app, settings.metrics_token)
     return app

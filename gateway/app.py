@@ -89,9 +89,10 @@ def _host(scope) -> str | None:
 
 
 def _signed(scope) -> bool:
+    """Signed for S3 (SigV4 or SigV2); a Bearer or Basic header is for FastAPI's paths (/metrics with a token)."""
     if b"X-Amz-Signature=" in scope.get("query_string", b""):
         return True
-    return any(k == b"authorization" for k, _ in scope["headers"])
+    return any(k == b"authorization" and v.startswith(b"AWS") for k, v in scope["headers"])
 
 
 def create_app(settings: GatewaySettings):
@@ -110,7 +111,7 @@ def create_app(settings: GatewaySettings):
     async def healthz():
         return {"status": "ok"}
 
-    mount_metrics(api)
+    mount_metrics(api, settings.metrics_token)
     mount_admin(api)
     s3 = S3App(ctx)
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic_settings import SettingsConfigDict
 
 from epochfs.common.config import ServiceSettings
@@ -7,6 +9,7 @@ from epochfs.common.config import ServiceSettings
 
 class GatewaySettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="GW_", extra="ignore")
+    accepts_cluster_secret: ClassVar[bool] = False  # it presents the secret to NameNode and DataNodes, serves none
 
     port: int = 9000
     namenode: str = "127.0.0.1:9871"

@@ -62,5 +62,5 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
     async def healthz():
         return {"status": "ok", "nodes": len(app.state.members.nodes)}
 
-    mount_metrics(app)
+    mount_metrics(app, settings.metrics_token)
     return app

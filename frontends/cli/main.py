@@ -111,7 +111,7 @@ def cmd_up(args) -> int:
     specs.append(("gateway", "epochfs.gateway",
                   env("GW_", port=ports["gateway"], namenode=nn_addr, users=",".join(users))))
 
-    procs: dict[str, subprocess.Popen] = {}
+    children = [Child(name, module, e, data_dir / "logs" / f"{name}.log") for name, module, e in specs]
     stopping = False
 
     def stop(*_):
@@ -121,12 +121,11 @@ def cmd_up(args) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     (data_dir / "up.pid").write_text(str(os.getpid()))
+    procs: dict[str, subprocess.Popen] = {}  # those started so far
     try:
-        for name, module, e in specs:
-            log = open(data_dir / "logs" / f"{name}.log", "ab")
-            procs[name] = subprocess.Popen([sys.executable, "-m", module], env=e, stdout=log, stderr=log,
-                                           stdin=subprocess.DEVNULL)
-            if name == "namenode":
+        for c in children:
+            procs[c.name] = c.start()
+            if c.name == "namenode":
                 wait_ready(f"http://{host}:{ports['nn_http']}/healthz", procs)
         wait_ready(f"http://{host}:{ports['gateway']}/healthz", procs)
         wait_ready(f"http://{host}:{ports['nn_http']}/healthz", procs, lambda j: j.get("nodes", 0) >= N_DATANODES)
@@ -136,20 +135,79 @@ def cmd_up(args) -> int:
         print(f"# epochfs is up: S3 endpoint {endpoint}, data in {data_dir}, logs in {data_dir / 'logs'}; "
               "Ctrl-C stops it", file=sys.stderr, flush=True)
         while not stopping:
-            for name, p in procs.items():
-                if p.poll() is not None and not stopping:
-                    print(f"# {name} exited with code {p.returncode}; stopping the cluster "
-                          f"(see {data_dir / 'logs' / (name + '.log')})", file=sys.stderr, flush=True)
-                    stopping = True
+            for c in children:
+                if not stopping:
+                    c.supervise(time.monotonic())
             time.sleep(0.2)
     except RuntimeError as e:
         print(f"epochfs up: {e} (logs in {data_dir / 'logs'})", file=sys.stderr)
-        _stop_all(procs)
+        _stop_all({c.name: c.proc for c in children if c.proc is not None})
+        (data_dir / "up.pid").unlink(missing_ok=True)
         return 1
-    _stop_all(procs)
+    _stop_all({c.name: c.proc for c in children})  # the current process of each (restarts replace them)
     (data_dir / "up.pid").unlink(missing_ok=True)
     print("# epochfs stopped", file=sys.stderr)
     return 0
+
+
+class RestartDelay:
+    """How long `epochfs up` waits before starting a child that exited again: first_s, doubling up to max_s for a
+    child that keeps crashing; one that ran stable_s or longer before it exited starts over at first_s."""
+
+    def __init__(self, first_s: float = 0.5, max_s: float = 30.0, stable_s: float = 30.0) -> None:
+        self.first_s, self.max_s, self.stable_s = first_s, max_s, stable_s
+        self._next = first_s
+
+    def after_exit(self, ran_s: float) -> float:
+        if ran_s >= self.stable_s:
+            self._next = self.first_s
+        delay, self._next = self._next, min(self._next * 2, self.max_s)
+        return delay
+
+
+class Child:
+    """One service of `epochfs up`: started, and started again (after a RestartDelay) whenever it exits."""
+
+    def __init__(self, name: str, module: str, env: dict, log_path: Path) -> None:
+        self.name, self.module, self.env, self.log_path = name, module, env, log_path
+        self.proc: subprocess.Popen | None = None
+        self.started = 0.0
+        self.due: float | None = None  # when a restart is pending: its time
+        self.delay = RestartDelay()
+
+    def start(self) -> subprocess.Popen:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", self.module], env=self.env, stdout=log, stderr=log,
+                                         stdin=subprocess.DEVNULL)
+        self.started, self.due = time.monotonic(), None
+        return self.proc
+
+    def supervise(self, now: float) -> None:
+        """Notice an exit (and plan the restart) or start the child again when its restart is due."""
+        if self.due is None:
+            code = self.proc.poll()
+            if code is None:
+                return
+            delay = self.delay.after_exit(now - self.started)
+            self.due = now + delay
+            self._note(f"{self.name} exited with code {code}{_signal_name(code)}; restarting it in {delay:g} s "
+                       f"(see {self.log_path})")
+        elif now >= self.due:
+            self.start()
+            self._note(f"{self.name} restarted (pid {self.proc.pid})")
+
+    def _note(self, text: str) -> None:
+        """Said on `epochfs up`'s stderr (data_dir/up.out with --detach) and in the child's own log."""
+        print(f"# {text}", file=sys.stderr, flush=True)
+        with open(self.log_path, "a") as log:
+            log.write(f"# epochfs up: {text}\n")
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return f" ({signal.Signals(-code).name})" if code < 0 else ""
+    except ValueError:
+        return ""
 
 
 def _stop_all(procs: dict) -> None:
