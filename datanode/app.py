@@ -71,7 +71,7 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
         app.state.store, app.state.heartbeat, app.state.scrubber = store, hb, scrubber
         metrics.register(store, hb)
         rpc = RpcServer(make_handlers(store, replicator, spawn, settings.capacity_bytes, settings.cluster_secret),
-                        settings.cluster_secret, open_ops=OPEN_OPS)
+                        settings.cluster_secret, open_ops=OPEN_OPS, max_payload=settings.rpc_max_payload)
         await rpc.start(settings.host, settings.rpc_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(hb.run_forever)
