@@ -61,8 +61,7 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
 
         nn_host, nn_port = parse_addr(settings.namenode)
         nn = RpcClient(nn_host, nn_port, settings.cluster_secret, timeout=10.0)
-        scrubber = Scrubber(store, lambda bids: hb.report_bad(bids), bytes_per_s=settings.scrub_bytes_per_s,
-                            interval_s=settings.scrub_interval_s)
+        scrubber = Scrubber(store, bytes_per_s=settings.scrub_bytes_per_s, interval_s=settings.scrub_interval_s)
         hb = Heartbeat(store, nn, uuid=node_uuid(settings.data_dir), host=settings.advertise_host or settings.host,
                        rpc_port=settings.rpc_port, http_port=settings.port, capacity=settings.capacity_bytes,
                        data_dir=settings.data_dir, interval_s=settings.heartbeat_interval_s,

@@ -55,6 +55,9 @@ class Heartbeat(Worker):
         return done
 
     async def run_once(self) -> PassStats:
+        if self.store.bad and self.node_id is not None:  # copies found bad by readers that can't report them
+            for bid in await self.report_bad(sorted(self.store.bad)):
+                self.store.bad.discard(bid)
         copied, failed = self.copies.take_outcomes() if self.copies else ([], [])
         try:
             if self.node_id is None:
