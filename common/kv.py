@@ -19,9 +19,9 @@ import rocksdict
 
 
 class StorageError(Exception):
-    """The storage engine could not read what it holds: a RocksDB `Corruption` (a block checksum mismatch in one of
-    its files) or an I/O error. Raised by reads (get, scan) in place of rocksdict's plain Exception, so that callers
-    can tell a damaged store from a bug."""
+    """The storage engine failed: a RocksDB `Corruption` (a block checksum mismatch in one of its files), an I/O
+    error, or a write refused after such a background error. Raised by reads (get, scan) and writes (put, delete,
+    batch) in place of rocksdict's plain Exception, so that callers can tell a damaged store from a bug."""
 
 
 def _engine_error(e: Exception) -> Exception:
@@ -158,17 +158,26 @@ class RocksKV:
             raise _engine_error(e) from None
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._db.put(key, value, self._wo)
+        try:
+            self._db.put(key, value, self._wo)
+        except Exception as e:
+            raise _engine_error(e) from None
 
     def delete(self, key: bytes) -> None:
-        self._db.delete(key, self._wo)
+        try:
+            self._db.delete(key, self._wo)
+        except Exception as e:
+            raise _engine_error(e) from None
 
     @contextmanager
     def batch(self):
         wb = rocksdict.WriteBatch(raw_mode=True)
         yield wb
         if len(wb):
-            self._db.write(wb, self._wo)
+            try:
+                self._db.write(wb, self._wo)
+            except Exception as e:  # RocksDB refuses writes after a background error (a compaction met corruption)
+                raise _engine_error(e) from None
 
     def scan(self, start: bytes, end: bytes | None = None, limit: int | None = None, *, verify: bool = True):
         """(key, value) pairs in [start, end) in key order; raises StorageError where the store is damaged.
@@ -270,12 +279,14 @@ class RocksBulk:
         self._seq += 1
         path = str(self._tmp / f"{os.getpid()}-{self._seq}.sst")
         w = rocksdict.SstFileWriter(options=self._writer_opts)
-        w.open(path)
         try:
+            w.open(path)
             for k, v in items:
                 w[k] = v
             w.finish()  # fsyncs the file
-            self._cf.ingest_external_file([path], self._ingest)
+            self._cf.ingest_external_file([path], self._ingest)  # links it in, fsyncs it and the MANIFEST
+        except Exception as e:
+            raise _engine_error(e) from None
         finally:
             if os.path.exists(path):
                 os.unlink(path)

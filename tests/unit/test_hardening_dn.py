@@ -55,3 +55,49 @@ def test_concurrent_puts_share_wal_syncs(tmp_path):
             assert b"".join(store.read(100 + i)) == b
     finally:
         kv.close()
+
+
+def test_a_store_that_refuses_writes_makes_the_datanode_unavailable_for_them(tmp_path):
+    """RocksDB refuses every write once a compaction met a corrupt block in one of its files (a background error):
+    the DataNode answers puts with Unavailable, which the gateway answers by writing to another node, instead of
+    an internal error that failed the PUT."""
+    import pytest
+
+    from epochfs.common import errors
+    from epochfs.datanode import keys
+
+    path = tmp_path / "blocks"
+    kv = RocksKV.open(path, bulk=True)
+    store = BlockStore(kv)
+    blobs = {bid: os.urandom(110 << 10) for bid in range(1, 9)}
+    for bid, b in blobs.items():
+        store.put(bid, b, crc32c(b))
+    kv._db.flush()
+    kv.close()
+    for f in path.glob("*.sst"):  # a flipped byte inside block 4's data, in RocksDB's file
+        raw = bytearray(f.read_bytes())
+        at = raw.find(blobs[4][5000:5064])
+        if at >= 0:
+            raw[at + 10] ^= 0x5A
+            f.write_bytes(bytes(raw))
+    kv = RocksKV.open(path, bulk=True)
+    try:
+        store = BlockStore(kv)
+        with pytest.raises(errors.CorruptBlock):
+            store.read(4)
+        store.put(4, blobs[4], crc32c(blobs[4]))  # the repair: a good copy over it, in a newer file
+        kv._db.flush()
+        assert b"".join(store.read(4)) == blobs[4]
+        kv._db.compact_range(keys.CHUNKS, None)  # merging the files meets the damaged block: no more writes
+        h = make_handlers(store, replicator=None, spawn=None)
+        b = os.urandom(1000)
+        with pytest.raises(errors.Unavailable):
+            asyncio.run(h["put"]({"block_id": 99, "crc": crc32c(b)}, b))
+        with pytest.raises(errors.Unavailable):
+            asyncio.run(h["put_replica"]({"block_id": 4, "crc": crc32c(blobs[4])}, blobs[4]))
+        assert b"".join(store.read(5)) == blobs[5]  # reads of good blocks still work
+    finally:
+        try:
+            kv.close()
+        except Exception:  # noqa: BLE001 -- closing flushes, which the background error refuses too
+            pass
