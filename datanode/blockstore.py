@@ -58,8 +58,8 @@ class BlockStore:
         # and scanning the range through those tombstones cost each idle DataNode ~8 ms of CPU per second.
         self._jobs: dict[tuple[int, int], dict] = {
             (int.from_bytes(k[1:5], "big"), int.from_bytes(k[5:], "big")): orjson.loads(v)
-            for k, v in kv.scan(keys.REPL, prefix_end(keys.REPL))}
-        for _, v in kv.scan(keys.METAS, prefix_end(keys.METAS)):
+            for k, v in self._scan_past_damage(keys.REPL, prefix_end(keys.REPL))}
+        for _, v in self._scan_past_damage(keys.METAS, prefix_end(keys.METAS)):
             self.used += int.from_bytes(v[:8], "big")
             self.count += 1
 
@@ -178,18 +178,21 @@ class BlockStore:
         return errors.CorruptBlock(f"block {block_id}: unreadable here ({e})")
 
     def blocks_from(self, block_id: int) -> Iterator[int]:
-        """Ids of the blocks stored here from `block_id` on, in order, read from the block index (the metas). Where
-        the index itself is damaged, its keys are listed past the damage without RocksDB's checksums."""
-        start = keys.meta(block_id)
-        end = prefix_end(keys.METAS)
+        """Ids of the blocks stored here from `block_id` on, in order, read from the block index (the metas)."""
+        for k, _ in self._scan_past_damage(keys.meta(block_id), prefix_end(keys.METAS)):
+            yield int.from_bytes(k[1:], "big")
+
+    def _scan_past_damage(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """kv.scan, except that where the store is damaged the rest is listed without RocksDB's checksums (they
+        stop an iterator at a corrupt block as if the range ended there): a damaged index must not hide, or keep
+        the node from starting with, everything stored after it. Reading such an entry by key still fails."""
         try:
-            for k, _ in self.kv.scan(start, end):
-                yield int.from_bytes(k[1:], "big")
+            for k, v in self.kv.scan(start, end):
+                yield k, v
                 start = k + b"\0"
         except StorageError as e:
-            log.error("the block index is damaged after key %s: listing past it unchecked: %s", start.hex(), e)
-            for k, _ in self.kv.scan(start, end, verify=False):
-                yield int.from_bytes(k[1:], "big")
+            log.error("damaged store after key %s: listing past it unchecked: %s", start.hex(), e)
+            yield from self.kv.scan(start, end, verify=False)
 
     def read_raw(self, block_id: int) -> tuple[int, list[memoryview]]:
         """(crc of the block, its chunks) after checking each chunk; for replication."""
