@@ -45,7 +45,8 @@ HELLO_TIMEOUT_S = 10.0
 
 Handler = Callable[[dict, bytes], Awaitable[tuple[dict, Any] | dict]]
 
-# bytearray(n) zeroes its n bytes (23 us per MiB here, 90 us for a 4 MiB block) only for recv_into to overwrite them;
+# bytearray(n) zeroes its n bytes (23 us per MiB here, 90 us for a 4 MiB block) only for recv_into to overwrite them
+# (and makes them resident before the peer has sent any: a buffer grows only as its bytes arrive this way);
 # the C API makes one left uninitialized, and a frame's payload is handed on only once every byte has arrived.
 _uninitialized_bytearray = ctypes.pythonapi.PyByteArray_FromStringAndSize
 _uninitialized_bytearray.restype = ctypes.py_object
@@ -118,7 +119,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 if jl > self.max_json or pl > self.max_payload:
                     self.frame_too_large(jl, pl)
                     return
-                self._payload_len, self._stage, self._buf, self._pos = pl, 1, bytearray(jl), 0
+                self._payload_len, self._stage, self._buf, self._pos = pl, 1, _payload_buffer(jl), 0
             elif self._stage == 1:
                 self._json = self._buf
                 self._stage, self._buf, self._pos = 2, _payload_buffer(self._payload_len), 0
