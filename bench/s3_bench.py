@@ -3,10 +3,11 @@
 
 What it measures (one phase after the other, against each target):
 
-    PUT 128K     PUT of N objects of 128 KiB (default 2,000) at concurrency 16; server CPU includes the asynchronous
-                 replication to the secondaries: after the last PUT answers, the benchmark polls the servers' CPU
-                 every 0.5 s and stops the accounting only once it has stopped rising: two consecutive 0.5 s intervals
-                 under max(2 x idle rate, 5% of the phase's CPU rate), at most 60 s ("settle" column). Replica writes
+    PUT 128K     PUT of N objects of 128 KiB (default 2,000; --object-kib sets another size, the phases keep
+                 their names) at concurrency 16; server CPU includes the asynchronous replication to the
+                 secondaries: after the last PUT answers, the benchmark polls the servers' CPU every 0.5 s and stops
+                 the accounting only once it has stopped rising: two consecutive 0.5 s intervals under
+                 max(2 x idle rate, 5% of the phase's CPU rate), at most 60 s ("settle" column). Replica writes
                  are thus counted in the PUT cost; the wait is not counted in the wall time / ops/s.
     GET 128K     GET of the same objects in shuffled order, concurrency 16
     HEAD         HEAD of the same objects, concurrency 16
@@ -1006,7 +1007,7 @@ def bench_target(target: Target, workers: Workers, a, sizes: dict) -> list[dict]
         return r
 
     conc = max(1, a.concurrency // P)
-    n, size = sizes["objects"], 128 * KiB
+    n, size = sizes["objects"], a.object_kib * KiB  # 128 KiB unless --object-kib (the phases keep their names)
     idx = list(range(n))
     phase("PUT 128K", [{"kind": "put", "tgt": tgt, "conc": conc, "items": s, "bucket": "bench-obj", "size": size}
                        for s in split(idx, P)], settle=True)
@@ -1124,6 +1125,8 @@ def main() -> None:
     ap.add_argument("--big-mib", type=int, help="multipart object size in MiB (default 512; quick 64)")
     ap.add_argument("--ranges", type=int, help="1 MiB ranged GETs (default 300; quick 100)")
     ap.add_argument("--part-mib", type=int, default=16)
+    ap.add_argument("--object-kib", type=int, default=128,
+                    help="object size of the PUT 128K / GET 128K phases (e.g. 110 or 4096; the names stay)")
     ap.add_argument("--mpu-parallel", type=int, default=4)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--procs", type=int, default=2, help="client worker processes (concurrency is split over them)")
@@ -1151,7 +1154,7 @@ def main() -> None:
     sizes = {"objects": a.objects or (300 if q else 2000), "keys": a.keys or (2000 if q else 10000),
              "list_reps": a.list_reps or (2 if q else 4), "big": (a.big_mib or (64 if q else 512)) * MiB,
              "ranges": a.ranges or (100 if q else 300)}
-    PAYLOAD = os.urandom(256 * KiB)
+    PAYLOAD = os.urandom(max(256, 2 * a.object_kib) * KiB)
     PART = os.urandom(a.part_mib * MiB)
     workers = Workers(a.procs)
     print(f"# s3_bench: {sizes}, concurrency {a.concurrency} over {a.procs} client processes, parts "

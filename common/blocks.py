@@ -53,12 +53,13 @@ def covering(blocks: list, start: int, end: int) -> tuple[int, list]:
     return pos, blocks[i:j]
 
 
-def pick_replica(block_id: int, nodes: list, addrs: dict) -> str | None:
+def pick_replica(block_id: int, nodes: list, addrs: dict, skip=()) -> str | None:
     """The address a batch reads block `block_id` from: its holders rotated by block id, so the reads of a batch
     spread over every replica (placement stripes primaries; this spreads the secondaries' share too). None when no
-    holder has a known address. `addrs` maps str(node id) to "host:port"."""
+    holder has a known address (outside `skip`, the addresses already tried). `addrs` maps str(node id) to
+    "host:port"."""
     for i in range(len(nodes)):
         addr = addrs.get(str(nodes[(block_id + i) % len(nodes)]))
-        if addr is not None:
+        if addr is not None and addr not in skip:
             return addr
     return None

@@ -85,13 +85,6 @@ class PieceFailed(Exception):
     """A DataNode could not serve a piece of a direct batch read (the gateway's path retries other replicas)."""
 
 
-def _holder(block_id: int, nodes: list, addrs: dict) -> str:
-    addr = pick_replica(block_id, nodes, addrs)
-    if addr is None:
-        raise errors.Unavailable(f"no address for any holder of block {block_id}")
-    return addr
-
-
 def _item_error(meta: dict, bucket: str, key: str) -> errors.DomainError:
     return S3_CODES.get(meta["err"], errors.DomainError)(f"{meta['msg']} (/{bucket}/{key})", code=meta["err"])
 
@@ -116,6 +109,7 @@ class S3Client:
                                                            max_keepalive_connections=max_connections))
         self._direct_after = 0.0 if direct_reads else float("inf")  # monotonic time from which to try direct reads
         self._datanodes: dict[str, RpcClient] = {}
+        self._dn_down: dict[str, float] = {}  # DataNodes that could not be reached -> monotonic time to try again
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -405,38 +399,61 @@ class S3Client:
     async def read_pieces(self, pieces: list, addrs: dict, grant: dict) -> list[memoryview]:
         """Block pieces [[block id, offset, length, [node, ...]], ...] as a locate answer lists them, read straight
         from the DataNodes with its read token: one call per node for all the pieces it holds, the nodes in
-        parallel. Raises PieceFailed when a node can't serve a piece, Unavailable when one can't be reached."""
-        by_node: dict[str, list[int]] = {}
-        for i, (bid, _, _, nodes) in enumerate(pieces):
-            by_node.setdefault(_holder(bid, nodes, addrs), []).append(i)
+        parallel. A piece a node can't serve (a bad or missing copy; the DataNode reports it for repair) or a node
+        that can't be reached is read from the block's next holder; a node that could not be reached is skipped
+        for DIRECT_RETRY_S. Raises PieceFailed when no holder could serve a piece, Unavailable when none could be
+        reached, and a node's refusal of the token as it is."""
         out: list = [None] * len(pieces)
+        now = time.monotonic()
+        down = {a for a, t in self._dn_down.items() if t > now}
+        tried: list[set[str]] = [set(down) for _ in pieces]
+        todo = list(range(len(pieces)))
+        last: list[Exception] = []
+        refused: list[errors.Unauthorized] = []
+        while todo:
+            by_node: dict[str, list[int]] = {}
+            for i in todo:
+                bid, _, _, nodes = pieces[i]
+                addr = pick_replica(bid, nodes, addrs, tried[i])
+                if addr is None:
+                    if not last or all(isinstance(e, errors.Unavailable) for e in last):
+                        raise errors.Unavailable(f"no holder of block {bid} can be reached: "
+                                                 f"{last[-1] if last else 'all down or unknown'}")
+                    raise PieceFailed(f"no holder of block {bid} could serve it: {last[-1]}")
+                tried[i].add(addr)
+                by_node.setdefault(addr, []).append(i)
+            todo = []
 
-        async def node_reads(addr: str, refs: list[int]) -> None:
-            head, payload = await self._datanode(addr).call("read_tokened", reads=[pieces[i][:3] for i in refs],
-                                                            grant=grant)
-            view, pos = memoryview(payload), 0
-            for i, n in zip(refs, head["lens"]):
-                if n < 0:
-                    raise PieceFailed(str(head["errs"]))
-                out[i] = view[pos:pos + n]
-                pos += n
+            async def node_reads(addr: str, refs: list[int]) -> None:
+                try:
+                    head, payload = await self._datanode(addr).call(
+                        "read_tokened", reads=[pieces[i][:3] for i in refs], grant=grant)
+                except errors.Unauthorized as e:  # the token: every holder refuses it alike
+                    refused.append(e)
+                    return
+                except errors.DomainError as e:  # unreachable, or failing: its pieces go to other holders
+                    if isinstance(e, errors.Unavailable):
+                        self._dn_down[addr] = time.monotonic() + DIRECT_RETRY_S
+                    last.append(e)
+                    todo.extend(refs)
+                    return
+                view, pos = memoryview(payload), 0
+                for i, n in zip(refs, head["lens"]):
+                    if n < 0:
+                        last.append(PieceFailed(f"{addr}: {head['errs']}"))
+                        todo.append(i)
+                        continue
+                    out[i] = view[pos:pos + n]
+                    pos += n
 
-        if len(by_node) == 1:
-            await node_reads(*by_node.popitem())
-            return out
-        failed: list[Exception] = []
-
-        async def node_reads_noting(addr: str, refs: list[int]) -> None:
-            try:
-                await node_reads(addr, refs)
-            except Exception as e:  # noqa: BLE001 -- raised below, once every node is done
-                failed.append(e)
-
-        async with anyio.create_task_group() as tg:  # asyncio or trio (the mount)
-            for addr, refs in by_node.items():
-                tg.start_soon(node_reads_noting, addr, refs)
-        if failed:
-            raise failed[0]
+            if len(by_node) == 1:
+                await node_reads(*by_node.popitem())
+            else:
+                async with anyio.create_task_group() as tg:  # asyncio or trio (the mount)
+                    for addr, refs in by_node.items():
+                        tg.start_soon(node_reads, addr, refs)
+            if refused:
+                raise refused[0]
         return out
 
     async def locate(self, items: list[tuple[str, str, int | None, int | None]]) -> dict:

@@ -29,6 +29,10 @@ class ServiceSettings(BaseSettings):
     metrics_token: str = ""
     """When set, /metrics answers only `Authorization: Bearer <token>` (or HTTP Basic with the token as password,
     any user name); unset, it is open to whoever reaches the HTTP port."""
+    rpc_max_payload: int = 64 << 20
+    """Largest request payload the internal RPC server accepts from a peer holding the cluster secret (a block is
+    the largest: keep it above the largest block size plus margin). Before its hello a connection may send a few KiB
+    only (common/rpc.py)."""
     log_level: str = "info"
     keep_alive_s: float = 65.0
     """How long an idle HTTP connection stays open. Longer than the clients' own pool expiry (httpx 5 s, aiohttp

@@ -7,6 +7,7 @@ sorted file at a time (see RocksBulk).
 """
 from __future__ import annotations
 
+import asyncio
 import bisect
 import os
 import shutil
@@ -15,6 +16,37 @@ from pathlib import Path
 from typing import Iterator, Protocol
 
 import rocksdict
+
+
+class StorageError(Exception):
+    """The storage engine failed: a RocksDB `Corruption` (a block checksum mismatch in one of its files), an I/O
+    error, or a write refused after such a background error. Raised by reads (get, scan) and writes (put, delete,
+    batch) in place of rocksdict's plain Exception, so that callers can tell a damaged store from a bug."""
+
+
+def _engine_error(e: Exception) -> Exception:
+    """rocksdict reports RocksDB's errors as plain Exception; anything more specific (TypeError...) is ours."""
+    return StorageError(str(e)) if type(e) is Exception else e
+
+
+def _iterate(it, start: bytes, end: bytes | None, limit: int | None, values: bool):
+    """Keys (or (key, value) pairs) of a rocksdict iterator from `start`; RocksDB stops an iterator at a corrupt
+    block as if the range ended there, so its status is checked at the end and a failure raises StorageError."""
+    n = 0
+    try:
+        it.seek(start)
+        while it.valid():
+            k = it.key()
+            if end is not None and k >= end:
+                return
+            yield (k, it.value()) if values else k
+            n += 1
+            if limit is not None and n >= limit:
+                return
+            it.next()
+        it.status()
+    except Exception as e:
+        raise _engine_error(e) from None
 
 
 class Batch(Protocol):
@@ -36,8 +68,10 @@ class KV(Protocol):
     def put(self, key: bytes, value: bytes) -> None: ...
     def delete(self, key: bytes) -> None: ...
     def batch(self): ...
-    def scan(self, start: bytes, end: bytes | None = None, limit: int | None = None) -> Iterator[tuple[bytes, bytes]]: ...
+    def scan(self, start: bytes, end: bytes | None = None, limit: int | None = None, *,
+             verify: bool = True) -> Iterator[tuple[bytes, bytes]]: ...
     def scan_keys(self, start: bytes, end: bytes | None = None) -> Iterator[bytes]: ...
+    def flush(self) -> None: ...
     def close(self) -> None: ...
 
 
@@ -58,14 +92,17 @@ class RocksKV:
     Options chosen by measurement on this machine (bench/kv_options.py): no compression (block data is incompressible
     and compression cost CPU on every put), no blob files (blob files made 4 MiB reads several times slower), level
     compaction (universal cost more CPU per MB written), bloom filters for the point lookups,
-    a 64 MiB write buffer, and the WAL written but not fsynced per batch: it survives kill -9 of the process, and an
-    fsync per put would cap small writes at disk-flush rate.
+    a 64 MiB write buffer, and the WAL written but not fsynced per batch: that survives kill -9 of the process, and an
+    fsync per put would cap small writes at disk-flush rate (and hold the event loop: rocksdict keeps the GIL in a
+    write). What must survive a power loss is made durable by `WalSync` (group commit) after its write.
     """
 
     def __init__(self, db: rocksdict.Rdict, bulk: RocksBulk | None = None) -> None:
         self._db = db
         self._wo = rocksdict.WriteOptions()
         self._wo.sync = False
+        self._unverified = rocksdict.ReadOptions()
+        self._unverified.set_verify_checksums(False)
         self.bulk = bulk
 
     @staticmethod
@@ -78,73 +115,124 @@ class RocksKV:
         return opts
 
     @classmethod
-    def open(cls, path: Path | str, *, write_buffer_mb: int = 64, bulk: bool = False) -> "RocksKV":
+    def open(cls, path: Path | str, *, write_buffer_mb: int = 64, bulk: bool = False,
+             statistics: bool = False) -> "RocksKV":
         """Open (or create) the store at `path`; `bulk=True` adds the bulk key space (a column family) and reads
         files through mmap: a 256 KiB value then costs one copy instead of a pread into a buffer plus a copy
-        (bench/kv_write_path.py)."""
+        (bench/kv_write_path.py). `statistics=True` has RocksDB count its work (`statistics()`; costs some CPU)."""
         Path(path).mkdir(parents=True, exist_ok=True)
         opts = cls._options()
+        if statistics:
+            opts.enable_statistics()
         opts.create_if_missing(True)
         opts.set_write_buffer_size(write_buffer_mb << 20)
         opts.set_max_background_jobs(2)
         opts.increase_parallelism(2)
         if not bulk:
-            return cls(rocksdict.Rdict(str(path), options=opts))
+            kv = cls(rocksdict.Rdict(str(path), options=opts))
+            kv._opened_with = opts
+            return kv
         opts.create_missing_column_families(True)
         opts.set_allow_mmap_reads(True)
         opts.set_advise_random_on_open(False)  # MADV_RANDOM made the first mmap read of an ingested file 3x dearer
         opts.set_max_open_files(RocksBulk.MAX_OPEN_FILES)
         bulk_opts = RocksBulk.options(cls._options())
         db = rocksdict.Rdict(str(path), options=opts, column_families={RocksBulk.CF: bulk_opts})
-        return cls(db, RocksBulk(db, Path(str(path) + ".ingest"), cls._options()))
+        kv = cls(db, RocksBulk(db, Path(str(path) + ".ingest"), cls._options()))
+        kv._opened_with = opts
+        return kv
+
+    def statistics(self) -> dict[str, int]:
+        """RocksDB's tickers ("rocksdb.wal.synced": WAL syncs, ...) when opened with statistics=True, else {}."""
+        out = {}
+        for line in (self._opened_with.get_statistics() or "").splitlines():
+            name, sep, rest = line.partition(" COUNT : ")
+            if sep and " " not in rest.strip():
+                out[name] = int(rest)
+        return out
 
     def get(self, key: bytes) -> bytes | None:
-        return self._db.get(key)
+        try:
+            return self._db.get(key)
+        except Exception as e:
+            raise _engine_error(e) from None
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._db.put(key, value, self._wo)
+        try:
+            self._db.put(key, value, self._wo)
+        except Exception as e:
+            raise _engine_error(e) from None
 
     def delete(self, key: bytes) -> None:
-        self._db.delete(key, self._wo)
+        try:
+            self._db.delete(key, self._wo)
+        except Exception as e:
+            raise _engine_error(e) from None
 
     @contextmanager
     def batch(self):
         wb = rocksdict.WriteBatch(raw_mode=True)
         yield wb
         if len(wb):
-            self._db.write(wb, self._wo)
+            try:
+                self._db.write(wb, self._wo)
+            except Exception as e:  # RocksDB refuses writes after a background error (a compaction met corruption)
+                raise _engine_error(e) from None
 
-    def scan(self, start: bytes, end: bytes | None = None, limit: int | None = None):
-        it = self._db.iter()
-        it.seek(start)
-        n = 0
-        while it.valid():
-            k = it.key()
-            if end is not None and k >= end:
-                return
-            yield k, it.value()
-            n += 1
-            if limit is not None and n >= limit:
-                return
-            it.next()
+    def scan(self, start: bytes, end: bytes | None = None, limit: int | None = None, *, verify: bool = True):
+        """(key, value) pairs in [start, end) in key order; raises StorageError where the store is damaged.
+        `verify=False` reads past a damaged block instead, without checking RocksDB's block checksums (to list
+        what lies beyond it)."""
+        yield from _iterate(self._db.iter() if verify else self._db.iter(self._unverified), start, end, limit, True)
 
     def scan_keys(self, start: bytes, end: bytes | None = None):
-        it = self._db.iter()
-        it.seek(start)
-        while it.valid():
-            k = it.key()
-            if end is not None and k >= end:
-                return
-            yield k
-            it.next()
+        yield from _iterate(self._db.iter(), start, end, None, False)
 
     def flush(self) -> None:
+        """Write the WAL out and fsync it: every write made before the call is durable when it returns (rocksdict
+        lets go of the GIL meanwhile, so other threads run)."""
         self._db.flush_wal(True)
 
     def close(self) -> None:
         if self.bulk is not None:
             self.bulk.close()
         self._db.close()
+
+
+class WalSync:
+    """Group commit for a KV's unsynced writes: `await wal_sync()` returns once every write made before the call is
+    on disk (the WAL fsynced by `kv.flush()` in a worker thread). Callers that arrive while a sync is under way share
+    the next one, so N concurrent writers cost about two fsyncs, not N, and the event loop never waits for the disk.
+    """
+
+    def __init__(self, kv: KV) -> None:
+        self._kv = kv
+        self._next: asyncio.Future | None = None  # the sync the callers arriving now wait for
+        self._runner: asyncio.Task | None = None
+        self.syncs = 0  # fsyncs done; callers served / syncs = the group size
+
+    async def __call__(self) -> None:
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        fut = self._next
+        if self._runner is None:
+            self._runner = asyncio.get_running_loop().create_task(self._run())
+        await asyncio.shield(fut)  # a caller that gives up does not cancel the others' sync
+
+    async def _run(self) -> None:
+        try:
+            while self._next is not None:
+                fut, self._next = self._next, None  # writes made before this point are covered by the sync below
+                try:
+                    await asyncio.to_thread(self._kv.flush)
+                except Exception as e:  # noqa: BLE001 -- every waiter gets it
+                    fut.set_exception(StorageError(f"WAL sync failed: {e}"))
+                    fut.exception()  # waiters that gave up need not see it
+                else:
+                    fut.set_result(None)
+                self.syncs += 1
+        finally:
+            self._runner = None
 
 
 class RocksBulk:
@@ -191,28 +279,26 @@ class RocksBulk:
         self._seq += 1
         path = str(self._tmp / f"{os.getpid()}-{self._seq}.sst")
         w = rocksdict.SstFileWriter(options=self._writer_opts)
-        w.open(path)
         try:
+            w.open(path)
             for k, v in items:
                 w[k] = v
             w.finish()  # fsyncs the file
-            self._cf.ingest_external_file([path], self._ingest)
+            self._cf.ingest_external_file([path], self._ingest)  # links it in, fsyncs it and the MANIFEST
+        except Exception as e:
+            raise _engine_error(e) from None
         finally:
             if os.path.exists(path):
                 os.unlink(path)
 
     def get(self, key: bytes) -> bytes | None:
-        return self._cf.get(key, read_opt=self._ro)
+        try:
+            return self._cf.get(key, read_opt=self._ro)
+        except Exception as e:
+            raise _engine_error(e) from None
 
     def scan(self, start: bytes, end: bytes | None = None):
-        it = self._cf.iter(self._ro)
-        it.seek(start)
-        while it.valid():
-            k = it.key()
-            if end is not None and k >= end:
-                return
-            yield k, it.value()
-            it.next()
+        yield from _iterate(self._cf.iter(self._ro), start, end, None, True)
 
     def drop(self, start: bytes, end: bytes) -> None:
         """Delete every key in [start, end) and reclaim its space at once."""
@@ -289,7 +375,7 @@ class MemoryKV:
             else:
                 self.put(k, v)
 
-    def scan(self, start: bytes, end: bytes | None = None, limit: int | None = None):
+    def scan(self, start: bytes, end: bytes | None = None, limit: int | None = None, *, verify: bool = True):
         i = bisect.bisect_left(self._keys, start)
         n = 0
         while i < len(self._keys):

@@ -11,6 +11,12 @@ A request's JSON carries "op" and its arguments; a reply carries its results, or
 DomainError (re-raised by name on the caller's side). The first frame on a connection is {"op": "hello", "secret": ...}:
 a connection that does not present the cluster secret is closed, except that a hello with no secret at all may use
 the server's open ops (a DataNode's tokened reads for native clients, common/readtoken.py) and nothing else.
+
+Bounds, checked on each frame's 8-byte header before a byte of its body is buffered: until its hello a connection
+may send HELLO_MAX_JSON bytes of JSON and no payload, and must say hello within HELLO_TIMEOUT_S; a connection without
+the secret (open ops only) LIMITED_MAX_JSON and no payload; one with the secret MAX_JSON and the server's
+`max_payload` (the largest block plus margin). A frame over its bound closes the connection at once, so one
+unauthenticated peer can make a server buffer a few KiB, not the 1 GiB its header may announce.
 """
 from __future__ import annotations
 
@@ -30,12 +36,17 @@ from .metrics import RPC_CALLS, series
 log = logging.getLogger("epochfs.rpc")
 
 _HDR = struct.Struct(">II")
-MAX_JSON = 64 << 20
-MAX_PAYLOAD = 1 << 30
+MAX_JSON = 64 << 20  # a block report of a few million block ids
+MAX_PAYLOAD = 1 << 30  # what a client accepts in a reply (from a server it chose to call)
+DEFAULT_MAX_PAYLOAD = 64 << 20  # what a server accepts in a request by default (ServiceSettings.rpc_max_payload)
+HELLO_MAX_JSON = 4096
+LIMITED_MAX_JSON = 4 << 20  # a native client's tokened batch read: its reads and the grant
+HELLO_TIMEOUT_S = 10.0
 
 Handler = Callable[[dict, bytes], Awaitable[tuple[dict, Any] | dict]]
 
-# bytearray(n) zeroes its n bytes (23 us per MiB here, 90 us for a 4 MiB block) only for recv_into to overwrite them;
+# bytearray(n) zeroes its n bytes (23 us per MiB here, 90 us for a 4 MiB block) only for recv_into to overwrite them
+# (and makes them resident before the peer has sent any: a buffer grows only as its bytes arrive this way);
 # the C API makes one left uninitialized, and a frame's payload is handed on only once every byte has arrived.
 _uninitialized_bytearray = ctypes.pythonapi.PyByteArray_FromStringAndSize
 _uninitialized_bytearray.restype = ctypes.py_object
@@ -79,6 +90,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._json = b""
         self._drained: asyncio.Future | None = None
         self.closed = False
+        self.max_json, self.max_payload = MAX_JSON, MAX_PAYLOAD  # bounds of the next frame's parts
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -86,7 +98,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         if self._drained is not None and not self._drained.done():
-            self._drained.set_exception(ConnectionError(f"connection lost: {exc!r}"))
+            self._drained.set_result(None)  # drain() raises; no exception is left in a future nobody awaits
 
     def pause_writing(self) -> None:
         self._drained = asyncio.get_running_loop().create_future()
@@ -99,6 +111,8 @@ class _FrameProtocol(asyncio.BufferedProtocol):
     async def drain(self) -> None:
         if self._drained is not None:
             await self._drained
+            if self.closed:
+                raise ConnectionError("connection lost while sending")
 
     def write_frame(self, head: dict, payload=b"") -> None:
         self.transport.writelines(_frame(head, payload))
@@ -111,10 +125,10 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         while self._pos == len(self._buf):
             if self._stage == 0:
                 jl, pl = _HDR.unpack(self._hdr)
-                if jl > MAX_JSON or pl > MAX_PAYLOAD:
-                    self.transport.close()
+                if jl > self.max_json or pl > self.max_payload:
+                    self.frame_too_large(jl, pl)
                     return
-                self._payload_len, self._stage, self._buf, self._pos = pl, 1, bytearray(jl), 0
+                self._payload_len, self._stage, self._buf, self._pos = pl, 1, _payload_buffer(jl), 0
             elif self._stage == 1:
                 self._json = self._buf
                 self._stage, self._buf, self._pos = 2, _payload_buffer(self._payload_len), 0
@@ -127,6 +141,9 @@ class _FrameProtocol(asyncio.BufferedProtocol):
     def frame_received(self, head: dict, payload: bytearray) -> None:
         raise NotImplementedError
 
+    def frame_too_large(self, json_len: int, payload_len: int) -> None:
+        self.transport.abort()
+
 
 class _ServerConn(_FrameProtocol):
     """Server side of one connection: the first frame must carry the cluster secret; then each request is handled
@@ -137,30 +154,52 @@ class _ServerConn(_FrameProtocol):
         self.server = server
         self.authed = False
         self.limited = False  # a connection without the secret: only the server's open ops (tokened reads)
+        self.max_json, self.max_payload = HELLO_MAX_JSON, 0
+        self._hello_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self.server._conns.add(self)
+        self._hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT_S, self._no_hello)
 
     def connection_lost(self, exc) -> None:
         super().connection_lost(exc)
         self.server._conns.discard(self)
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+
+    def _no_hello(self) -> None:
+        log.warning("rpc: closing a connection from %s that sent no hello in %.0f s", self._peer(), HELLO_TIMEOUT_S)
+        self.transport.abort()
+
+    def _peer(self) -> str:
+        return str(self.transport.get_extra_info("peername"))
+
+    def frame_too_large(self, json_len: int, payload_len: int) -> None:
+        log.warning("rpc: closing the connection from %s: a frame of %d + %d bytes is over its bounds (%d + %d%s)",
+                    self._peer(), json_len, payload_len, self.max_json, self.max_payload,
+                    "" if self.authed and not self.limited else ", no cluster secret")
+        self.transport.abort()
+
+    def _welcome(self, limited: bool) -> None:
+        self.authed, self.limited = True, limited
+        self._hello_timer.cancel()
+        self._hello_timer = None
+        self.max_json, self.max_payload = (LIMITED_MAX_JSON, 0) if limited else \
+            (MAX_JSON, self.server.max_payload)
+        self.write_frame({})
 
     def frame_received(self, head: dict, payload: bytearray) -> None:
-        if not self.authed and head.get("op") == "hello" and not head.get("secret") and self.server.open_ops:
-            self.authed = self.limited = True
-            self.write_frame({})
-            return
-        if not self.authed:
-            if head.get("op") != "hello" or \
-                    not hmac.compare_digest(str(head.get("secret", "")).encode(), self.server.secret):
-                self.write_frame({"err": "Unauthorized", "msg": "bad cluster secret"})
-                self.transport.close()
-                return
-            self.authed = True
-            self.write_frame({})
-            return
-        asyncio.get_running_loop().create_task(self._handle(head, payload))
+        if self.authed:
+            asyncio.get_running_loop().create_task(self._handle(head, payload))
+        elif head.get("op") == "hello" and not head.get("secret") and self.server.open_ops:
+            self._welcome(limited=True)
+        elif head.get("op") == "hello" and \
+                hmac.compare_digest(str(head.get("secret", "")).encode(), self.server.secret):
+            self._welcome(limited=False)
+        else:
+            self.write_frame({"err": "Unauthorized", "msg": "bad cluster secret"})
+            self.transport.close()
 
     async def _handle(self, head: dict, payload) -> None:
         op = head.pop("op", None)
@@ -182,16 +221,23 @@ class _ServerConn(_FrameProtocol):
             res = {"err": "DomainError", "msg": f"internal error in {op}: {e!r}"}
         if not self.closed:
             self.write_frame(res, out_payload)
+            if self._drained is not None:  # the peer reads slower than we send: wait, so replies don't pile up
+                try:
+                    await self.drain()
+                except ConnectionError:
+                    pass  # the peer left mid-reply (a reader cancelled): nothing to tell anyone
 
 
 class RpcServer:
     """Serves a table of handlers: `async def handler(args: dict, payload) -> dict | (dict, payload)`; the request
     payload is a bytearray (b"" when empty), a reply payload any bytes-like object or a list of them."""
 
-    def __init__(self, handlers: dict[str, Handler], secret: str, *, open_ops: frozenset[str] = frozenset()) -> None:
+    def __init__(self, handlers: dict[str, Handler], secret: str, *, open_ops: frozenset[str] = frozenset(),
+                 max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
         self.handlers = handlers
         self.secret = secret.encode()
         self.open_ops = open_ops  # callable after a hello without the secret (the handler checks its own token)
+        self.max_payload = max_payload  # the largest request payload, from a peer with the secret
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[_ServerConn] = set()
 
@@ -216,8 +262,7 @@ class _Conn(_FrameProtocol):
 
     def connection_lost(self, exc) -> None:
         super().connection_lost(exc)
-        if self._reply is not None and not self._reply.done():
-            self._reply.set_exception(ConnectionError(f"connection lost: {exc!r}"))
+        _fail(self._reply, ConnectionError(f"connection lost: {exc!r}"))
 
     def frame_received(self, head: dict, payload: bytearray) -> None:
         reply, self._reply = self._reply, None
@@ -232,10 +277,18 @@ class _Conn(_FrameProtocol):
 
     def time_out(self) -> None:
         """The call under way took too long: it fails with TimeoutError and the connection is dropped."""
-        for fut in (self._reply, self._drained):
-            if fut is not None and not fut.done():
-                fut.set_exception(TimeoutError())
+        _fail(self._reply, TimeoutError())
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)  # the caller goes on to await its reply, which has the TimeoutError
         self.transport.abort()
+
+
+def _fail(fut: asyncio.Future | None, exc: BaseException) -> None:
+    """Fail a call's reply future. Its caller may be gone (cancelled mid-call): then nobody awaits it, and asyncio
+    would log "Future exception was never retrieved" for an outcome nobody needs, so it is marked retrieved here."""
+    if fut is not None and not fut.done():
+        fut.set_exception(exc)
+        fut.exception()
 
 
 class _Pool:

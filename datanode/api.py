@@ -2,7 +2,10 @@
 clients holding a gateway's read token."""
 from __future__ import annotations
 
+import asyncio
+
 from epochfs.common import errors, readtoken
+from epochfs.common.kv import StorageError
 
 from .blockstore import BlockStore
 from .replicator import FAST_PATH_GRACE_S
@@ -19,12 +22,22 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         if capacity and store.used + size > capacity and not store.has(block_id):
             raise errors.NodeFull(f"block {block_id}: node full ({store.used} of {capacity} bytes used)")
 
+    def store_put(*args, **kw) -> None:
+        """store.put; a storage engine that refuses the write (a damaged store) makes this node Unavailable for
+        it, so the gateway writes elsewhere and a primary's push is retried."""
+        try:
+            store.put(*args, **kw)
+        except StorageError as e:
+            raise errors.Unavailable(f"this DataNode's store refuses writes: {e}") from None
+
     async def put(a, payload):
         """Store a block as its primary and acknowledge; replication to a["secondaries"] ([[node_id, addr], ...])
         follows in the background: pushed from memory at once, with durable jobs queued in the same batch.
 
         a["acks"] = N > 1 (write policy sync:N) acknowledges only once N replicas, this one included, are durable;
-        if fewer can be written this copy is dropped again and NotEnoughReplicas tells the gateway to give up."""
+        if fewer can be written this copy is dropped again and NotEnoughReplicas tells the gateway to give up.
+        Durable means on disk: each copy's WAL is fsynced (group commit, common/kv.WalSync) before it counts, and
+        with `async` too this copy is on disk before the acknowledgement."""
         bid, crc = int(a["block_id"]), int(a["crc"])
         targets = [(int(t), addr) for t, addr in a.get("secondaries", [])]
         acks = int(a.get("acks", 1))
@@ -32,15 +45,17 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
             raise errors.NotEnoughReplicas(f"block {bid}: the write policy requires {acks} replicas and only "
                                            f"{1 + len(targets)} nodes were placed")
         check_room(bid, len(payload))
-        store.put(bid, payload, crc, targets, jobs_due_in=FAST_PATH_GRACE_S if targets else 0.0)
+        store_put(bid, payload, crc, targets, jobs_due_in=FAST_PATH_GRACE_S if targets else 0.0)
         if acks > 1:
-            try:
-                await replicator.push_acked(bid, payload, crc, targets, acks - 1)
+            try:  # this copy's fsync overlaps the pushes; each secondary acknowledges once its copy is on disk
+                await asyncio.gather(store.synced(), replicator.push_acked(bid, payload, crc, targets, acks - 1))
             except errors.NotEnoughReplicas:
                 store.delete([bid])
                 raise
-        elif targets:
+            return {}
+        if targets:
             spawn(replicator.push_now(bid, payload, crc, targets))
+        await store.synced()  # async: this copy is on disk before the acknowledgement, the secondaries' follow
         return {}
 
     async def put_replica(a, payload):
@@ -49,7 +64,8 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         bid = int(a["block_id"])
         if not (a.get("fresh") and store.recently_deleted(bid)):
             check_room(bid, len(payload))
-            store.put(bid, payload, int(a["crc"]))
+            store_put(bid, payload, int(a["crc"]))
+            await store.synced()  # on disk before the primary counts it (sync:N) or completes its job
         return {}
 
     async def get(a, _):
@@ -73,9 +89,16 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
 
     async def read_tokened(a, _):
         """get_many for a native client (a loader reading straight from the DataNodes): a["grant"] is the gateway's
-        read token (common/readtoken.py), which must cover every block read."""
+        read token (common/readtoken.py), which must cover every block read. The client reads a piece this node
+        fails from another replica, but can't tell the NameNode: blocks whose copy here is bad are noted for the
+        heartbeat to report."""
         readtoken.check(secret, a.get("grant") or {}, {int(r[0]) for r in a["reads"]})
-        return await get_many(a, _)
+        head, out = await get_many(a, _)
+        for i, (cls, _msg) in head["errs"].items():
+            bid = int(a["reads"][int(i)][0])
+            if cls == "CorruptBlock" or (cls == "NoSuchBlock" and store.has(bid)):
+                store.bad.add(bid)
+        return head, out
 
     async def delete(a, _):
         store.delete([int(b) for b in a["blocks"]])

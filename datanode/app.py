@@ -61,8 +61,7 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
 
         nn_host, nn_port = parse_addr(settings.namenode)
         nn = RpcClient(nn_host, nn_port, settings.cluster_secret, timeout=10.0)
-        scrubber = Scrubber(store, lambda bids: hb.report_bad(bids), bytes_per_s=settings.scrub_bytes_per_s,
-                            interval_s=settings.scrub_interval_s)
+        scrubber = Scrubber(store, bytes_per_s=settings.scrub_bytes_per_s, interval_s=settings.scrub_interval_s)
         hb = Heartbeat(store, nn, uuid=node_uuid(settings.data_dir), host=settings.advertise_host or settings.host,
                        rpc_port=settings.rpc_port, http_port=settings.port, capacity=settings.capacity_bytes,
                        data_dir=settings.data_dir, interval_s=settings.heartbeat_interval_s,
@@ -71,7 +70,7 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
         app.state.store, app.state.heartbeat, app.state.scrubber = store, hb, scrubber
         metrics.register(store, hb)
         rpc = RpcServer(make_handlers(store, replicator, spawn, settings.capacity_bytes, settings.cluster_secret),
-                        settings.cluster_secret, open_ops=OPEN_OPS)
+                        settings.cluster_secret, open_ops=OPEN_OPS, max_payload=settings.rpc_max_payload)
         await rpc.start(settings.host, settings.rpc_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(hb.run_forever)

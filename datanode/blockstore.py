@@ -1,6 +1,14 @@
-"""Blocks in RocksDB, each stored with its CRC32C and checked on every read."""
+"""Blocks in RocksDB, each stored with its CRC32C and checked on every read.
+
+A read that finds this node's copy bad -- a chunk failing its CRC32C, a chunk missing, or the storage engine unable
+to read it (RocksDB's `Corruption: block checksum mismatch` in one of its files, an I/O error) -- raises CorruptBlock
+or NoSuchBlock, which every reader answers by trying another replica. The gateway reports what it finds to the
+NameNode itself; what readers that can't report find (native clients' tokened reads, this node's own replication
+pushes and its scrubber) is noted in `bad`, which the heartbeat reports; the NameNode then orders a good holder to
+re-push the block (the rewrite here clears the note)."""
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
@@ -10,11 +18,12 @@ from epochfs.common import errors
 from awscrt.checksums import combine_crc32c
 
 from epochfs.common.blocks import crc32c
-from epochfs.common.kv import KV, prefix_end
+from epochfs.common.kv import KV, StorageError, WalSync, prefix_end
 from epochfs.common.worker import PassStats, Worker
 
 from . import keys
 
+log = logging.getLogger("epochfs.datanode")
 
 # Blocks are stored as 256 KiB chunks, each with its own CRC32C: a ranged read fetches and checks only the chunks it
 # touches (a 1 MiB range of a 4 MiB block reads at most 1.25 MiB, not 4), and a bad chunk is found without reading
@@ -43,18 +52,23 @@ class BlockStore:
         self.used = 0
         self.count = 0
         self._tombstones: dict[int, float] = {}
+        self.bad: set[int] = set()  # blocks whose copy here failed a read nobody reports, for the heartbeat to
+        self.synced = WalSync(kv)  # `await store.synced()` after put: the block is on disk (group commit)
         # The replication queue, mirrored in memory: RocksDB keeps it durable, but every job completes by a delete,
         # and scanning the range through those tombstones cost each idle DataNode ~8 ms of CPU per second.
         self._jobs: dict[tuple[int, int], dict] = {
             (int.from_bytes(k[1:5], "big"), int.from_bytes(k[5:], "big")): orjson.loads(v)
-            for k, v in kv.scan(keys.REPL, prefix_end(keys.REPL))}
-        for _, v in kv.scan(keys.METAS, prefix_end(keys.METAS)):
+            for k, v in self._scan_past_damage(keys.REPL, prefix_end(keys.REPL))}
+        for _, v in self._scan_past_damage(keys.METAS, prefix_end(keys.METAS)):
             self.used += int.from_bytes(v[:8], "big")
             self.count += 1
 
     def _meta(self, block_id: int) -> tuple[int, int, bool]:
         """(size, crc, in bulk space) of a stored block."""
-        raw = self.kv.get(keys.meta(block_id))
+        try:
+            raw = self.kv.get(keys.meta(block_id))
+        except StorageError as e:
+            raise self._damaged(block_id, e) from None
         if raw is None:
             raise errors.NoSuchBlock(f"block {block_id} is not stored here")
         return int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:12], "big"), _in_bulk(raw)
@@ -62,6 +76,8 @@ class BlockStore:
     def put(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
             jobs_due_in: float = 0.0) -> None:
         """Store a block and its replication jobs in one atomic batch; raises CorruptBlock if `crc` doesn't match.
+        On return the block survives a kill of the process; `await self.synced()` then makes it survive a power
+        loss too (its WAL fsynced; a bulk block's file and the MANIFEST entry ingesting it are fsynced by the ingest).
 
         A block of at least `bulk_min` bytes is first ingested into the bulk space under a `pending` marker; the
         batch with its meta removes the marker, so a crash in between leaves data for `purge` to drop.
@@ -79,7 +95,10 @@ class BlockStore:
         chunks = ((keys.chunk(block_id, i), c.to_bytes(4, "big") + mv[i * cs:(i + 1) * cs])
                   for i, c in enumerate(chunk_crcs))
         bulk = self.bulk is not None and n >= self.bulk_min
-        old = self.kv.get(keys.meta(block_id))
+        try:
+            old = self.kv.get(keys.meta(block_id))
+        except StorageError:  # the copy being replaced is unreadable: written over as if absent
+            old = None
         was_bulk = _in_bulk(old)
         if bulk:
             self.kv.put(keys.pending(block_id), b"")
@@ -99,6 +118,7 @@ class BlockStore:
             for (target, _), job in jobs.items():
                 b.put(keys.repl(target, block_id), orjson.dumps(job))
         self._jobs.update(jobs)
+        self.bad.discard(block_id)  # a good copy now
         if old is None:
             self.used += n
             self.count += 1
@@ -135,7 +155,8 @@ class BlockStore:
             raise errors.NoSuchBlock(f"block {block_id} is missing chunk {expect}")
 
     def read(self, block_id: int, offset: int = 0, length: int = -1) -> list[memoryview]:
-        """Bytes [offset, offset+length) of a block as a list of buffers (no copy), every chunk read CRC-checked."""
+        """Bytes [offset, offset+length) of a block as a list of buffers (no copy), every chunk read CRC-checked.
+        A bad copy raises CorruptBlock (or NoSuchBlock for a missing chunk)."""
         size, _, bulk = self._meta(block_id)
         end = size if length < 0 else min(size, offset + length)
         if offset >= end:
@@ -143,18 +164,53 @@ class BlockStore:
         cs = self.chunk_size
         out = []
         first = offset // cs
-        for i, data in enumerate(self._chunks(block_id, first, (end - 1) // cs + 1, bulk), first):
-            lo, hi = max(offset - i * cs, 0), min(end - i * cs, len(data))
-            out.append(data[lo:hi] if (lo, hi) != (0, len(data)) else data)
+        try:
+            for i, data in enumerate(self._chunks(block_id, first, (end - 1) // cs + 1, bulk), first):
+                lo, hi = max(offset - i * cs, 0), min(end - i * cs, len(data))
+                out.append(data[lo:hi] if (lo, hi) != (0, len(data)) else data)
+        except StorageError as e:
+            raise self._damaged(block_id, e) from None
         return out
+
+    @staticmethod
+    def _damaged(block_id: int, e: StorageError) -> errors.CorruptBlock:
+        log.error("block %s: the storage engine cannot read this node's copy: %s", block_id, e)
+        return errors.CorruptBlock(f"block {block_id}: unreadable here ({e})")
+
+    def blocks_from(self, block_id: int) -> Iterator[int]:
+        """Ids of the blocks stored here from `block_id` on, in order, read from the block index (the metas)."""
+        for k, _ in self._scan_past_damage(keys.meta(block_id), prefix_end(keys.METAS)):
+            yield int.from_bytes(k[1:], "big")
+
+    def _scan_past_damage(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """kv.scan, except that where the store is damaged the rest is listed without RocksDB's checksums (they
+        stop an iterator at a corrupt block as if the range ended there): a damaged index must not hide, or keep
+        the node from starting with, everything stored after it. Reading such an entry by key still fails."""
+        try:
+            for k, v in self.kv.scan(start, end):
+                yield k, v
+                start = k + b"\0"
+        except StorageError as e:
+            log.error("damaged store after key %s: listing past it unchecked: %s", start.hex(), e)
+            yield from self.kv.scan(start, end, verify=False)
 
     def read_raw(self, block_id: int) -> tuple[int, list[memoryview]]:
         """(crc of the block, its chunks) after checking each chunk; for replication."""
         _, crc, _ = self._meta(block_id)
         return crc, self.read(block_id)
 
+    def size(self, block_id: int) -> int:
+        """The size of a stored block (0 if it is not stored or its index entry is unreadable)."""
+        try:
+            return self._meta(block_id)[0]
+        except (errors.NoSuchBlock, errors.CorruptBlock):
+            return 0
+
     def has(self, block_id: int) -> bool:
-        return self.kv.get(keys.meta(block_id)) is not None
+        try:
+            return self.kv.get(keys.meta(block_id)) is not None
+        except StorageError:
+            return True  # its index entry is there, unreadable: a bad copy
 
     def recently_deleted(self, block_id: int) -> bool:
         """Was the block deleted here in the last TOMBSTONE_S seconds? A replica push that was already in flight

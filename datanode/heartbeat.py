@@ -15,6 +15,9 @@ from .replicator import CopyOrders
 from .scrubber import Scrubber
 
 log = logging.getLogger("epochfs.datanode")
+# bad copies reported before one heartbeat (one call each): a damaged disk may turn up thousands at once, and the
+# heartbeat must not be late for them
+REPORT_BAD_PER_BEAT = 64
 
 
 class Heartbeat(Worker):
@@ -55,6 +58,9 @@ class Heartbeat(Worker):
         return done
 
     async def run_once(self) -> PassStats:
+        if self.store.bad and self.node_id is not None:  # copies found bad by readers that can't report them
+            for bid in await self.report_bad(sorted(self.store.bad)[:REPORT_BAD_PER_BEAT]):
+                self.store.bad.discard(bid)
         copied, failed = self.copies.take_outcomes() if self.copies else ([], [])
         try:
             if self.node_id is None:

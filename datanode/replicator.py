@@ -74,8 +74,18 @@ class Replicator(Worker):
             async with limiter:
                 try:
                     crc, data = self.store.read_raw(block_id)
+                except errors.CorruptBlock:
+                    self.store.bad.add(block_id)  # reported by the heartbeat; pushed once a good copy is back
+                    self.store.backoff(target, block_id, job)
+                    stats.failed += 1
+                    return
                 except errors.NoSuchBlock:
-                    self.store.complete(target, block_id)  # deleted meanwhile
+                    if self.store.has(block_id):  # a chunk is missing: as corrupt
+                        self.store.bad.add(block_id)
+                        self.store.backoff(target, block_id, job)
+                        stats.failed += 1
+                    else:
+                        self.store.complete(target, block_id)  # deleted meanwhile
                     return
                 try:
                     await self.peers.get(job["a"]).call("put_replica", data, block_id=block_id, crc=crc, fresh=True)
@@ -115,7 +125,12 @@ class CopyOrders:
     async def copy(self, block_id: int, target: int, addr: str) -> bool:
         try:
             async with self.limiter:
-                crc, data = self.store.read_raw(block_id)
+                try:
+                    crc, data = self.store.read_raw(block_id)
+                except (errors.CorruptBlock, errors.NoSuchBlock):
+                    if self.store.has(block_id):
+                        self.store.bad.add(block_id)  # the heartbeat reports it: the NameNode picks another source
+                    raise
                 await self.peers.get(addr).call("put_replica", data, block_id=block_id, crc=crc)
             self.copied.append([block_id, target])
             return True

@@ -209,7 +209,7 @@ class Cluster:
 
         Replicas that answered with a bad CRC or without the block are reported to the NameNode once another one
         served the read (read repair: the good holder re-pushes the block to them); unreachable ones are left to
-        the NameNode's failure detection."""
+        the NameNode's failure detection, and one failing otherwise (an internal error) is skipped too."""
         last: Exception | None = None
         bad: list[int] = []
         for node in blk[3]:
@@ -218,10 +218,10 @@ class Cluster:
                 continue
             try:
                 _, data = await self.peers.get(addr).call("get", block_id=blk[0], offset=offset, length=length)
-            except (errors.Unavailable, errors.CorruptBlock, errors.NoSuchBlock) as e:
+            except errors.DomainError as e:
                 last = e
                 log.warning("block %s on node %s: %s; trying another replica", blk[0], node, e)
-                if not isinstance(e, errors.Unavailable):
+                if isinstance(e, (errors.CorruptBlock, errors.NoSuchBlock)):
                     bad.append(node)
                 continue
             for b in bad:

@@ -45,7 +45,8 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
                            reserve_bytes=settings.block_size)
         app.state.meta, app.state.members, app.state.repair = meta, members, repair
         metrics.register(meta, members, repair)
-        rpc = RpcServer(make_handlers(meta, members, settings, repair, ops), settings.cluster_secret)
+        rpc = RpcServer(make_handlers(meta, members, settings, repair, ops), settings.cluster_secret,
+                        max_payload=settings.rpc_max_payload)
         await rpc.start(settings.host, settings.rpc_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(PendingExpiry(meta, settings.gc_interval_s).run_forever)

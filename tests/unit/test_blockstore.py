@@ -113,9 +113,9 @@ def test_a_corrupt_bulk_chunk_fails_its_read_and_the_scrubber_finds_it():
     assert joined(s.read(3, 0, 8)) == data[:8]
     with pytest.raises(errors.CorruptBlock):
         s.read(3, 8)
-    sc = Scrubber(s, report=None, bytes_per_s=1 << 20)
+    sc = Scrubber(s, bytes_per_s=1 << 20)
     sc.scan(1 << 20)
-    assert sc.bad == {3} and sc.totals["sweeps"] == 1
+    assert s.bad == {3} and sc.totals["sweeps"] == 1
 
 
 def test_an_ingest_without_its_meta_is_dropped_on_restart():
