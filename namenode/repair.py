@@ -443,6 +443,7 @@ class RepairWorker(Worker):
             return 0
         self._refill(now)
         view = self._view()
+        free = {n.id: n.free_bytes for n in view.nodes}  # less what this drain orders
         issued = 0
         for bid in list(self.queue):
             if self.bytes_per_s and self._tokens <= 0:
@@ -458,9 +459,10 @@ class RepairWorker(Worker):
             for r in plan:
                 self._add(Order(bid, r.source, r.target, r.replaces, hint, size, grow=r.grow), now)
                 issued += 1
-                free = next(n.free_bytes for n in view.nodes if n.id == r.target)
-                if free - size <= self.reserve_bytes + self.batch_bytes:  # filling up: see its ordered bytes
+                free[r.target] -= size
+                if free[r.target] <= self.reserve_bytes:  # full once these copies land: place on the others
                     view = self._view()
+                    free = {n.id: n.free_bytes for n in view.nodes}
         return issued
 
     def _sweep_step(self, view: ClusterView, dead: set[int], gone_nodes: set[int], now: float) -> None:

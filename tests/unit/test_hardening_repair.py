@@ -90,3 +90,13 @@ def test_small_blocks_travel_many_to_a_copy_order_and_large_ones_few():
     anyio.run(w.run_once)
     out = [o for os in deliver(w).values() for o in os]
     assert len(out) == 4 and all(1 <= len(bids) <= 2 for _, _, bids in out)  # 8 MiB per order
+
+
+def test_copies_ordered_to_a_node_count_against_its_room():
+    m, members = cluster([(bid, [1, 2, 3]) for bid in range(1000, 1300)])
+    room = 12 * MiB  # above the reserve: 111 blocks of 110 KiB
+    members.nodes[4].used = members.nodes[4].capacity - (MiB + room)
+    w = RepairWorker(m, members, reserve_bytes=MiB, max_inflight=64)
+    anyio.run(w.run_once)
+    to = [o.target for o in w.orders.values()]
+    assert len(to) == 300 and 0 < to.count(4) <= room // (110 * KiB) + 1  # not ~150, half of them
