@@ -234,8 +234,8 @@ class RepairWorker(Worker):
     def report_bad(self, block_id: int, node: int, good: int | None = None) -> bool:
         """A copy of `block_id` on `node` failed its CRC or is missing: order a good holder to re-push it. False when
         nothing can be done (no file refers to the block, `node` is not one of its holders, no other live holder)."""
-        if (block_id, node) in self.orders:
-            return True
+        if (block_id, node) in self.orders or time.monotonic() < self.retry_at.get(block_id, 0.0):
+            return True  # ordered already, or its last copy failed: the next waits (a reader may ask every time)
         loc = self.meta.find_block(block_id)
         if loc is None or node not in loc[1][3]:
             return False

@@ -10,30 +10,11 @@ import botocore.exceptions
 import pytest
 from cluster import MAIN, Cluster, upload_until
 from epochfs.frontends.cli.admin import AdminClient
+from test_recovery import wait_for
 
 pytestmark = pytest.mark.integration
 
 MiB = 1 << 20
-
-
-def wait_for(cond, timeout: float, what: str, poll: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        res = cond()
-        if res:
-            return res
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(poll)
-
-
-def create_bucket(s3, name: str, policy: str) -> None:
-    def add(request, **_):
-        request.headers["x-epochfs-write-policy"] = policy
-    s3.meta.events.register("before-sign.s3.CreateBucket", add)
-    try:
-        s3.create_bucket(Bucket=name)
-    finally:
-        s3.meta.events.unregister("before-sign.s3.CreateBucket", add)
 
 
 def test_near_capacity_missing_copies_back_off_and_show_in_the_summary(tmp_path):
@@ -63,7 +44,8 @@ def test_near_capacity_missing_copies_back_off_and_show_in_the_summary(tmp_path)
         for k, v in list(acked.items())[:20]:
             assert s3.get_object(Bucket="async", Key=k)["Body"].read() == v
 
-        create_bucket(s3, "sync2", "sync:2")
+        s3.create_bucket(Bucket="sync2")
+        c.rpc("nn", "bucket_update", bucket="sync2", fields={"wp": "sync:2"})
         refused = []
         for i in range(40):
             try:
