@@ -68,6 +68,23 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
             await store.synced()  # on disk before the primary counts it (sync:N) or completes its job
         return {}
 
+    async def put_replicas(a, payload):
+        """Several blocks in one call (a NameNode copy order: re-replication, read repair, rebalance), each stored
+        like a repair copy of put_replica: a["blocks"] = [[block_id, crc, size], ...], their bytes back to back in the
+        payload. Answers "errs" {index: error class} for the blocks not stored (no room, CRC mismatch)."""
+        heads = a.get("blocks")
+        if not isinstance(heads, list) or sum(int(h[2]) for h in heads) != len(payload):
+            raise errors.InvalidInput("put_replicas: the block sizes do not add up to the payload")
+        mv, off, errs = memoryview(payload), 0, {}
+        for i, (bid, crc, n) in enumerate(heads):
+            data, off = mv[off:off + int(n)], off + int(n)
+            try:
+                check_room(int(bid), int(n))
+                store.put(int(bid), data, int(crc))
+            except errors.DomainError as e:
+                errs[str(i)] = type(e).__name__
+        return {"errs": errs}
+
     async def get(a, _):
         return {}, store.read(int(a["block_id"]), int(a.get("offset", 0)), int(a.get("length", -1)))
 
@@ -114,5 +131,5 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         s = await replicator.run_once(everything=True)
         return {"ok": s.ok, "failed": s.failed}
 
-    return {f.__name__: f for f in (put, put_replica, get, get_many, read_tokened, delete, has, blocks,
+    return {f.__name__: f for f in (put, put_replica, put_replicas, get, get_many, read_tokened, delete, has, blocks,
                                     replicate_once)}

@@ -65,8 +65,9 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
         hb = Heartbeat(store, nn, uuid=node_uuid(settings.data_dir), host=settings.advertise_host or settings.host,
                        rpc_port=settings.rpc_port, http_port=settings.port, capacity=settings.capacity_bytes,
                        data_dir=settings.data_dir, interval_s=settings.heartbeat_interval_s,
-                       copies=CopyOrders(store, peers, spawn, concurrency=settings.replication_concurrency),
-                       report_interval_s=settings.block_report_interval_s, scrubber=scrubber)
+                       copies=CopyOrders(store, peers, spawn, concurrency=settings.replication_concurrency,
+                                         wake=lambda: hb.wake()),
+                       report_interval_s=settings.block_report_interval_s, scrubber=scrubber, replicator=replicator)
         app.state.store, app.state.heartbeat, app.state.scrubber = store, hb, scrubber
         metrics.register(store, hb)
         rpc = RpcServer(make_handlers(store, replicator, spawn, settings.capacity_bytes, settings.cluster_secret),

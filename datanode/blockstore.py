@@ -288,6 +288,10 @@ class BlockStore:
         self.kv.put(keys.repl(target, block_id), orjson.dumps(job))
         self._jobs[(target, block_id)] = job
 
+    def queued_jobs(self) -> set[tuple[int, int]]:
+        """(target, block) of every queued replication job."""
+        return set(self._jobs)
+
     def replication_lag(self) -> dict:
         """Queued replication jobs and the age of the oldest in seconds (reported with every heartbeat)."""
         oldest = min((j.get("t", j["due"]) for j in self._jobs.values()), default=None)

@@ -2,6 +2,7 @@
 (re-replication, read repair, rebalance) and scrub jobs, whose outcomes and progress the next heartbeats report."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import time
@@ -11,7 +12,7 @@ from epochfs.common.rpc import RpcClient
 from epochfs.common.worker import PassStats, Worker
 
 from .blockstore import BlockStore
-from .replicator import CopyOrders
+from .replicator import CopyOrders, Replicator
 from .scrubber import Scrubber
 
 log = logging.getLogger("epochfs.datanode")
@@ -23,8 +24,11 @@ REPORT_BAD_PER_BEAT = 64
 class Heartbeat(Worker):
     def __init__(self, store: BlockStore, nn: RpcClient, *, uuid: str, host: str, rpc_port: int, http_port: int,
                  capacity: int, data_dir, interval_s: float = 1.0, copies: CopyOrders | None = None,
-                 report_interval_s: float = 60.0, scrubber: Scrubber | None = None) -> None:
+                 report_interval_s: float = 60.0, scrubber: Scrubber | None = None,
+                 replicator: Replicator | None = None) -> None:
         self.store, self.nn, self.copies, self.scrubber = store, nn, copies, scrubber
+        self.replicator = replicator
+        self._wake: asyncio.Event | None = None
         self.uuid, self.host, self.rpc_port, self.http_port = uuid, host, rpc_port, http_port
         self.capacity_cfg, self.data_dir = capacity, data_dir
         self.interval_s, self.report_interval_s = interval_s, report_interval_s
@@ -57,6 +61,29 @@ class Heartbeat(Worker):
             done.append(bid)
         return done
 
+    def lag(self) -> dict:
+        """The replication queue as the heartbeat reports it: jobs queued, the oldest's age, those refused for space."""
+        return {**self.store.replication_lag(), **(self.replicator.waiting() if self.replicator else {})}
+
+    def wake(self) -> None:
+        """Send the next heartbeat now (a copy order is done: its outcomes reach the NameNode without waiting)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run_forever(self) -> None:
+        self._wake = asyncio.Event()
+        while True:
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("heartbeat failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                await asyncio.sleep(0.01)  # orders finishing together share one heartbeat
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+
     async def run_once(self) -> PassStats:
         if self.store.bad and self.node_id is not None:  # copies found bad by readers that can't report them
             for bid in await self.report_bad(sorted(self.store.bad)[:REPORT_BAD_PER_BEAT]):
@@ -71,7 +98,7 @@ class Heartbeat(Worker):
             scrub = self.scrubber.job if self.scrubber else None
             res, _ = await self.nn.call("heartbeat", node_id=self.node_id, used=self.store.used,
                                         capacity=self.capacity(), blocks=self.store.count, deleted=self._deleted,
-                                        copied=copied, copy_failed=failed, extra=self.store.replication_lag(),
+                                        copied=copied, copy_failed=failed, extra=self.lag(),
                                         **({"report": report} if report is not None else {}),
                                         **({"scrub": scrub} if scrub is not None else {}))
         except errors.Unavailable:
@@ -89,7 +116,7 @@ class Heartbeat(Worker):
         if res.get("delete"):
             self.store.delete(res["delete"])
             self._deleted = list(res["delete"])
-        if res.get("copy") and self.copies:
+        if res.get("copy") and self.copies:  # [[target, address, [block, ...]], ...]
             self.copies.start(res["copy"])
         if res.get("scrub") and self.scrubber:
             self.scrubber.start_job(res["scrub"])

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 
 import anyio
 
@@ -15,6 +17,9 @@ from .blockstore import BlockStore
 # The in-memory push after a write normally completes within milliseconds; queued jobs wait this long before the
 # background pass retries them from disk.
 FAST_PATH_GRACE_S = 5.0
+LOG_EVERY_S = 30.0
+
+log = logging.getLogger("epochfs.datanode.replicator")
 
 
 class Replicator(Worker):
@@ -23,6 +28,27 @@ class Replicator(Worker):
         self.store, self.peers = store, peers
         self.interval_s, self.concurrency, self.batch_size = interval_s, concurrency, batch_size
         self._tasks: set[asyncio.Future] = set()
+        self.refused: set[tuple[int, int]] = set()  # (target, block) jobs whose last push the target refused: full
+        self._refusals, self._logged = 0, float("-inf")
+
+    def _outcome(self, target: int, block_id: int, err: errors.DomainError | None) -> None:
+        """Note whether a push to `target` was refused for lack of space (counted in `waiting()`, logged at most
+        every LOG_EVERY_S); the queued job retries it with backoff either way."""
+        if isinstance(err, errors.NodeFull):
+            self.refused.add((target, block_id))
+            self._refusals += 1
+            now = time.monotonic()
+            if now - self._logged >= LOG_EVERY_S:
+                log.warning("%d replica pushes refused by full nodes (node %s the last); retried with backoff",
+                            self._refusals, target)
+                self._refusals, self._logged = 0, now
+        else:
+            self.refused.discard((target, block_id))
+
+    def waiting(self) -> dict:
+        """For the heartbeat: queued replication jobs whose target refused the block for lack of space."""
+        self.refused &= self.store.queued_jobs()
+        return {"no_space": len(self.refused)}
 
     async def push_now(self, block_id: int, data, crc: int, targets: list[tuple[int, str]]) -> None:
         """Push a block just written (still in memory) to its secondaries; a failure leaves its queued job."""
@@ -32,8 +58,8 @@ class Replicator(Worker):
             try:
                 await self.peers.get(addr).call("put_replica", data, block_id=block_id, crc=crc, fresh=True)
                 done.append(target)
-            except errors.DomainError:
-                pass  # the queued job retries it
+            except errors.DomainError as e:
+                self._outcome(target, block_id, e)  # the queued job retries it
 
         # plain gather: this runs for every block written, and a task group costs more than the two pushes' setup
         await asyncio.gather(*(one(t, addr) for t, addr in targets))
@@ -46,7 +72,8 @@ class Replicator(Worker):
         async def one(target: int, addr: str) -> bool:
             try:
                 await self.peers.get(addr).call("put_replica", data, block_id=block_id, crc=crc, fresh=True)
-            except errors.DomainError:
+            except errors.DomainError as e:
+                self._outcome(target, block_id, e)
                 return False
             self.store.complete(target, block_id)
             return True
@@ -90,8 +117,10 @@ class Replicator(Worker):
                 try:
                     await self.peers.get(job["a"]).call("put_replica", data, block_id=block_id, crc=crc, fresh=True)
                     self.store.complete(target, block_id)
+                    self._outcome(target, block_id, None)
                     stats.ok += 1
-                except errors.DomainError:
+                except errors.DomainError as e:
+                    self._outcome(target, block_id, e)
                     self.store.backoff(target, block_id, job)
                     stats.failed += 1
 
@@ -102,49 +131,80 @@ class Replicator(Worker):
 
 
 class CopyOrders:
-    """Copies the NameNode orders in heartbeat replies (re-replication, read repair): push a block stored here to
-    another node with the same `put_replica` as passive replication, then report the outcome in the next heartbeat.
+    """Copies the NameNode orders in heartbeat replies (re-replication, read repair, rebalance): push blocks stored
+    here to another node, then report the outcome in the next heartbeat. An order names one target and many blocks
+    (small ones travel together): they go in `put_replicas` calls of up to `batch_bytes` each (a block larger than
+    that alone), so a node of small samples is restored at a rate set by bytes, not by round trips.
 
-    Orders run in the background (`spawn`), at most `concurrency` at once; an order already running is not started
-    twice. Outcomes wait in `copied` / `failed` ([block, target] pairs) until a heartbeat delivers them."""
+    Orders run in the background (`spawn`), at most `concurrency` at once; a block already being copied to the same
+    target is not started twice. Outcomes wait in `copied` ([block, target]) / `failed` ([block, target, error
+    class]) until a heartbeat delivers them; `wake` (the heartbeat's) is called when an order is done, so they go at
+    once."""
 
-    def __init__(self, store: BlockStore, peers: Peers, spawn, *, concurrency: int = 4) -> None:
-        self.store, self.peers, self.spawn = store, peers, spawn
+    def __init__(self, store: BlockStore, peers: Peers, spawn, *, concurrency: int = 4, batch_bytes: int = 8 << 20,
+                 wake=lambda: None) -> None:
+        self.store, self.peers, self.spawn, self.wake = store, peers, spawn, wake
+        self.batch_bytes = batch_bytes
         self.limiter = anyio.Semaphore(concurrency)
         self.running: set[tuple[int, int]] = set()
         self.copied: list[list[int]] = []
-        self.failed: list[list[int]] = []
+        self.failed: list[list] = []
 
     def start(self, orders: list[list]) -> None:
-        for bid, target, addr in orders:
-            key = (int(bid), int(target))
-            if key not in self.running:
-                self.running.add(key)
-                self.spawn(self.copy(key[0], key[1], addr))
+        for target, addr, block_ids in orders:
+            target = int(target)
+            todo = [b for b in map(int, block_ids) if (b, target) not in self.running]
+            if todo:
+                self.running.update((b, target) for b in todo)
+                self.spawn(self.copy(target, addr, todo))
 
-    async def copy(self, block_id: int, target: int, addr: str) -> bool:
+    async def copy(self, target: int, addr: str, block_ids: list[int]) -> None:
         try:
             async with self.limiter:
-                try:
-                    crc, data = self.store.read_raw(block_id)
-                except (errors.CorruptBlock, errors.NoSuchBlock):
-                    if self.store.has(block_id):
-                        self.store.bad.add(block_id)  # the heartbeat reports it: the NameNode picks another source
-                    raise
-                await self.peers.get(addr).call("put_replica", data, block_id=block_id, crc=crc)
-            self.copied.append([block_id, target])
-            return True
-        except errors.DomainError:
-            self.failed.append([block_id, target])  # the NameNode plans it again, maybe from another holder
-            return False
+                todo = list(reversed(block_ids))
+                while todo:
+                    heads, bufs, size = [], [], 0
+                    while todo:
+                        bid = todo[-1]
+                        try:
+                            crc, data = self.store.read_raw(bid)
+                        except errors.DomainError as e:
+                            todo.pop()
+                            if isinstance(e, (errors.CorruptBlock, errors.NoSuchBlock)) and self.store.has(bid):
+                                self.store.bad.add(bid)  # the heartbeat reports it: the NameNode picks another source
+                            self.failed.append([bid, target, type(e).__name__])  # planned again from another holder
+                            continue
+                        n = sum(len(d) for d in data)
+                        if heads and size + n > self.batch_bytes:
+                            break  # read again for the next call
+                        todo.pop()
+                        heads.append([bid, crc, n])
+                        bufs += data
+                        size += n
+                    if heads:
+                        await self._send(target, addr, heads, bufs)
         finally:
-            self.running.discard((block_id, target))
+            self.running.difference_update((b, target) for b in block_ids)
+            self.wake()
 
-    def take_outcomes(self) -> tuple[list[list[int]], list[list[int]]]:
+    async def _send(self, target: int, addr: str, heads: list[list[int]], bufs: list) -> None:
+        try:
+            res, _ = await self.peers.get(addr).call("put_replicas", bufs, blocks=heads)
+        except errors.DomainError as e:
+            self.failed += [[h[0], target, type(e).__name__] for h in heads]
+            return
+        errs = res.get("errs") or {}
+        for i, h in enumerate(heads):
+            if str(i) in errs:
+                self.failed.append([h[0], target, errs[str(i)]])
+            else:
+                self.copied.append([h[0], target])
+
+    def take_outcomes(self) -> tuple[list[list[int]], list[list]]:
         out = self.copied, self.failed
         self.copied, self.failed = [], []
         return out
 
-    def give_back(self, copied: list[list[int]], failed: list[list[int]]) -> None:
+    def give_back(self, copied: list[list[int]], failed: list[list]) -> None:
         """Outcomes a heartbeat could not deliver: kept for the next one."""
         self.copied[:0], self.failed[:0] = copied, failed

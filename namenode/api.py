@@ -156,7 +156,8 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
                            "heartbeat_age_s": round(now - n.last_seen, 3) if n.last_seen else None,
                            "state": members.state(n, now),
                            "replication_lag": {"queued": n.extra.get("queued", 0),
-                                               "oldest_s": n.extra.get("oldest_s", 0.0)},
+                                               "oldest_s": n.extra.get("oldest_s", 0.0),
+                                               "no_space": n.extra.get("no_space", 0)},
                            "decommission": {k: jobs[n.id][k] for k in ("done", "total", "progress")}
                            if n.id in jobs else None}
                           for n in members.nodes.values()]}

@@ -39,7 +39,8 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         repair = RepairWorker(meta, members, interval_s=settings.repair_interval_s,
                               max_inflight=settings.repair_max_inflight,
                               order_timeout_s=settings.repair_order_timeout_s, scan_batch=settings.repair_scan_batch,
-                              bytes_per_s=settings.repair_bytes_per_s)
+                              bytes_per_s=settings.repair_bytes_per_s, batch_bytes=settings.repair_batch_bytes,
+                              reserve_bytes=settings.block_size)
         ops = OperatorJobs(meta, members, repair, interval_s=settings.repair_interval_s,
                            tolerance=settings.rebalance_tolerance, scan_batch=settings.repair_scan_batch,
                            reserve_bytes=settings.block_size)

@@ -22,7 +22,11 @@ class NameNodeSettings(ServiceSettings):
     repair_interval_s: float = 1.0
     """How often the repair worker sweeps for blocks with a dead holder (when a node is dead)."""
     repair_max_inflight: int = 16
-    """Re-replication and read-repair copies ordered and not yet confirmed, at most (the repair rate limit)."""
+    """Copy orders (re-replication, read repair, rebalance) out and not yet confirmed, at most; each carries the
+    blocks going from one node to another, up to repair_batch_bytes."""
+    repair_batch_bytes: int = 8 << 20
+    """Bytes of blocks one copy order carries at most (many small blocks, or a few large ones); the source sends them
+    in one call to the target."""
     repair_order_timeout_s: float = 60.0
     """A copy order not confirmed within this is dropped and planned again (from another holder)."""
     repair_scan_batch: int = 10_000

@@ -103,11 +103,14 @@ class Membership:
             return set()
         return {n.id for n in self.nodes.values() if not self.alive(n, now) and n.admin != DECOMMISSIONED}
 
-    def view(self, reserve_bytes: int = 0) -> ClusterView:
-        """The snapshot placement works on; nodes with `reserve_bytes` or less free space count as full."""
+    def view(self, reserve_bytes: int = 0, ordered: dict[int, int] | None = None) -> ClusterView:
+        """The snapshot placement works on; nodes with `reserve_bytes` or less free space count as full. `ordered`:
+        bytes already on their way to a node (copies ordered, not yet confirmed), taken off its free space."""
         now = time.monotonic()
+        ordered = ordered or {}
         return ClusterView(nodes=tuple(
-            NodeView(id=n.id, alive=self.alive(n, now), free_bytes=max(n.capacity - n.used, 0), draining=bool(n.admin))
+            NodeView(id=n.id, alive=self.alive(n, now), free_bytes=max(n.capacity - n.used - ordered.get(n.id, 0), 0),
+                     draining=bool(n.admin))
             for n in self.nodes.values()), reserve_bytes=reserve_bytes)
 
     def addrs(self, ids) -> dict[str, str]:

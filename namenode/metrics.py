@@ -30,6 +30,8 @@ def register(meta, members, repair) -> None:
     gauge("epochfs_lost_blocks", "Blocks with no live replica", lambda: [((), repair.status()["lost"])])
     gauge("epochfs_repairs_in_flight", "Copies ordered and not yet confirmed",
           lambda: [((), repair.status()["repairs_in_flight"])])
+    gauge("epochfs_copies_waiting", "Missing copies waiting for a retry or a node with room, by reason",
+          lambda: [((r,), n) for r, n in repair.status()["waiting"].items()], ("reason",))
     gauge("epochfs_garbage_blocks", "Block replicas waiting to be deleted", lambda: [((), meta.garbage_count())])
     gauge("epochfs_bucket_bytes", "Object bytes per bucket (current versions)",
           lambda: [((b,), u[0]) for b, u in meta.bucket_usage().items()], ("bucket",))

@@ -83,6 +83,13 @@ def plan_repairs(view: ClusterView, block_id: int, holders: list[int], attempt: 
             for d, t in zip(gone + [None] * missing, candidates)]
 
 
+def shortage(view: ClusterView, holders: list[int]) -> str:
+    """Why `plan_repairs` found no target for a block on `holders`: "no_space" when a live node without a copy is
+    there but full, else "no_node" (every live node in service holds a copy already)."""
+    taken = set(holders)
+    return "no_space" if any(n.alive and not n.draining and n.id not in taken for n in view.nodes) else "no_node"
+
+
 def repair_source(view: ClusterView, holders: list[int], bad: int, good: int | None = None) -> int | None:
     """The live holder to re-push a block from to its holder `bad` (read repair): `good` when it is alive and holds the
     block (the replica a reader just read), else the first other live holder; None if there is none."""

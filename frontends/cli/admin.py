@@ -93,6 +93,10 @@ def show_status(c: AdminClient) -> Table:
             ["DataNodes", ", ".join(f"{v} {k}" for k, v in s["nodes"].items()) or "none"],
             ["under-replicated blocks", s["under_replicated"]], ["lost blocks", s["lost"]],
             ["repairs in flight", s["repairs_in_flight"]],
+            ["copies waiting", f"{s['waiting_for_copies']}" + (" (" + ", ".join(
+                f"{k.replace('_', ' ')}: {v}" for k, v in sorted(s["waiting_reasons"].items())) + ")"
+                if s["waiting_reasons"] else "")],
+            ["replica pushes queued", s["replication_queued"]],
             ["gateway requests", f"{g['requests']:.0f} ({g['errors']:.0f} errors)"],
             ["gateway bytes in / out", f"{_size(g['bytes_in'])} / {_size(g['bytes_out'])}"]]
     return _table("epochfs cluster", ["", ""], rows)

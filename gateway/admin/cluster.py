@@ -20,6 +20,7 @@ _job_ids = itertools.count(1)
 def node_view(n: dict) -> Node:
     state = n.get("state") or ("alive" if n.get("alive") else "dead")
     lag = n.get("replication_lag", (n.get("extra") or {}).get("queued"))
+    no_space = int(lag.get("no_space", 0)) if isinstance(lag, dict) else 0
     lag_s = lag.get("oldest_s") if isinstance(lag, dict) else None
     if isinstance(lag, dict):
         lag = lag.get("queued")
@@ -28,7 +29,7 @@ def node_view(n: dict) -> Node:
                 capacity=capacity, used=used, free=max(capacity - used, 0), blocks=int(n.get("blocks", 0)),
                 last_heartbeat_s=n.get("heartbeat_age_s"), state=state,
                 replication_lag=None if lag is None else float(lag),
-                replication_lag_s=None if lag_s is None else float(lag_s))
+                replication_lag_s=None if lag_s is None else float(lag_s), replication_refused=no_space)
 
 
 async def nodes_of(ctx) -> list[Node]:
@@ -45,12 +46,18 @@ async def summary(_: AdminDep, ctx: CtxDep) -> Summary:
         states[n.state] = states.get(n.state, 0) + 1
     live = [n for n in nodes if n.state in ("alive", "decommissioning")]
     under, lost = int(stats.get("under_replicated", 0)), int(stats.get("lost", 0))
+    waiting = {k: int(v) for k, v in (stats.get("waiting") or {}).items() if v}
+    refused = sum(n.replication_refused for n in live)
+    if refused:
+        waiting["no_space"] = waiting.get("no_space", 0) + refused
     health = "down" if not live else "degraded" if (len(live) < len(nodes) - states.get("decommissioned", 0)
-                                                    or under or lost) else "ok"
+                                                    or under or lost or waiting) else "ok"
     capacity, used = sum(n.capacity for n in live), sum(n.used for n in live)
     return Summary(health=health, capacity=capacity, used=used, free=max(capacity - used, 0), buckets=len(usage),
                    objects=sum(u[1] for u in usage.values()), bytes=sum(u[0] for u in usage.values()), nodes=states,
                    under_replicated=under, lost=lost, repairs_in_flight=int(stats.get("repairs_in_flight", 0)),
+                   waiting_for_copies=sum(waiting.values()), waiting_reasons=waiting,
+                   replication_queued=int(sum(n.replication_lag or 0 for n in live)),
                    gateway=Throughput(**metrics.totals()))
 
 

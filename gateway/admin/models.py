@@ -52,6 +52,14 @@ class Summary(Msg):
     under_replicated: int
     lost: int
     repairs_in_flight: int
+    waiting_for_copies: int = Field(0, description="missing copies not being made now: re-replications waiting for a "
+                                                   "retry or a node with room, and replica pushes refused by full "
+                                                   "DataNodes (retried with backoff)")
+    waiting_reasons: dict[str, int] = Field({}, description="waiting_for_copies by reason: no_space (no node with "
+                                                            "room), no_node (too few nodes), unreachable, bad_source, "
+                                                            "timeout")
+    replication_queued: int = Field(0, description="replica pushes queued on the DataNodes (async writes not yet "
+                                                   "copied to every secondary)")
     gateway: Throughput
 
 
@@ -68,6 +76,8 @@ class Node(Msg):
     state: str = Field(description="alive | dead | decommissioning | decommissioned")
     replication_lag: float | None = Field(description="replication jobs queued on the node")
     replication_lag_s: float | None = Field(None, description="age of the oldest queued replication job (s)")
+    replication_refused: int = Field(0, description="queued replication jobs whose target refused the block for lack "
+                                                    "of space (retried with backoff)")
 
 
 class Bucket(Msg):

@@ -74,7 +74,8 @@ async function refresh() {
     const rows = [["capacity", fmt(s.capacity)], ["used", fmt(s.used)], ["free", fmt(s.free)],
       ["buckets", s.buckets], ["objects", s.objects], ["object bytes", fmt(s.bytes)],
       ["DataNodes", Object.entries(s.nodes).map(([k, v]) => v + " " + k).join(", ") || "none"],
-      ["under-replicated blocks", s.under_replicated], ["lost blocks", s.lost]];
+      ["under-replicated blocks", s.under_replicated], ["lost blocks", s.lost],
+      ["copies waiting", s.waiting_for_copies]];
     document.getElementById("summary").innerHTML = rows.map(([k, v]) => `<b>${esc(k)}</b><span>${esc(v)}</span>`).join("");
     document.getElementById("nodes").innerHTML = nodes.map(n => {
       const pct = n.capacity ? Math.min(100, 100 * n.used / n.capacity) : 0;

@@ -117,7 +117,7 @@ def test_worker_orders_copies_through_heartbeats_and_updates_metadata():
     assert stats.ok == 3 and w.under_replicated == 3 and w.status()["dead_nodes"] == [3]
     assert anyio.run(w.run_once).ok == 0  # nothing planned twice
     orders = {n: w.on_heartbeat(n, [], []) for n in (1, 2)}
-    sent = [(n, bid, t) for n, os in orders.items() for bid, t, _ in os]
+    sent = [(n, bid, t) for n, os in orders.items() for t, _, bids in os for bid in bids]
     assert len(sent) == 3 and all(t not in (3, n) for n, _, t in sent)
     for n, bid, t in sent:
         w.on_heartbeat(n, [[bid, t]], [])
@@ -133,9 +133,9 @@ def test_worker_respects_the_inflight_limit_and_retries_failures():
     assert anyio.run(w.run_once).ok == 1
     assert anyio.run(w.run_once).ok == 0
     (o,) = w.orders.values()
-    w.on_heartbeat(o.source, [], [[o.block_id, o.target]])
-    assert w.attempts[o.block_id] == 1 and not w.orders
-    assert anyio.run(w.run_once).ok == 1
+    w.on_heartbeat(o.source, [], [[o.block_id, o.target, "Unavailable"]])  # the freed slot goes to the next block
+    assert w.attempts[o.block_id] == 1 and o.block_id not in w._by_block and len(w.orders) == 1
+    assert w.retry_at[o.block_id] > 0 and w.status()["waiting"] == {}  # counted as waiting by the next sweep
 
 
 def test_no_repair_before_the_namenode_settled():
@@ -149,7 +149,7 @@ def test_read_repair_order_goes_to_the_bad_holder():
     m, members = cluster_meta(dead=None)
     w = RepairWorker(m, members)
     assert w.report_bad(10, node=1, good=3)
-    assert w.on_heartbeat(3, [], []) == [[10, 1, "127.0.0.1:9001"]]
+    assert w.on_heartbeat(3, [], []) == [[1, "127.0.0.1:9001", [10]]]
     assert not w.report_bad(10, node=5)  # not a holder
     w.on_heartbeat(3, [[10, 1]], [])
     assert m.find_block(10)[1][3] == [1, 2, 3] and w.totals["read_repairs"] == 1
@@ -175,7 +175,7 @@ def test_a_copy_confirmed_after_its_order_expired_is_garbage_unless_held():
     w = RepairWorker(m, members, order_timeout_s=5.0)
     anyio.run(w.run_once)
     o = w.orders[(10, 4)] if (10, 4) in w.orders else w.orders[(10, 5)]
-    w._expire(o.issued + 10)
+    w._expire(o.batch.issued + 10)
     assert not w.orders and w.totals["expired"] == 3
     w.on_heartbeat(o.source, [[10, o.target], [10, 2]], [])
     assert m.garbage_for(o.target) == [10] and m.garbage_for(2) == []  # node 2 holds block 10: kept
