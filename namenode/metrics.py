@@ -31,6 +31,8 @@ def register(meta, members, repair) -> None:
     gauge("epochfs_repairs_in_flight", "Copies ordered and not yet confirmed",
           lambda: [((), repair.status()["repairs_in_flight"])])
     gauge("epochfs_garbage_blocks", "Block replicas waiting to be deleted", lambda: [((), meta.garbage_count())])
+    gauge("epochfs_freed_blocks", "Block replicas of removed objects kept for reads under way (NN_FREE_GRACE_S)",
+          lambda: [((), meta.freed_count())])
     gauge("epochfs_bucket_bytes", "Object bytes per bucket (current versions)",
           lambda: [((b,), u[0]) for b, u in meta.bucket_usage().items()], ("bucket",))
     gauge("epochfs_bucket_objects", "Objects per bucket (current versions)",

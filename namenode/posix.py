@@ -88,7 +88,9 @@ class Posix:
         if ino == self.bi or (self.bi is None and ino == ROOT_INO):
             return
         rec = self.meta.get_inode(ino)
-        if rec is not None and self.bi is not None and self._rec_in_bucket(rec):
+        if rec is None:  # gone (an S3 DELETE, say): a handle the mount holds open still knows it, see its getattr
+            raise _fail(errors.NotFound, errno.ENOENT, f"no inode {ino}")
+        if self.bi is not None and self._rec_in_bucket(rec):
             return
         raise _fail(errors.Unauthorized, errno.EACCES, f"inode {ino} is not in the request's bucket")
 

@@ -31,6 +31,7 @@ import pyfuse3
 import trio
 
 from epochfs.common import errors
+from epochfs.common.blocks import pieces_within
 from epochfs.common.client import DIRECT_RETRY_S, PieceFailed, S3Client
 
 from .. import errmap
@@ -200,6 +201,7 @@ class Handle:
     ahead: int = -1                          # the last chunk readahead was started for
     stream: bool = False                     # reading a large file front to back (see _track_stream)
     window: dict[int, list] = field(default_factory=dict)  # a stream's chunks: index -> [data, bytes not yet read]
+    attr: dict = field(default_factory=dict)  # the file's attributes when it was opened
 
 
 @dataclass
@@ -220,16 +222,7 @@ class _Plan:
 
     def within(self, off: int, end: int) -> list[list]:
         """The pieces of bytes [off, end)."""
-        out = []
-        for i in range(max(bisect.bisect_right(self.starts, off) - 1, 0), len(self.pieces)):
-            s = self.starts[i]
-            if s >= end:
-                break
-            bid, boff, n, nodes = self.pieces[i]
-            lo, hi = max(off, s), min(end, s + n)
-            if hi > lo:
-                out.append([bid, boff + lo - s, hi - lo, nodes])
-        return out
+        return pieces_within(self.pieces, self.starts, off, end)
 
 
 @dataclass
@@ -360,7 +353,16 @@ class EpochOperations(pyfuse3.Operations):
 
     @_posix
     async def getattr(self, inode, ctx=None):
-        return self._entry(await self._getattr(self._nn(inode)))
+        ino = self._nn(inode)
+        try:
+            return self._entry(await self._getattr(ino))
+        except errors.NotFound:
+            # removed elsewhere (an S3 DELETE) while open here: like an unlinked file, its handles keep reading the
+            # old content (the NameNode keeps its blocks for NN_FREE_GRACE_S), and the kernel revalidates it
+            h = next((h for h in self.files.values() if h.ino == ino), None)
+            if h is None:
+                raise
+            return self._entry({**h.attr, "etag": h.etag, "size": h.size, "nlink": 0})
 
     @_posix
     async def setattr(self, inode, attr, fields, fh, ctx):
@@ -556,7 +558,7 @@ class EpochOperations(pyfuse3.Operations):
     # ---------------------------------------------------------------- files
     def _open_handle(self, a: dict) -> int:
         fh = next(self._fh)
-        self.files[fh] = Handle(a["ino"], a["etag"], a["size"])
+        self.files[fh] = Handle(a["ino"], a["etag"], a["size"], attr=a)
         return fh
 
     @_posix
