@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import time
 
 import fsspec
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.integration
 MiB = 1 << 20
 SIZE = 64 * MiB  # past what the socket buffers and the gateway's prefetch hold after the first 12 MiB
 HEAD = 12 * MiB
+S_NS = 1_000_000_000
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +118,66 @@ def test_freed_blocks_are_deleted_once_the_grace_is_over(tmp_path):
         assert c.rpc("nn", "stats")["freed"] == 0
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------- times set while a file is open with unsaved writes
+# `tar xf` and `cp -p` write a file, set its times, then close it: the close commits the content, and the commit's
+# own time used to replace the one set explicitly.
+T_AT, T_MT = 1_500_000_000_123_456_789, 1_600_000_000_987_654_321
+
+
+def _times_kept(cluster, mnt, bucket, name: str, at: int = T_AT, mt: int = T_MT) -> None:
+    time.sleep(0.6)  # past the mount's --attr-timeout: the kernel asks again
+    st = os.stat(mnt.path / name)
+    assert (st.st_mtime_ns, st.st_atime_ns) == (mt, at)
+    rec = cluster.rpc("nn", "stat", bucket=bucket, key=name)["obj"]
+    assert (rec["mt"], rec["at"]) == (mt, at)
+
+
+@needs_fuse
+@pytest.mark.parametrize("how", ["fd", "path"])
+def test_times_set_on_an_open_file_with_unsaved_writes_survive_its_close(cluster, mnt, bucket, how):
+    with open(mnt.path / "f.bin", "wb") as f:
+        f.write(b"x" * 100_000)
+        os.utime(f.fileno() if how == "fd" else mnt.path / "f.bin", ns=(T_AT, T_MT))
+        assert os.stat(f.fileno()).st_mtime_ns == T_MT  # seen so while still open, too
+    _times_kept(cluster, mnt, bucket, "f.bin")
+    assert (mnt.path / "f.bin").read_bytes() == b"x" * 100_000
+
+
+@needs_fuse
+def test_a_write_after_the_times_were_set_makes_the_mtime_fresh_again(cluster, mnt, bucket):
+    before = time.time_ns()
+    with open(mnt.path / "g.bin", "wb") as f:
+        f.write(b"a")
+        os.utime(f.fileno(), ns=(T_AT, T_MT))
+        f.flush()
+        f.write(b"b")
+    time.sleep(0.6)
+    assert os.stat(mnt.path / "g.bin").st_mtime_ns >= before
+    with open(mnt.path / "h.bin", "wb") as f:  # and an ordinary write gets the time of its commit
+        f.write(b"plain")
+    time.sleep(0.6)
+    assert os.stat(mnt.path / "h.bin").st_mtime_ns >= before
+
+
+@needs_fuse
+def test_tar_x_and_cp_p_into_the_mount_keep_mtimes(cluster, mnt, bucket, tmp_path):
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    want = {}
+    for i, name in enumerate(["a.txt", "d/b.bin", "d/empty"]):
+        (src / name).write_bytes(os.urandom(3000 * i))
+        os.utime(src / name, ns=(T_AT + i * S_NS, T_MT + i * S_NS))
+        want[name] = T_MT + i * S_NS
+    subprocess.run(["tar", "cf", str(tmp_path / "a.tar"), "-C", str(src), "a.txt", "d"], check=True)
+    (mnt.path / "tar").mkdir()
+    subprocess.run(["tar", "xf", str(tmp_path / "a.tar"), "-C", str(mnt.path / "tar")], check=True)
+    subprocess.run(["cp", "-rp", str(src), str(mnt.path / "cp")], check=True)
+    time.sleep(0.6)
+    for top in ("tar", "cp"):
+        for name, mt in want.items():
+            st = os.stat(mnt.path / top / name)
+            assert st.st_mtime_ns // S_NS == mt // S_NS, (top, name)  # tar keeps whole seconds
+            assert (mnt.path / top / name).read_bytes() == (src / name).read_bytes()
+    assert os.stat(mnt.path / "cp" / "d" / "b.bin").st_mtime_ns == want["d/b.bin"]  # cp -p: to the nanosecond

@@ -67,3 +67,34 @@ def test_a_posix_commit_frees_through_the_grace_too():
     fs.commit(a["ino"], [[21, 1, 0, [1]]], 1, '"f"')  # the mount's close of a rewrite: block 20 freed
     assert m.garbage_for(1) == [] and m.freed_on() == {1: {20}}
     assert m.release_freed(now_ns() + 61 * S) == 1 and m.garbage_for(1) == [20]
+
+
+# ---------------------------------------------------------------- times set while a file has unsaved writes
+def test_the_writer_commits_an_mtime_set_after_its_last_write(tmp_path):
+    from epochfs.frontends.fuse.ops import Writer
+    w = Writer(tmp_path, {"etag": '"v1"', "blk": [], "size": 0, "bs": 10})
+    w.set_mtime(5)  # nothing unsaved: the NameNode's setattr is all there is to it
+    w.wrote(0, 3)
+    w.touched()
+    assert "mt" not in w.layout()[0]
+    w.set_mtime(1_600_000_000_000_000_000)
+    assert w.layout()[0]["mt"] == 1_600_000_000_000_000_000
+    w.touched()  # a write after it: the commit's own time again
+    assert "mt" not in w.layout()[0]
+    w.set_mtime(7)
+    w.committed('"v2"', [[1, 3]], 10)
+    assert not w.mtime_set and "mt" not in w.layout()[0]
+    w.file.close()
+
+
+def test_a_commit_takes_the_mtime_it_is_given():
+    m = MetaStore(MemoryKV())
+    m.create_bucket("b", "o")
+    fs = Posix(m)
+    bi = m.bucket_ino("b")
+    fs.scope(bi, "mknod", {"parent": bi})
+    a = fs.mknod(bi, "f", 0o100644, 0, 0)
+    fs.setattr(a["ino"], {"at": 11, "mt": 12})
+    got = fs.commit(a["ino"], [[20, 1, 0, [1]]], 1, '"e"', mt=12)
+    assert (got["at"], got["mt"]) == (11, 12) and got["ct"] > 12
+    assert fs.commit(a["ino"], [[21, 1, 0, [1]]], 1, '"f"')["mt"] > 12  # without one: the commit's time
