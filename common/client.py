@@ -513,6 +513,8 @@ class PinnedReader:
         if end <= start:
             return b""
         c = self.c
+        if self._plan is None and start == 0 and end >= self.size:
+            return await self._get(start, end)  # all of it in one read: one GET is as atomic, and one request
         if time.monotonic() >= c._direct_after:
             try:
                 if self._plan is None or time.time() >= self._plan[3]["exp"] - 5:
@@ -525,7 +527,14 @@ class PinnedReader:
                 c._direct_after = time.monotonic() + DIRECT_RETRY_S
             except (errors.DomainError, PieceFailed):
                 self._plan = None  # a refused token, a bad replica: the gateway's path sorts it out
-        return await c.get(self.bucket, self.key, start, end, if_match=self.etag or None)
+        return await self._get(start, end)
+
+    async def _get(self, start: int, end: int) -> bytes:
+        try:
+            return await self.c.get(self.bucket, self.key, start, end, if_match=self.etag or None)
+        except errors.PreconditionFailed:
+            raise errors.PreconditionFailed(f"{self.bucket}/{self.key} changed since it was opened (it was ETag "
+                                            f"{self.etag}); open it again to read the new version") from None
 
     async def _locate(self) -> tuple[list, list[int], dict, dict] | None:
         """The object's pieces, if the key still holds this version (else None: the If-Match GET says why)."""

@@ -81,6 +81,23 @@ def test_an_open_fsspec_file_reads_the_old_object_whole(grace_cluster, obj):
     assert not fs.exists(f"{bucket}/big.bin")
 
 
+def test_an_fsspec_file_never_mixes_its_version_with_a_newer_one(grace_cluster, obj):
+    """A file opened on what a cached listing said reads that version or fails: never the new bytes cut to the old
+    size, as it did."""
+    c, (bucket, _) = grace_cluster, obj
+    s3 = c.s3()
+    s3.put_object(Bucket=bucket, Key="small", Body=b"a" * 1000)
+    fs = fsspec.filesystem("epochfs", endpoint_url=c.endpoint, key=MAIN[0], secret=MAIN[1], skip_instance_cache=True)
+    fs.find(bucket)  # fills the listing cache: the open below believes "small" has 1,000 bytes of that version
+    s3.put_object(Bucket=bucket, Key="small", Body=b"b" * 2000)
+    with pytest.raises(OSError, match="changed since it was opened"):
+        with fs.open(f"{bucket}/small", "rb") as f:
+            f.read()
+    fs.invalidate_cache()
+    with fs.open(f"{bucket}/small", "rb") as f:
+        assert f.read() == b"b" * 2000
+
+
 @needs_fuse
 def test_an_open_file_in_the_mount_reads_the_old_object_whole(grace_cluster, obj, tmp_path):
     c, (bucket, data) = grace_cluster, obj
