@@ -1,6 +1,7 @@
 """Blocks: the unit of storage on DataNodes. A file's content is a list of BlockRefs."""
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import crc32c as _crc32c
@@ -51,6 +52,21 @@ def covering(blocks: list, start: int, end: int) -> tuple[int, list]:
         p += blocks[j][1]
         j += 1
     return pos, blocks[i:j]
+
+
+def pieces_within(pieces: list, starts: list[int], off: int, end: int) -> list[list]:
+    """The parts of located pieces ([block id, offset in it, length, [node, ...]], piece i at file offset
+    starts[i], ascending) that hold bytes [off, end) of the file."""
+    out = []
+    for i in range(max(bisect.bisect_right(starts, off) - 1, 0), len(pieces)):
+        s = starts[i]
+        if s >= end:
+            break
+        bid, boff, n, nodes = pieces[i]
+        lo, hi = max(off, s), min(end, s + n)
+        if hi > lo:
+            out.append([bid, boff + lo - s, hi - lo, nodes])
+    return out
 
 
 def pick_replica(block_id: int, nodes: list, addrs: dict, skip=()) -> str | None:

@@ -23,7 +23,7 @@ import orjson
 import sniffio
 
 from . import errors, sigv4
-from .blocks import pick_replica
+from .blocks import pick_replica, pieces_within
 from .config import parse_addr
 from .rpc import RpcClient, TrioRpcClient
 
@@ -224,9 +224,11 @@ class S3Client:
         return ObjectInfo(key, int(r.headers.get("content-length", 0)), r.headers.get("etag", "").strip('"'),
                           r.headers.get("last-modified", ""))
 
-    async def get(self, bucket: str, key: str, start: int | None = None, end: int | None = None) -> bytes:
-        """The object's bytes [start, end) (end exclusive, like Python slices; non-negative offsets)."""
-        headers = {}
+    async def get(self, bucket: str, key: str, start: int | None = None, end: int | None = None, *,
+                  if_match: str | None = None) -> bytes:
+        """The object's bytes [start, end) (end exclusive, like Python slices; non-negative offsets); with
+        `if_match`, of that ETag only (PreconditionFailed if the key holds another version now)."""
+        headers = {} if if_match is None else {"if-match": f'"{if_match.strip(chr(34))}"'}
         if start is not None or end is not None:
             start = start or 0
             if end is not None and end <= start:
@@ -489,6 +491,9 @@ class S3Client:
             pos += meta["len"]
         return out
 
+    def pinned(self, bucket: str, key: str, etag: str, size: int) -> "PinnedReader":
+        return PinnedReader(self, bucket, key, etag, size)
+
     async def manifest(self, bucket: str, prefix: str = "") -> AsyncIterator[list[list]]:
         """Every key under prefix as pages of [key, size, etag, mtime_ns], streamed in S3 order."""
         path = f"manifest/{bucket}" + (f"/{prefix}" if prefix else "")
@@ -506,3 +511,58 @@ class S3Client:
                 yield orjson.loads(buf)
         finally:
             await resp.aclose()
+
+
+class PinnedReader:
+    """Ranges of one version of one object (ETag `etag`), as a file opened on it reads them: a change of the key
+    after the first read doesn't show. The first read locates the whole object (its blocks and a read token, one
+    request) and every read takes its bytes straight from the DataNodes, which keep a removed object's blocks for a
+    grace period (NN_FREE_GRACE_S): a file opened before a DELETE or an overwrite reads the old bytes whole. Once
+    the token expires (60 s) it is located again, which works while the key still holds that version. Where the
+    DataNodes can't be reached, ranged GETs with If-Match: a changed object fails the read, never mixes versions."""
+
+    def __init__(self, client: S3Client, bucket: str, key: str, etag: str, size: int) -> None:
+        self.c, self.bucket, self.key, self.etag, self.size = client, bucket, key, etag.strip('"'), size
+        self._plan: tuple[list, list[int], dict, dict] | None = None  # pieces, their file offsets, addrs, grant
+
+    async def read(self, start: int, end: int) -> bytes:
+        end = min(end, self.size)
+        if end <= start:
+            return b""
+        c = self.c
+        if self._plan is None and start == 0 and end >= self.size:
+            return await self._get(start, end)  # all of it in one read: one GET is as atomic, and one request
+        if time.monotonic() >= c._direct_after:
+            try:
+                if self._plan is None or time.time() >= self._plan[3]["exp"] - 5:
+                    self._plan = await self._locate()
+                if self._plan is not None:
+                    pieces, starts, addrs, grant = self._plan
+                    got = await c.read_pieces(pieces_within(pieces, starts, start, end), addrs, grant)
+                    return got[0] if len(got) == 1 else b"".join(got)
+            except errors.Unavailable:
+                c._direct_after = time.monotonic() + DIRECT_RETRY_S
+            except (errors.DomainError, PieceFailed):
+                self._plan = None  # a refused token, a bad replica: the gateway's path sorts it out
+        return await self._get(start, end)
+
+    async def _get(self, start: int, end: int) -> bytes:
+        try:
+            return await self.c.get(self.bucket, self.key, start, end, if_match=self.etag or None)
+        except errors.PreconditionFailed:
+            raise errors.PreconditionFailed(f"{self.bucket}/{self.key} changed since it was opened (it was ETag "
+                                            f"{self.etag}); open it again to read the new version") from None
+
+    async def _locate(self) -> tuple[list, list[int], dict, dict] | None:
+        """The object's pieces, if the key still holds this version (else None: the If-Match GET says why)."""
+        plan = await self.c.locate([(self.bucket, self.key, None, None)])
+        item = plan["items"][0]
+        etag = item.get("etag", "").strip('"')
+        self.etag = self.etag or etag  # opened without knowing it (an info that had none): the first one found
+        if "err" in item or etag != self.etag:
+            return None
+        starts, pos = [], 0
+        for p in item["p"]:
+            starts.append(pos)
+            pos += p[2]
+        return item["p"], starts, plan["addrs"], plan["grant"]

@@ -39,6 +39,7 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
         if a.get("report") is not None:
             repair.take_report(nid, a["report"])
         scrub = ops.on_heartbeat(nid, a.get("scrub"))
+        meta.release_freed()
         return {"delete": meta.garbage_for(nid), "copy": copy, **({"scrub": scrub} if scrub else {})}
 
     async def report_bad_replica(a, _):
@@ -179,10 +180,11 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
         return {}
 
     async def gc_once(a, _):
-        return {"expired": meta.expire_pending()}
+        return {"expired": meta.expire_pending(), "released": meta.release_freed()}
 
     async def stats(a, _):
-        return {"garbage": meta.garbage_count(), "pending": meta.pending_count(), **repair.status()}
+        return {"garbage": meta.garbage_count(), "freed": meta.freed_count(), "pending": meta.pending_count(),
+                **repair.status()}
 
     async def pending(a, _):
         return {"blocks": meta.pending_blocks()}

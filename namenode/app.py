@@ -34,7 +34,7 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         kv = RocksKV.open(settings.data_dir / "meta")
-        meta = MetaStore(kv, pending_grace_s=settings.pending_grace_s)
+        meta = MetaStore(kv, pending_grace_s=settings.pending_grace_s, free_grace_s=settings.free_grace_s)
         members = Membership(meta, settings.heartbeat_timeout_s)
         repair = RepairWorker(meta, members, interval_s=settings.repair_interval_s,
                               max_inflight=settings.repair_max_inflight,

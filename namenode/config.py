@@ -42,6 +42,11 @@ class NameNodeSettings(ServiceSettings):
     pending_grace_s: float = 3600.0
     """Blocks allocated but not committed for this long (an upload cut off mid-way) are garbage-collected."""
     gc_interval_s: float = 10.0
+    free_grace_s: float = 300.0
+    """The blocks of a deleted or overwritten object (or a freed version, part or file) are deleted from the
+    DataNodes only this long after, so that a read begun before the change still gets the old bytes whole: an S3 GET
+    streaming the object, an fsspec file or a mount handle reading with its read token (60 s). Persisted with the
+    time each was freed, so a restart keeps it. A GET still streaming this long after the change is cut off."""
     min_part_size: int = 5 << 20
     """Minimum size of every multipart part but the last (S3: 5 MiB)."""
 

@@ -7,6 +7,8 @@
   N <counter>                   -> next value of a counter (b"ino", b"blk", b"node")
   P <block:8>                   -> allocated, not yet committed block (JSON: time, nodes)
   G <node:4> <block:8>          -> block to be deleted from that node (garbage)
+  F <freed:8> <node:4> <block:8> -> a copy of a block the namespace let go of at time `freed` (ns): it becomes
+                                   garbage (G) once the free grace is over, so reads begun before stay whole
   U <upload id>                 -> multipart upload (JSON)
   Q <upload id> / <part:4>      -> uploaded part (JSON)
   V <ino:8> <~seq:8>            -> a noncurrent version of the file `ino` (JSON), newest first
@@ -61,6 +63,13 @@ def garbage(node: int, block: int) -> bytes:
 
 def garbage_of(node: int) -> bytes:
     return b"G" + u32(node)
+
+
+def freed(t_ns: int, node: int, block: int) -> bytes:
+    return b"F" + u64(t_ns) + u32(node) + u64(block)
+
+
+FREED = b"F"
 
 
 def upload(upload_id: str) -> bytes:

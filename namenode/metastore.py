@@ -61,9 +61,10 @@ class _Page:
 
 
 class MetaStore:
-    def __init__(self, kv: KV, *, pending_grace_s: float = 3600.0) -> None:
+    def __init__(self, kv: KV, *, pending_grace_s: float = 3600.0, free_grace_s: float = 0.0) -> None:
         self.kv = kv
         self.pending_grace_s = pending_grace_s
+        self.free_grace_s = free_grace_s  # see _garbage_blocks
         self._counters: dict[bytes, int] = {}
         self._usage: dict[int, list[int]] = {}  # bucket ino -> [bytes, objects], cached from keys.usage
         if self.kv.get(keys.inode(ROOT_INO)) is None:
@@ -501,9 +502,18 @@ class MetaStore:
             removed.add(keys.entry(parent, name, True))
 
     def _garbage_blocks(self, b, blocks: list) -> None:
+        """Blocks the namespace let go of (a deleted or overwritten object, a dropped version or part): their copies
+        are deleted once `free_grace_s` is over (release_freed), so that a read that started before, and holds the
+        block list already, still finds them; at once without a grace."""
+        if self.free_grace_s <= 0:
+            for blk in blocks:
+                for n in blk[3]:
+                    b.put(keys.garbage(n, blk[0]), b"")
+            return
+        t = now_ns()
         for blk in blocks:
             for n in blk[3]:
-                b.put(keys.garbage(n, blk[0]), b"")
+                b.put(keys.freed(t, n, blk[0]), b"")
 
     # ---------------------------------------------------------------- listing
     def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", after: str = "",
@@ -621,6 +631,31 @@ class MetaStore:
         if expired:
             self.abandon(expired)
         return len(expired)
+
+    def release_freed(self, now: int | None = None, limit: int = 10_000) -> int:
+        """Turn the freed copies whose grace is over into garbage (delete orders); returns how many."""
+        cutoff = (now or now_ns()) - int(self.free_grace_s * 1e9)
+        due = []
+        for k in self.kv.scan_keys(keys.FREED, keys.freed(max(cutoff, 0), 0, 0)):
+            due.append(k)
+            if len(due) >= limit:
+                break
+        if due:
+            with self.kv.batch() as b:
+                for k in due:
+                    b.put(keys.garbage(int.from_bytes(k[9:13], "big"), int.from_bytes(k[13:], "big")), b"")
+                    b.delete(k)
+        return len(due)
+
+    def freed_on(self) -> dict[int, set[int]]:
+        """node -> the copies on it that wait out their free grace (not garbage yet, not needed by any file)."""
+        out: dict[int, set[int]] = {}
+        for k in self.kv.scan_keys(keys.FREED, prefix_end(keys.FREED)):
+            out.setdefault(int.from_bytes(k[9:13], "big"), set()).add(int.from_bytes(k[13:], "big"))
+        return out
+
+    def freed_count(self) -> int:
+        return sum(1 for _ in self.kv.scan_keys(keys.FREED, prefix_end(keys.FREED)))
 
     def garbage_for(self, node: int, limit: int = 1000) -> list[int]:
         p = keys.garbage_of(node)

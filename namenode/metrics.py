@@ -33,6 +33,8 @@ def register(meta, members, repair) -> None:
     gauge("epochfs_copies_waiting", "Missing copies waiting for a retry or a node with room, by reason",
           lambda: [((r,), n) for r, n in repair.status()["waiting"].items()], ("reason",))
     gauge("epochfs_garbage_blocks", "Block replicas waiting to be deleted", lambda: [((), meta.garbage_count())])
+    gauge("epochfs_freed_blocks", "Block replicas of removed objects kept for reads under way (NN_FREE_GRACE_S)",
+          lambda: [((), meta.freed_count())])
     gauge("epochfs_bucket_bytes", "Object bytes per bucket (current versions)",
           lambda: [((b,), u[0]) for b, u in meta.bucket_usage().items()], ("bucket",))
     gauge("epochfs_bucket_objects", "Objects per bucket (current versions)",

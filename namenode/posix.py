@@ -88,7 +88,9 @@ class Posix:
         if ino == self.bi or (self.bi is None and ino == ROOT_INO):
             return
         rec = self.meta.get_inode(ino)
-        if rec is not None and self.bi is not None and self._rec_in_bucket(rec):
+        if rec is None:  # gone (an S3 DELETE, say): a handle the mount holds open still knows it, see its getattr
+            raise _fail(errors.NotFound, errno.ENOENT, f"no inode {ino}")
+        if self.bi is not None and self._rec_in_bucket(rec):
             return
         raise _fail(errors.Unauthorized, errno.EACCES, f"inode {ino} is not in the request's bucket")
 
@@ -497,13 +499,16 @@ class Posix:
                 "etag": rec.get("etag", "")}
 
     def commit(self, ino: int, blk: list, size: int, etag: str, bucket: str | None = None,
-               base: str | None = None) -> dict:
+               base: str | None = None, mt: int | None = None) -> dict:
         """New content of file `ino` (new blocks already durable on DataNodes): replaces the block list at once,
         frees the blocks no longer used, and refreshes every name's listing summary.
 
         An entry of `blk` that is a bare block id keeps that block of the file's current version, so a write into
         a large file stores only the blocks it changed. Such a commit must name the version it was made from
-        (`base`, its ETag): if the file was replaced meanwhile (an S3 PUT), ESTALE, and nothing changes."""
+        (`base`, its ETag): if the file was replaced meanwhile (an S3 PUT), ESTALE, and nothing changes.
+
+        The mtime becomes now, or `mt`: a time set explicitly (utimens) after the last write of these changes, as
+        `tar x` and `cp -p` do before they close the file."""
         rec = self._inode(ino)
         if rec.get("t") != "f":
             raise _fail(errors.InvalidInput, errno.EINVAL, f"inode {ino} is not a regular file")
@@ -528,7 +533,7 @@ class Posix:
             rec.pop("cs", None)
             rec.pop("mpu", None)
             rec.pop("ps", None)
-            rec.update(blk=blk, size=size, etag=etag, mt=t, ct=t)
+            rec.update(blk=blk, size=size, etag=etag, mt=t if mt is None else int(mt), ct=t)
             for x in blk:
                 b.delete(keys.pending(x[0]))
             self._put_links(b, ino, rec)
@@ -654,7 +659,8 @@ def handlers(meta: MetaStore, members) -> dict:
 
     async def fs_commit(a, _):
         posix.scope(a.get("bi"), "commit", a)
-        return posix.commit(int(a["ino"]), a["blk"], int(a["size"]), a["etag"], a.get("bucket"), a.get("base"))
+        return posix.commit(int(a["ino"]), a["blk"], int(a["size"]), a["etag"], a.get("bucket"), a.get("base"),
+                            a.get("mt"))
 
     async def fs_statfs(a, _):
         nodes = [n for n in members.nodes.values() if members.alive(n)]

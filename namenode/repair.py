@@ -287,10 +287,11 @@ class RepairWorker(Worker):
                 break
             after = nxt
         pending = self.meta.pending_on()
+        freed = self.meta.freed_on()  # copies left for reads begun before their file changed: not surplus yet
         view = self.members.view()
         for node, have in reports.items():
             ordered = {bid for bid, target in self.orders if target == node}
-            surplus = have - expected[node].keys() - pending.keys() - ordered
+            surplus = have - expected[node].keys() - pending.keys() - ordered - freed.get(node, set())
             missing = expected[node].keys() - have - ordered
             prev_surplus, prev_missing = self._suspects.get(node, (set(), set()))
             self._suspects[node] = (surplus, missing)

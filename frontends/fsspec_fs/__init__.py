@@ -366,11 +366,13 @@ class EpochFileSystem(AsyncFileSystem):
 
 
 class EpochFile(AbstractBufferedFile):
-    """Reads with ranged GETs; writes buffer 5 MiB parts into a multipart upload that becomes visible on close."""
+    """Reads the version it was opened on (common/client.py PinnedReader); writes buffer 5 MiB parts into a
+    multipart upload that becomes visible on close."""
 
     def __init__(self, fs: EpochFileSystem, path, mode="rb", **kwargs) -> None:
         self.upload_id: str | None = None
         self.etags: list[str] = []
+        self._reader = None
         super().__init__(fs, path, mode.replace("x", "w"), **kwargs)
         self.exclusive = "x" in mode
         self.bucket, self.key = fs.split_path(self.path)
@@ -379,8 +381,12 @@ class EpochFile(AbstractBufferedFile):
         return sync(self.fs.loop, lambda: coro)
 
     def _fetch_range(self, start, end):
+        """Bytes of the version the file was opened on, also after the key was deleted or overwritten (see
+        PinnedReader)."""
+        if self._reader is None:
+            self._reader = self.fs.client.pinned(self.bucket, self.key, self.details.get("ETag", ""), self.size)
         with errmap.as_oserror(self.path):
-            return self._call(self.fs.client.get(self.bucket, self.key, start, end))
+            return self._call(self._reader.read(start, end))
 
     def _initiate_upload(self):
         pass  # lazily: a small file becomes one PUT at close

@@ -31,6 +31,7 @@ import pyfuse3
 import trio
 
 from epochfs.common import errors
+from epochfs.common.blocks import pieces_within
 from epochfs.common.client import DIRECT_RETRY_S, PieceFailed, S3Client
 
 from .. import errmap
@@ -115,6 +116,7 @@ class Writer:
         self.dirty = False
         self.refs = 0
         self.mtime_ns = 0
+        self.mtime_set = False  # mtime_ns was set explicitly (utimens) after the last write: the commit keeps it
         self.lock = trio.Lock()
         self._rebase(layout["etag"], layout["blk"], {}, KEPT, layout.get("bs", UPLOAD_PIECE))
 
@@ -149,6 +151,15 @@ class Writer:
         return sorted({*(i for i in self.absent(off, end) if self.starts[i] < off or self.starts[i + 1] > end),
                        *(i for i in self._tail(end) if self.state[i] == KEPT)})
 
+    def touched(self) -> None:
+        """The content changed just now (a write, a truncate): the file's mtime is now again."""
+        self.dirty, self.mtime_ns, self.mtime_set = True, time.time_ns(), False
+
+    def set_mtime(self, mtime_ns: int) -> None:
+        """utimens while changes are unsaved: the commit of those changes takes this time, not its own."""
+        if self.dirty:
+            self.mtime_ns, self.mtime_set = mtime_ns, True
+
     def wrote(self, off: int, end: int) -> None:
         for i in [*self._over(off, end), *self._tail(end)]:
             if self.state[i] != GONE:
@@ -181,13 +192,14 @@ class Writer:
         if self.size > pos:
             segs.append(["n", self.size - pos])
             extents.append((pos, self.size - pos))
-        return {"base": self.base, "size": self.size, "segs": segs}, extents
+        return {"base": self.base, "size": self.size, "segs": segs,
+                **({"mt": self.mtime_ns} if self.mtime_set else {})}, extents
 
     def committed(self, etag: str, blk: list, bs: int) -> None:
         """The content is now version `etag` made of `blk`: kept blocks stay as they were, new ones are local."""
         self._rebase(etag, blk, {bid: st for bid, st in zip(self.ids, self.state) if st in (KEPT, CLEAN)}, CLEAN,
                      bs)
-        self.dirty = False
+        self.dirty = self.mtime_set = False
 
 
 @dataclass
@@ -200,6 +212,7 @@ class Handle:
     ahead: int = -1                          # the last chunk readahead was started for
     stream: bool = False                     # reading a large file front to back (see _track_stream)
     window: dict[int, list] = field(default_factory=dict)  # a stream's chunks: index -> [data, bytes not yet read]
+    attr: dict = field(default_factory=dict)  # the file's attributes when it was opened
 
 
 @dataclass
@@ -220,16 +233,7 @@ class _Plan:
 
     def within(self, off: int, end: int) -> list[list]:
         """The pieces of bytes [off, end)."""
-        out = []
-        for i in range(max(bisect.bisect_right(self.starts, off) - 1, 0), len(self.pieces)):
-            s = self.starts[i]
-            if s >= end:
-                break
-            bid, boff, n, nodes = self.pieces[i]
-            lo, hi = max(off, s), min(end, s + n)
-            if hi > lo:
-                out.append([bid, boff + lo - s, hi - lo, nodes])
-        return out
+        return pieces_within(self.pieces, self.starts, off, end)
 
 
 @dataclass
@@ -299,7 +303,9 @@ class EpochOperations(pyfuse3.Operations):
         w = self.writers.get(a["ino"])
         if w is not None:  # unsaved writes: the kernel must see the local size and time
             size = w.size
-            if w.dirty:
+            if w.mtime_set:
+                e.st_mtime_ns = w.mtime_ns
+            elif w.dirty:
                 e.st_mtime_ns = e.st_ctime_ns = max(w.mtime_ns, a["mt"])
         e.st_size = size
         e.st_blksize = IO_BLKSIZE
@@ -360,7 +366,16 @@ class EpochOperations(pyfuse3.Operations):
 
     @_posix
     async def getattr(self, inode, ctx=None):
-        return self._entry(await self._getattr(self._nn(inode)))
+        ino = self._nn(inode)
+        try:
+            return self._entry(await self._getattr(ino))
+        except errors.NotFound:
+            # removed elsewhere (an S3 DELETE) while open here: like an unlinked file, its handles keep reading the
+            # old content (the NameNode keeps its blocks for NN_FREE_GRACE_S), and the kernel revalidates it
+            h = next((h for h in self.files.values() if h.ino == ino), None)
+            if h is None:
+                raise
+            return self._entry({**h.attr, "etag": h.etag, "size": h.size, "nlink": 0})
 
     @_posix
     async def setattr(self, inode, attr, fields, fh, ctx):
@@ -377,6 +392,9 @@ class EpochOperations(pyfuse3.Operations):
             args["at"] = attr.st_atime_ns
         if fields.update_mtime:
             args["mt"] = attr.st_mtime_ns
+            w = self.writers.get(ino)
+            if w is not None:
+                w.set_mtime(attr.st_mtime_ns)
         a = None
         if fields.update_size:
             a = await self._truncate(ino, attr.st_size)
@@ -397,7 +415,7 @@ class EpochOperations(pyfuse3.Operations):
             await self._fill(ino, w, w.cut(size))
             os.ftruncate(w.fd, size)
             w.truncate(size)
-            w.dirty, w.mtime_ns = True, time.time_ns()
+            w.touched()
         if w.refs:
             return None
         try:
@@ -556,7 +574,7 @@ class EpochOperations(pyfuse3.Operations):
     # ---------------------------------------------------------------- files
     def _open_handle(self, a: dict) -> int:
         fh = next(self._fh)
-        self.files[fh] = Handle(a["ino"], a["etag"], a["size"])
+        self.files[fh] = Handle(a["ino"], a["etag"], a["size"], attr=a)
         return fh
 
     @_posix
@@ -900,7 +918,7 @@ class EpochOperations(pyfuse3.Operations):
             await self._fill(h.ino, w, w.partly(off, off + len(buf)))
             os.pwrite(w.fd, buf, off)
             w.wrote(off, off + len(buf))
-            w.dirty, w.mtime_ns = True, time.time_ns()
+            w.touched()
         return len(buf)
 
     async def _upload(self, ino: int, w: Writer) -> dict | None:

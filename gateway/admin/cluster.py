@@ -130,7 +130,8 @@ async def start_job(req: JobCreate, _: AdminDep, ctx: CtxDep) -> Job:
         stats = await ctx.cluster.nn("stats")
         return _gw_jobs.add(Job(id=f"gc-{next(_job_ids)}", kind="gc", state="done", progress=1.0,
                                 detail={"expired_allocations": res.get("expired", 0),
-                                        "garbage_blocks_left": stats.get("garbage", 0), "started": t}))
+                                        "garbage_blocks_left": stats.get("garbage", 0),
+                                        "freed_blocks_in_grace": stats.get("freed", 0), "started": t}))
     if req.kind == "decommission":
         return await _decommission(ctx, req.node)
     node = getattr(req, "node", None)  # a scrub's (the schema gives a rebalance none)

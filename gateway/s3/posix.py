@@ -181,7 +181,8 @@ async def fs_write(ctx, req):
     stores only the blocks it changed. The ETag is the content's MD5 when all of it is new; otherwise it can't be
     had without reading the kept blocks, and is an MD5 over the new bytes and the layout with the block count
     after a dash, as multipart ETags are (S3 clients don't take those for an MD5), changing whenever the content
-    does."""
+    does. An optional "mt" (ns) is the mtime the file takes instead of the commit's time: one set with utimens
+    after the last write."""
     FS_REQUESTS.labels("write").inc()
     if req.bucket is None:
         raise invalid_argument("PUT /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
@@ -195,13 +196,14 @@ async def fs_write(ctx, req):
     body = _Body(stream)
     try:
         layout = orjson.loads(await body.read(int.from_bytes(await body.read(4), "big")))
-        base, size, segs = layout["base"], layout["size"], layout["segs"]
+        base, size, segs, mt = layout["base"], layout["size"], layout["segs"], layout.get("mt")
         if not (type(size) is int and 0 <= size <= args.MAX_INT) or not all(
-                kind in ("k", "n") and type(v) is int and 0 <= v <= args.MAX_INT for kind, v in segs):
+                kind in ("k", "n") and type(v) is int and 0 <= v <= args.MAX_INT for kind, v in segs) or \
+                not (mt is None or type(mt) is int and 0 <= mt <= args.MAX_INT):
             raise ValueError
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-        raise S3Error("MalformedJSON", "The body must start with a layout {\"base\", \"size\", \"segs\"}.",
-                      400) from None
+        raise S3Error("MalformedJSON", "The body must start with a layout {\"base\", \"size\", \"segs\"[, "
+                      "\"mt\"]}.", 400) from None
     md5 = hashlib.md5()
     blk: list = []
     written: list = []
@@ -219,7 +221,7 @@ async def fs_write(ctx, req):
         else:
             etag = f'"{md5.hexdigest()}"'
         attr = await ctx.cluster.nn("fs_commit", ino=ino, blk=blk, size=size, etag=etag, bucket=req.bucket, bi=bi,
-                                    base=base)
+                                    base=base, **({} if mt is None else {"mt": mt}))
     except errors.DomainError as e:
         await ctx.abandon(written)
         if e.details.get("errno") is None:

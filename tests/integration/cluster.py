@@ -56,16 +56,19 @@ class Cluster:
     def __init__(self, root: Path, *, datanodes: int = 3, block_size: int = 4 << 20, nn_env: dict | None = None,
                  dn_env: dict | None = None, gw_env: dict | None = None,
                  dn_env_for: dict[int, dict] | None = None,
-                 hosts: dict[str, tuple[str, list[str]]] | None = None) -> None:
+                 hosts: dict[str, tuple[str, list[str]]] | None = None, free_grace_s: str | None = "0") -> None:
         """`hosts`: service name ("nn", "gw", "dn1", ...) -> (the address it binds, advertises and is reached at, a
-        command prefix such as `ip netns exec NS`); by default every service runs here on 127.0.0.1."""
+        command prefix such as `ip netns exec NS`); by default every service runs here on 127.0.0.1.
+        `free_grace_s`: NN_FREE_GRACE_S, how long the blocks of a deleted or overwritten object stay readable; none
+        by default, so tests see them go at once (None: the NameNode's own default)."""
         self.root = root
         self.n_dn = datanodes
         self.block_size = block_size
         self.procs: dict[str, subprocess.Popen] = {}
         self.ports = {"nn": (free_port(), free_port()), "gw": free_port(),
                       **{f"dn{i}": (free_port(), free_port()) for i in range(1, datanodes + 1)}}
-        self.extra = {"nn": nn_env or {}, "dn": dn_env or {}, "gw": gw_env or {}}
+        grace = {} if free_grace_s is None else {"NN_FREE_GRACE_S": free_grace_s}
+        self.extra = {"nn": {**grace, **(nn_env or {})}, "dn": dn_env or {}, "gw": gw_env or {}}
         self.dn_env_for = dn_env_for or {}  # DataNode number -> environment of that node only
         self.hosts = hosts or {}
         self.endpoint = f"http://{self.addr('gw')}:{self.ports['gw']}"
