@@ -99,6 +99,7 @@ class Heartbeat(Worker):
             res, _ = await self.nn.call("heartbeat", node_id=self.node_id, used=self.store.used,
                                         capacity=self.capacity(), blocks=self.store.count, deleted=self._deleted,
                                         copied=copied, copy_failed=failed, extra=self.lag(),
+                                        write_error=self.store.write_error,
                                         **({"report": report} if report is not None else {}),
                                         **({"scrub": scrub} if scrub is not None else {}))
         except errors.Unavailable:
