@@ -241,16 +241,18 @@ class BlockStore:
             self._tombstones = {b: t for b, t in self._tombstones.items() if now - t < TOMBSTONE_S}
         for bid in block_ids:
             self._tombstones[bid] = now
-        with self.kv.batch() as b:
+        freed = gone = 0
+        with self.kv.batch() as b:  # the counts change once the batch is written (a store may refuse it)
             for bid in block_ids:
                 raw = self.kv.get(keys.meta(bid))
                 if raw is None:
                     continue
-                size = int.from_bytes(raw[:8], "big")
-                self.used -= size
-                self.count -= 1
+                freed += int.from_bytes(raw[:8], "big")
+                gone += 1
                 b.delete(keys.meta(bid))
                 self._forget_chunks(b, bid, raw)
+        self.used -= freed
+        self.count -= gone
         # drop replication jobs for deleted blocks
         gone = set(block_ids)
         dropped = [tb for tb in self._jobs if tb[1] in gone]

@@ -6,23 +6,14 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-import time
 
 import botocore.exceptions
 import pytest
 from rich.console import Console
 
-from cluster import MAIN, SECRET, Cluster, free_port
+from cluster import MAIN, SECRET, Cluster, free_port, wait_until as _wait
 
 pytestmark = pytest.mark.integration
-
-
-def _wait(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (res := cond()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return res
 
 
 def _fill(path) -> None:
