@@ -72,3 +72,47 @@ def test_commit_leaves_a_read_only_secondary_out_and_tops_the_block_up():
     assert w.admit([[7, 10, 0, [1, 2, 3], 1], [8, 10, 0, [2, 3, 4], 1]], 1) == [[7, 10, 0, [1, 3]],
                                                                               [8, 10, 0, [2, 3, 4]]]
     assert w.short == {7: 3}
+
+
+def _rot(path, body: bytes) -> None:
+    """Flip a byte of `body` where it lies in one of RocksDB's files under `path` (the store closed)."""
+    f, raw, at = next((f, raw, raw.find(body[7000:7064])) for f in path.glob("*.sst")
+                      if (raw := bytearray(f.read_bytes())).find(body[7000:7064]) >= 0)
+    raw[at + 20] ^= 0xA5
+    f.write_bytes(bytes(raw))
+
+
+def test_a_store_refusing_writes_notes_why_for_the_heartbeat_and_still_serves_reads(tmp_path):
+    """A real RocksDB whose compaction meets a rotten block refuses every later write: the put answers
+    Unavailable and the store keeps the error (the heartbeat's write_error) while good blocks are still read."""
+    import os
+
+    from epochfs.common.blocks import crc32c
+    from epochfs.common.kv import RocksKV
+    from epochfs.datanode import keys
+    from epochfs.datanode.blockstore import BlockStore
+
+    blobs = [os.urandom(120 << 10) for _ in range(6)]
+    db = RocksKV.open(tmp_path / "b", bulk=True)
+    for i, blob in enumerate(blobs):
+        BlockStore(db).put(i, blob, crc32c(blob))
+    db._db.flush()
+    db.close()
+    _rot(tmp_path / "b", blobs[2])
+    db = RocksKV.open(tmp_path / "b", bulk=True)
+    store = BlockStore(db)
+    try:
+        store.store(2, blobs[2], crc32c(blobs[2]))  # rewritten in a newer file: the store still takes writes
+        assert store.write_error == ""
+        db._db.flush()
+        db._db.compact_range(keys.CHUNKS, None)  # merging the files meets the rotten one: a background error
+        blob = os.urandom(1000)
+        with pytest.raises(errors.Unavailable):
+            store.store(77, blob, crc32c(blob))
+        assert "orruption" in store.write_error
+        assert b"".join(store.read(5)) == blobs[5]
+    finally:
+        try:
+            db.close()
+        except Exception:  # noqa: BLE001 -- closing flushes, which the background error refuses too
+            pass
