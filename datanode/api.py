@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from epochfs.common import errors, readtoken
-from epochfs.common.kv import StorageError
 
 from .blockstore import BlockStore
 from .replicator import FAST_PATH_GRACE_S
@@ -22,14 +21,6 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         if capacity and store.used + size > capacity and not store.has(block_id):
             raise errors.NodeFull(f"block {block_id}: node full ({store.used} of {capacity} bytes used)")
 
-    def store_put(*args, **kw) -> None:
-        """store.put; a storage engine that refuses the write (a damaged store) makes this node Unavailable for
-        it, so the gateway writes elsewhere and a primary's push is retried."""
-        try:
-            store.put(*args, **kw)
-        except StorageError as e:
-            raise errors.Unavailable(f"this DataNode's store refuses writes: {e}") from None
-
     async def put(a, payload):
         """Store a block as its primary and acknowledge; replication to a["secondaries"] ([[node_id, addr], ...])
         follows in the background: pushed from memory at once, with durable jobs queued in the same batch.
@@ -45,7 +36,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
             raise errors.NotEnoughReplicas(f"block {bid}: the write policy requires {acks} replicas and only "
                                            f"{1 + len(targets)} nodes were placed")
         check_room(bid, len(payload))
-        store_put(bid, payload, crc, targets, jobs_due_in=FAST_PATH_GRACE_S if targets else 0.0)
+        store.store(bid, payload, crc, targets, jobs_due_in=FAST_PATH_GRACE_S if targets else 0.0)
         if acks > 1:
             try:  # this copy's fsync overlaps the pushes; each secondary acknowledges once its copy is on disk
                 await asyncio.gather(store.synced(), replicator.push_acked(bid, payload, crc, targets, acks - 1))
@@ -64,7 +55,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         bid = int(a["block_id"])
         if not (a.get("fresh") and store.recently_deleted(bid)):
             check_room(bid, len(payload))
-            store_put(bid, payload, int(a["crc"]))
+            store.store(bid, payload, int(a["crc"]))
             await store.synced()  # on disk before the primary counts it (sync:N) or completes its job
         return {}
 
@@ -80,7 +71,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
             data, off = mv[off:off + int(n)], off + int(n)
             try:
                 check_room(int(bid), int(n))
-                store.put(int(bid), data, int(crc))
+                store.store(int(bid), data, int(crc))
             except errors.DomainError as e:
                 errs[str(i)] = type(e).__name__
         return {"errs": errs}

@@ -53,6 +53,9 @@ class BlockStore:
         self.count = 0
         self._tombstones: dict[int, float] = {}
         self.bad: set[int] = set()  # blocks whose copy here failed a read nobody reports, for the heartbeat to
+        # why the storage engine refused the last write ("": it takes writes), for the heartbeat: the NameNode
+        # places no new copies here while it is set (reads go on), until a write succeeds again or a restart
+        self.write_error = ""
         self.synced = WalSync(kv)  # `await store.synced()` after put: the block is on disk (group commit)
         # The replication queue, mirrored in memory: RocksDB keeps it durable, but every job completes by a delete,
         # and scanning the range through those tombstones cost each idle DataNode ~8 ms of CPU per second.
@@ -122,6 +125,20 @@ class BlockStore:
         if old is None:
             self.used += n
             self.count += 1
+
+    def store(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
+              jobs_due_in: float = 0.0) -> None:
+        """`put`, noting in `write_error` whether the storage engine takes writes. One it refuses (RocksDB after a
+        background error: a corrupt file met by a compaction, a full or failing disk) raises Unavailable, so that the
+        writer goes to another node and a primary's push is retried later."""
+        try:
+            self.put(block_id, data, crc, secondaries, jobs_due_in=jobs_due_in)
+        except StorageError as e:
+            if not self.write_error:
+                log.error("the store refuses writes: %s", e)
+            self.write_error = str(e)[:500] or type(e).__name__
+            raise errors.Unavailable(f"this DataNode's store refuses writes: {e}") from None
+        self.write_error = ""
 
     def _forget_chunks(self, b, block_id: int, meta: bytes) -> None:
         """In batch `b`: delete a stored block's chunks, or for a bulk block mark them for `purge` (the block is gone
@@ -224,16 +241,18 @@ class BlockStore:
             self._tombstones = {b: t for b, t in self._tombstones.items() if now - t < TOMBSTONE_S}
         for bid in block_ids:
             self._tombstones[bid] = now
-        with self.kv.batch() as b:
+        freed = gone = 0
+        with self.kv.batch() as b:  # the counts change once the batch is written (a store may refuse it)
             for bid in block_ids:
                 raw = self.kv.get(keys.meta(bid))
                 if raw is None:
                     continue
-                size = int.from_bytes(raw[:8], "big")
-                self.used -= size
-                self.count -= 1
+                freed += int.from_bytes(raw[:8], "big")
+                gone += 1
                 b.delete(keys.meta(bid))
                 self._forget_chunks(b, bid, raw)
+        self.used -= freed
+        self.count -= gone
         # drop replication jobs for deleted blocks
         gone = set(block_ids)
         dropped = [tb for tb in self._jobs if tb[1] in gone]

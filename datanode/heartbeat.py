@@ -8,6 +8,7 @@ import shutil
 import time
 
 from epochfs.common import errors
+from epochfs.common.kv import StorageError
 from epochfs.common.rpc import RpcClient
 from epochfs.common.worker import PassStats, Worker
 
@@ -99,6 +100,7 @@ class Heartbeat(Worker):
             res, _ = await self.nn.call("heartbeat", node_id=self.node_id, used=self.store.used,
                                         capacity=self.capacity(), blocks=self.store.count, deleted=self._deleted,
                                         copied=copied, copy_failed=failed, extra=self.lag(),
+                                        write_error=self.store.write_error,
                                         **({"report": report} if report is not None else {}),
                                         **({"scrub": scrub} if scrub is not None else {}))
         except errors.Unavailable:
@@ -114,8 +116,11 @@ class Heartbeat(Worker):
                 self.copies.give_back(copied, failed)
             return PassStats(failed=1)
         if res.get("delete"):
-            self.store.delete(res["delete"])
-            self._deleted = list(res["delete"])
+            try:
+                self.store.delete(res["delete"])
+                self._deleted = list(res["delete"])
+            except StorageError as e:  # a store refusing writes: the NameNode asks again; copy orders still go
+                self.store.write_error = self.store.write_error or str(e)[:500]
         if res.get("copy") and self.copies:  # [[target, address, [block, ...]], ...]
             self.copies.start(res["copy"])
         if res.get("scrub") and self.scrubber:

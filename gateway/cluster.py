@@ -53,7 +53,12 @@ class Cluster:
             try:
                 res, _ = await self._nn.call(op, **args)
                 return res
-            except errors.Unavailable:
+            except errors.Unavailable as e:
+                if isinstance(e, errors.NotEnoughReplicas) and op != "allocate":
+                    # a commit refused: blocks acknowledged by fewer copies than the bucket's write policy wants
+                    # now (it changed since this gateway leased them): the next upload allocates afresh
+                    self._drop_leases(args.get("bucket"))
+                    raise
                 if time.monotonic() + delay > deadline:
                     raise
                 await asyncio.sleep(delay)
@@ -68,6 +73,9 @@ class Cluster:
 
     def forget_bucket(self, bucket: str) -> None:
         self._block_size.pop(bucket, None)
+        self._drop_leases(bucket)
+
+    def _drop_leases(self, bucket: str | None) -> None:
         pool = self._leases.pop(bucket, None)
         if pool:
             self._background(self.abandon([lease[0] for lease in pool]))
@@ -103,7 +111,8 @@ class Cluster:
                            limit: int | None = None) -> tuple[list[list], int]:
         """Cut `stream` into blocks, feed each to `update` (the request's hashers) and store it on DataNodes.
 
-        Returns (block list for the NameNode, total size). On any failure the blocks written so far are abandoned
+        Returns (block list for the NameNode's commit: [id, size, crc, nodes, copies acknowledged], total size).
+        On any failure the blocks written so far are abandoned
         (deleted by the NameNode's GC orders) and the error propagates: nothing becomes visible.
         """
         bs = await self.block_size(bucket)
@@ -132,7 +141,7 @@ class Cluster:
             bid, nodes, addrs, acks = await alloc
             allocated.append(bid)
             used = await self._put_block(bid, data, crc, nodes, addrs, acks)
-            blocks[slot] = [bid, len(data), crc, used]
+            blocks[slot] = [bid, len(data), crc, used, acks]  # acks: copies durable, which the commit checks
 
         async def submit(data: bytes) -> None:
             nonlocal inflight, last_hashed

@@ -30,7 +30,7 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
     async def heartbeat(a, _):
         nid = int(a["node_id"])
         if not members.heartbeat(nid, int(a.get("used", 0)), int(a.get("capacity", 0)), int(a.get("blocks", 0)),
-                                 a.get("extra") or {}):
+                                 a.get("extra") or {}, str(a.get("write_error") or "")[:500]):
             return {"reregister": True}
         if a.get("deleted"):
             meta.garbage_done(nid, a["deleted"])
@@ -98,10 +98,17 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
         meta.abandon([int(b) for b in a["blocks"]])
         return {}
 
+    def admit(bucket: str | None, blocks: list) -> list:
+        """New blocks as a commit stores them, if each was acknowledged by as many copies as the bucket's write
+        policy wants now (see RepairWorker.admit); every commit of new blocks goes through here."""
+        wp = (meta.bucket_info(bucket).get("wp") if bucket else None) or settings.default_write_policy
+        return repair.admit(blocks, write_policy.parse(wp))
+
     async def put_object(a, _):
-        res = meta.put_object(a["bucket"], a["key"], a["obj"], if_match=a.get("if_match"),
+        obj = {**a["obj"], "blk": admit(a["bucket"], a["obj"].get("blk", []))}
+        res = meta.put_object(a["bucket"], a["key"], obj, if_match=a.get("if_match"),
                               if_none_match=a.get("if_none_match"))
-        repair.check_commit(a["obj"].get("blk", []))
+        repair.check_commit(obj["blk"])
         return res
 
     async def stat(a, _):
@@ -130,8 +137,9 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
         return meta.get_upload(a["bucket"], a["key"], a["upload_id"])
 
     async def mpu_put_part(a, _):
-        meta.put_part(a["bucket"], a["key"], a["upload_id"], int(a["number"]), a["part"])
-        repair.check_commit(a["part"].get("blk", []))
+        part = {**a["part"], "blk": admit(a["bucket"], a["part"].get("blk", []))}
+        meta.put_part(a["bucket"], a["key"], a["upload_id"], int(a["number"]), part)
+        repair.check_commit(part["blk"])
         return {}
 
     async def mpu_list_parts(a, _):
@@ -195,7 +203,7 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
     return {f.__name__: f for f in (
         register, heartbeat, report_bad_replica, bucket_create, bucket_delete, bucket_info, bucket_update, object_update, bucket_list, allocate, abandon, put_object,
         stat, delete_object, list_objects, list_versions, mpu_create, mpu_get, mpu_put_part, mpu_list_parts, mpu_complete,
-        mpu_abort, mpu_list, nodes, gc_once, stats, pending, referenced, decommission, jobs, job_start, report_short)} | access_key_handlers(access_keys, meta) | posix_handlers(meta, members) \
+        mpu_abort, mpu_list, nodes, gc_once, stats, pending, referenced, decommission, jobs, job_start, report_short)} | access_key_handlers(access_keys, meta) | posix_handlers(meta, members, admit) \
         | batch_handlers(meta, members)
 
 

@@ -11,6 +11,7 @@ from .placement import ClusterView, NodeView
 
 
 DECOMMISSIONING, DECOMMISSIONED = "decommissioning", "decommissioned"
+READ_ONLY = "read-only"  # alive, serving reads, but its store refuses writes: no new copies go there
 
 
 @dataclass
@@ -26,6 +27,7 @@ class NodeState:
     last_seen: float = 0.0  # monotonic; 0 = not heard from since the NameNode started
     extra: dict = field(default_factory=dict)
     admin: str = ""  # "" (in service), DECOMMISSIONING or DECOMMISSIONED; kept in the node's record
+    write_error: str = ""  # from the heartbeat: why the node's store refuses writes ("": it takes them)
 
     @property
     def addr(self) -> str:
@@ -71,18 +73,20 @@ class Membership:
         return {n.id for n in self.nodes.values() if n.admin}
 
     def state(self, st: NodeState, now: float | None = None) -> str:
-        """alive | dead | decommissioning | decommissioned."""
+        """alive | dead | decommissioning | decommissioned | read-only."""
         if st.admin == DECOMMISSIONED:
             return DECOMMISSIONED
         if not self.alive(st, now):
             return "dead"
-        return st.admin or "alive"
+        return st.admin or (READ_ONLY if st.write_error else "alive")
 
-    def heartbeat(self, node_id: int, used: int, capacity: int, blocks: int, extra: dict) -> bool:
+    def heartbeat(self, node_id: int, used: int, capacity: int, blocks: int, extra: dict,
+                  write_error: str = "") -> bool:
         st = self.nodes.get(node_id)
         if st is None:
             return False  # unknown: the DataNode must register again
         st.used, st.capacity, st.blocks, st.extra = used, capacity, blocks, extra
+        st.write_error = write_error
         st.last_seen = time.monotonic()
         return True
 
@@ -110,7 +114,7 @@ class Membership:
         ordered = ordered or {}
         return ClusterView(nodes=tuple(
             NodeView(id=n.id, alive=self.alive(n, now), free_bytes=max(n.capacity - n.used - ordered.get(n.id, 0), 0),
-                     draining=bool(n.admin))
+                     draining=bool(n.admin), read_only=bool(n.write_error))
             for n in self.nodes.values()), reserve_bytes=reserve_bytes)
 
     def addrs(self, ids) -> dict[str, str]:

@@ -11,6 +11,7 @@ class NodeView:
     alive: bool
     free_bytes: int
     draining: bool = False  # being decommissioned: serves reads and is a repair source, gets no new copies
+    read_only: bool = False  # its store refuses writes: serves reads and is a repair source, gets no new copies
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,9 +20,9 @@ class ClusterView:
     reserve_bytes: int = 0
 
 
-def _open(view: ClusterView, n: NodeView) -> bool:
-    """Can `n` take a new copy: alive, not being drained, and with more free space than the reserve."""
-    return n.alive and not n.draining and n.free_bytes > view.reserve_bytes
+def can_take(view: ClusterView, n: NodeView) -> bool:
+    """Can `n` take a new copy: alive, not being drained, taking writes, and with more free space than the reserve."""
+    return n.alive and not n.draining and not n.read_only and n.free_bytes > view.reserve_bytes
 
 
 def _rank(seed: int, node_id: int) -> bytes:
@@ -36,7 +37,7 @@ def choose_targets(view: ClusterView, seed: int, index: int, replicas: int) -> l
     which stripes the file over every DataNode. A node never appears twice; fewer than `replicas` nodes come back
     when fewer qualify.
     """
-    live = [n for n in view.nodes if _open(view, n)]
+    live = [n for n in view.nodes if can_take(view, n)]
     live.sort(key=lambda n: _rank(seed, n.id))
     if not live:
         return []
@@ -76,7 +77,7 @@ def plan_repairs(view: ClusterView, block_id: int, holders: list[int], attempt: 
     if not (gone or missing) or not sources:
         return []
     taken = set(holders)
-    candidates = [n for n in view.nodes if _open(view, n) and n.id not in taken]
+    candidates = [n for n in view.nodes if can_take(view, n) and n.id not in taken]
     candidates.sort(key=lambda n: _rank(block_id, n.id))
     source = sources[attempt % len(sources)]
     return [Repair(block_id, source, t.id, d, grow=d is None)
@@ -85,9 +86,10 @@ def plan_repairs(view: ClusterView, block_id: int, holders: list[int], attempt: 
 
 def shortage(view: ClusterView, holders: list[int]) -> str:
     """Why `plan_repairs` found no target for a block on `holders`: "no_space" when a live node without a copy is
-    there but full, else "no_node" (every live node in service holds a copy already)."""
+    there but full, else "no_node" (every live node in service and taking writes holds a copy already)."""
     taken = set(holders)
-    return "no_space" if any(n.alive and not n.draining and n.id not in taken for n in view.nodes) else "no_node"
+    return "no_space" if any(n.alive and not n.draining and not n.read_only and n.id not in taken
+                             for n in view.nodes) else "no_node"
 
 
 def repair_source(view: ClusterView, holders: list[int], bad: int, good: int | None = None) -> int | None:
@@ -113,7 +115,7 @@ def rebalance_move(view: ClusterView, load: dict[int, int], holders: list[int], 
         return None
     mean = sum(load.values()) / len(load)
     source = max(holders, key=lambda h: (load[h], h))
-    targets = [n.id for n in view.nodes if _open(view, n) and n.id in load and n.id not in holders]
+    targets = [n.id for n in view.nodes if can_take(view, n) and n.id in load and n.id not in holders]
     if load[source] <= mean or not targets:
         return None
     target = min(targets, key=lambda n: (load[n], n))

@@ -639,9 +639,10 @@ OPS = ("getattr", "lookup", "readdir", "readlink", "layout", "mkdir", "mknod", "
        "rename", "setattr", "getxattr", "listxattr", "setxattr", "removexattr")
 
 
-def handlers(meta: MetaStore, members) -> dict:
+def handlers(meta: MetaStore, members, admit) -> dict:
     """RPC handlers for the gateway's /_epochfs/fs: "fs" runs one namespace operation, the others serve the data
-    path (a file's blocks with their holders' addresses, a commit of new content) and statfs."""
+    path (a file's blocks with their holders' addresses, a commit of new content, its new blocks checked by `admit`)
+    and statfs."""
     posix = Posix(meta)
 
     async def fs(a, _):
@@ -659,8 +660,8 @@ def handlers(meta: MetaStore, members) -> dict:
 
     async def fs_commit(a, _):
         posix.scope(a.get("bi"), "commit", a)
-        return posix.commit(int(a["ino"]), a["blk"], int(a["size"]), a["etag"], a.get("bucket"), a.get("base"),
-                            a.get("mt"))
+        return posix.commit(int(a["ino"]), admit(a.get("bucket"), a["blk"]), int(a["size"]), a["etag"],
+                            a.get("bucket"), a.get("base"), a.get("mt"))
 
     async def fs_statfs(a, _):
         nodes = [n for n in members.nodes.values() if members.alive(n)]

@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from epochfs.common import errors
 from epochfs.common.worker import PassStats, Worker
 
 from .membership import DECOMMISSIONED, DECOMMISSIONING, Membership
 from .metastore import MetaStore
-from .placement import ClusterView, plan_repairs, repair_source, shortage
+from .placement import ClusterView, can_take, plan_repairs, repair_source, shortage
 
 log = logging.getLogger("epochfs.namenode.repair")
 
@@ -260,6 +260,13 @@ class RepairWorker(Worker):
 
     def _repush(self, view: ClusterView, block_id: int, node: int, holders: list[int], hint: bytes,
                 good: int | None = None, size: int = 0) -> bool:
+        if any(n.id == node and n.read_only for n in view.nodes):  # its store refuses writes: copy elsewhere
+            view = ClusterView(tuple(replace(n, draining=True) if n.id == node else n for n in view.nodes),
+                               view.reserve_bytes)
+            orders = plan_repairs(view, block_id, holders)
+            for r in orders:
+                self._add(Order(block_id, r.source, r.target, r.replaces, hint, size))
+            return bool(orders)
         source = repair_source(view, holders, node, good)
         if source is None:
             return False
@@ -398,6 +405,31 @@ class RepairWorker(Worker):
         if retired and any(n in retired for blk in blocks for n in blk[3]):
             self._recheck = True
 
+    def admit(self, blocks: list, acks: int) -> list:
+        """The new blocks of a commit as they are stored: [id, size, crc, nodes]. Each comes from the gateway as
+        [id, size, crc, nodes, acked], `acked` the copies its primary acknowledged as durable (1 for async); a block
+        with fewer than `acks` (the bucket's write policy now: a gateway's leased allocation may predate a switch
+        to sync:N) refuses the whole commit with NotEnoughReplicas. A secondary whose store refuses writes (placed
+        before it said so) is left out of the replica set, which repair tops up elsewhere. Entries that are bare
+        block ids (the POSIX commit's kept blocks) pass as they are."""
+        read_only = {n.id for n in self.members.nodes.values() if n.write_error}
+        out, short = [], []
+        for x in blocks:
+            if isinstance(x, int):
+                out.append(x)
+                continue
+            acked = int(x[4]) if len(x) > 4 else 1
+            if acked < acks:
+                raise errors.NotEnoughReplicas(f"block {x[0]}: {acked} copies acknowledged, the bucket's write "
+                                               f"policy wants {acks}")
+            nodes = [n for i, n in enumerate(x[3]) if i == 0 or n not in read_only]
+            if len(nodes) < len(x[3]):
+                short.append((int(x[0]), len(x[3])))
+            out.append([x[0], x[1], x[2], nodes])
+        if short:
+            self.mark_short(short)
+        return out
+
     def mark_short(self, blocks: list[tuple[int, int]]) -> None:
         self.meta.mark_short(blocks)
         self.short.update(blocks)
@@ -434,7 +466,7 @@ class RepairWorker(Worker):
         """Could any short block get a replica now (enough open nodes for the smallest wanted count)?"""
         if not self.short:
             return False
-        open_nodes = sum(1 for n in view.nodes if n.alive and not n.draining and n.free_bytes > view.reserve_bytes)
+        open_nodes = sum(1 for n in view.nodes if can_take(view, n))
         return open_nodes >= min(self.short.values())
 
     def _drain(self, now: float) -> int:

@@ -103,7 +103,8 @@ def show_status(c: AdminClient) -> Table:
 
 
 def show_nodes(c: AdminClient) -> Table:
-    rows = [[n["id"], n["address"], n["state"], _size(n["capacity"]), _size(n["used"]), n["blocks"],
+    rows = [[n["id"], n["address"], n["state"] + (f": {n['write_error']}" if n.get("write_error") else ""),
+             _size(n["capacity"]), _size(n["used"]), n["blocks"],
              "never" if n["last_heartbeat_s"] is None else f"{n['last_heartbeat_s']:.1f} s ago",
              n["replication_lag"]] for n in c.call("GET", "/nodes")]
     return _table("DataNodes", ["id", "address", "state", "capacity", "used", "blocks", "heartbeat",

@@ -27,7 +27,7 @@ def node_view(n: dict) -> Node:
     capacity, used = int(n.get("capacity", 0)), int(n.get("used", 0))
     return Node(id=n["id"], address=f"{n['host']}:{n['rpc_port']}", http_port=int(n.get("http_port", 0)),
                 capacity=capacity, used=used, free=max(capacity - used, 0), blocks=int(n.get("blocks", 0)),
-                last_heartbeat_s=n.get("heartbeat_age_s"), state=state,
+                last_heartbeat_s=n.get("heartbeat_age_s"), state=state, write_error=n.get("write_error") or None,
                 replication_lag=None if lag is None else float(lag),
                 replication_lag_s=None if lag_s is None else float(lag_s), replication_refused=no_space)
 
@@ -44,14 +44,14 @@ async def summary(_: AdminDep, ctx: CtxDep) -> Summary:
     states: dict[str, int] = {}
     for n in nodes:
         states[n.state] = states.get(n.state, 0) + 1
-    live = [n for n in nodes if n.state in ("alive", "decommissioning")]
+    live = [n for n in nodes if n.state in ("alive", "decommissioning", "read-only")]
     under, lost = int(stats.get("under_replicated", 0)), int(stats.get("lost", 0))
     waiting = {k: int(v) for k, v in (stats.get("waiting") or {}).items() if v}
     refused = sum(n.replication_refused for n in live)
     if refused:
         waiting["no_space"] = waiting.get("no_space", 0) + refused
     health = "down" if not live else "degraded" if (len(live) < len(nodes) - states.get("decommissioned", 0)
-                                                    or under or lost or waiting) else "ok"
+                                                    or under or lost or waiting or states.get("read-only")) else "ok"
     capacity, used = sum(n.capacity for n in live), sum(n.used for n in live)
     return Summary(health=health, capacity=capacity, used=used, free=max(capacity - used, 0), buckets=len(usage),
                    objects=sum(u[1] for u in usage.values()), bytes=sum(u[0] for u in usage.values()), nodes=states,

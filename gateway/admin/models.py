@@ -73,7 +73,9 @@ class Node(Msg):
     blocks: int
     last_heartbeat_s: float | None = Field(description="seconds since the last heartbeat (null: none since the "
                                                        "NameNode started)")
-    state: str = Field(description="alive | dead | decommissioning | decommissioned")
+    state: str = Field(description="alive | dead | decommissioning | decommissioned | read-only (its store refuses "
+                                   "writes: it serves reads and gets no new blocks)")
+    write_error: str | None = Field(None, description="why the node's store refuses writes (state read-only)")
     replication_lag: float | None = Field(description="replication jobs queued on the node")
     replication_lag_s: float | None = Field(None, description="age of the oldest queued replication job (s)")
     replication_refused: int = Field(0, description="queued replication jobs whose target refused the block for lack "

@@ -79,7 +79,8 @@ async function refresh() {
     document.getElementById("summary").innerHTML = rows.map(([k, v]) => `<b>${esc(k)}</b><span>${esc(v)}</span>`).join("");
     document.getElementById("nodes").innerHTML = nodes.map(n => {
       const pct = n.capacity ? Math.min(100, 100 * n.used / n.capacity) : 0;
-      return `<tr class="node" data-id="${n.id}"><td>${n.id}</td><td>${esc(n.address)}</td><td>${esc(n.state)}</td>
+      return `<tr class="node" data-id="${n.id}"><td>${n.id}</td><td>${esc(n.address)}</td>
+        <td>${esc(n.state + (n.write_error ? ": " + n.write_error : ""))}</td>
         <td><div class="bar"><div style="width:${pct.toFixed(1)}%"></div></div></td>
         <td>${fmt(n.used)} / ${fmt(n.capacity)}</td><td>${n.blocks}</td>
         <td>${n.last_heartbeat_s == null ? "never" : n.last_heartbeat_s.toFixed(1) + " s ago"}</td>

@@ -192,6 +192,15 @@ class Cluster:
         raise TimeoutError("garbage not collected")
 
 
+def wait_until(cond, timeout: float, what: str):
+    """Poll `cond` until it returns something true (returned), failing the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (res := cond()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+    return res
+
+
 def upload_until(s3, bucket: str, bodies: dict[str, bytes], stop: threading.Event, threads: int = 8,
                  acked: dict | None = None) -> dict[str, bytes]:
     """PUT `bodies` from `threads` threads until done or `stop`; returns the acknowledged ones."""

@@ -12,7 +12,7 @@ import time
 
 import orjson
 import pytest
-from cluster import SECRET, Cluster
+from cluster import SECRET, Cluster, wait_until as _wait
 
 pytestmark = pytest.mark.integration
 
@@ -126,14 +126,6 @@ def _replica_ok(c: Cluster, dn: str, block_id: int, data: bytes) -> bool:
         return c.read_replica(dn, block_id) == data
     except errors.DomainError:
         return False
-
-
-def _wait(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (res := cond()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return res
 
 
 def test_rocksdb_corruption_is_a_bad_replica_read_around_reported_repaired_and_scrubbed(tmp_path):
