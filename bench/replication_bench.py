@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
 sys.path.insert(0, str(HERE))
 from cluster import SECRET, Cluster, upload_until
 from epochfs.common.rpc import RpcClient
+from epochfs.common.clients import DataNodeClient
 from s3_bench import CLK_TCK, proc_ticks
 
 MiB = 1 << 20
@@ -96,7 +97,7 @@ async def _secondary_lag(c: Cluster, bucket: str, probes: int) -> list[float]:
             t_ack = time.perf_counter()  # (the stat call below makes the measured lag an upper bound)
             blk = (await nn.call("stat", bucket=bucket, key=f"p{i}"))[0]["obj"]["blk"][0]
             second = clients[ids[blk[3][1]]]
-            while not (await second.call("has", blocks=[blk[0]]))[0]["has"][0]:
+            while not (await DataNodeClient(second).has([blk[0]]))[0]:
                 await asyncio.sleep(0.0005)
             lags.append(time.perf_counter() - t_ack)
     finally:

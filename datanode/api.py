@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from epochfs.common import errors, readtoken
+from epochfs.common import messages as m
 
 from .blockstore import BlockStore
 from .replicator import FAST_PATH_GRACE_S
@@ -112,8 +113,8 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         store.delete([int(b) for b in a["blocks"]])
         return {}
 
-    async def has(a, _):
-        return {"has": [store.has(int(b)) for b in a["blocks"]]}
+    async def has(req: m.Has, _) -> m.HasBlocks:
+        return m.HasBlocks(has=[store.has(b) for b in req.blocks])
 
     async def blocks(a, _):
         return {"blocks": store.block_ids()}
@@ -122,5 +123,5 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         s = await replicator.run_once(everything=True)
         return {"ok": s.ok, "failed": s.failed}
 
-    return {f.__name__: f for f in (put, put_replica, put_replicas, get, get_many, read_tokened, delete, has, blocks,
-                                    replicate_once)}
+    return {f.__name__: f for f in (put, put_replica, put_replicas, get, get_many, read_tokened, delete, blocks,
+                                    replicate_once)} | {m.Has: has}

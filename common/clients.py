@@ -1,0 +1,111 @@
+"""Typed clients of the epochfs services: one method per operation, mirroring the handlers one to one.
+
+Every call between services goes through these (never a string op name): the gateway, the DataNodes, the mount, the
+fsspec filesystem and the CLI. Each method builds the request message of common/messages.py, sends it over the frame
+RPC of common/rpc.py and returns the typed reply (and, for block reads, the raw payload).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from . import errors
+from . import messages as m
+from .rpc import RpcClient, TrioRpcClient
+
+
+class DataNodeClient:
+    """Block I/O with one DataNode (datanode/api.py), over an asyncio or a trio connection pool."""
+
+    def __init__(self, rpc: RpcClient | TrioRpcClient) -> None:
+        self.rpc = rpc
+
+    def __repr__(self) -> str:
+        return f"DataNodeClient({self.rpc.host}:{self.rpc.port})"
+
+    async def close(self) -> None:
+        await self.rpc.close()
+
+    async def has(self, blocks: list[int]) -> list[bool]:
+        """Which of `blocks` the node stores."""
+        reply, _ = await self.rpc.request(m.Has(blocks=blocks))
+        return reply.has
+
+    # (end of DataNodeClient)
+
+
+# NameNodeClient's methods, grouped by subject as the NameNode's handler modules are (namenode/api/).
+
+class _NodeCalls:
+    """Nodes, heartbeats and the orders that ride on them."""
+    _call = None  # NameNodeClient._call
+
+    # (end of nodes)
+
+
+class _BucketObjectCalls:
+    """Buckets, objects, versions, listing."""
+    _call = None
+
+    # (end of buckets and objects)
+
+
+class _MultipartCalls:
+    """Multipart uploads."""
+    _call = None
+
+    # (end of multipart)
+
+
+class _BlockCalls:
+    """Block allocation, commits' bookkeeping and GC."""
+    _call = None
+
+    # (end of blocks and GC)
+
+
+class _PosixCalls:
+    """The POSIX namespace, batch reads and manifests."""
+    _call = None
+
+    # (end of POSIX)
+
+
+class _KeyJobCalls:
+    """Access keys, jobs and operator calls."""
+    _call = None
+
+    # (end of keys and jobs)
+
+
+class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCalls, _PosixCalls, _KeyJobCalls):
+    """The NameNode's typed client. While the NameNode is unreachable (a restart), a call is retried for `retry_s`
+    before Unavailable is raised (0: no retry); a DomainError the NameNode raises is raised at once."""
+
+    def __init__(self, rpc: RpcClient, *, retry_s: float = 0.0) -> None:
+        self.rpc = rpc
+        self.retry_s = retry_s
+
+    def __repr__(self) -> str:
+        return f"NameNodeClient({self.rpc.host}:{self.rpc.port})"
+
+    async def close(self) -> None:
+        await self.rpc.close()
+
+    async def _call(self, req: m.Request, payload=b"", *, timeout: float | None = None,
+                    retry_not_enough: bool = False):
+        """Send `req`; its typed reply (the reply payload is dropped: NameNode replies carry none). NotEnoughReplicas
+        is the NameNode's answer, not a NameNode out of reach: retried only with `retry_not_enough` (an allocation
+        while DataNodes are still registering)."""
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.05
+        while True:
+            try:
+                reply, _ = await self.rpc.request(req, payload, timeout=timeout)
+                return reply
+            except errors.Unavailable as e:
+                if isinstance(e, errors.NotEnoughReplicas) and not retry_not_enough or \
+                        time.monotonic() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)

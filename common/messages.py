@@ -1,0 +1,111 @@
+"""The typed contract between epochfs services: every value that crosses a process boundary, defined once.
+
+Requests are tagged msgspec Structs: the tag (the JSON field "op") names the handler, the fields are its arguments,
+and the class attribute `Reply` is the type of its answer. `common/rpc.py` sends them as a frame's JSON head (raw block
+bytes travel beside them, in the frame's payload) and a server decodes a request straight into its type;
+`common/clients.py` has one typed client per service whose methods mirror the handlers one to one.
+
+Field names on the wire are the short names the services have always used (and that the NameNode stores on disk), kept
+through msgspec's field renaming, so no data migration is needed: `size: int = field(name="sz")`.
+
+Why msgspec: measured with bench/wire_codec.py (CPU per encode+decode, 100k calls), a typed Struct costs no more than
+the orjson dicts it replaced: stat reply of a 1-block object 0.96 us (orjson dict 1.02), a DataNode put header 0.33 us
+(0.44), a 32-block stat 6.51 us (4.91; ~1% of a ~100 us RPC). pydantic models cost 5-20x more per message.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+from msgspec import field
+
+
+class Msg(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A typed, frozen value that crosses a process boundary; fields left at their default are not sent."""
+
+
+class Request(Msg, tag_field="op"):
+    """A call to a service. Subclasses give `tag="op_name"` and set `Reply`; no reply type has a field named "err"
+    (that names an error reply, common/rpc.py)."""
+    Reply: ClassVar[type]
+
+
+def op_name(t: type[Request]) -> str:
+    """The op a request type is sent as (its tag)."""
+    return t.__struct_config__.tag
+
+
+class Done(Msg):
+    """The reply of a request that answers nothing but success."""
+
+
+class BlockRef(Msg, array_like=True):
+    """A block of a file: on the wire and on disk the list [id, size, crc, nodes] (nodes[0] is the primary)."""
+    id: int
+    size: int
+    crc: int
+    nodes: tuple[int, ...] = ()
+
+
+def to_builtins(msg: Any) -> Any:
+    """A message as plain JSON-able data (for the admin API's JSON and for logs)."""
+    return msgspec.to_builtins(msg)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# DataNode protocol: block I/O (datanode/api.py). Called through DataNodeClient.
+# ---------------------------------------------------------------------------------------------------------------------
+
+class HasBlocks(Msg):
+    has: list[bool]
+
+
+class Has(Request, tag="has"):
+    """Which of `blocks` this DataNode stores."""
+    blocks: list[int]
+    Reply = HasBlocks
+
+
+# (end of the DataNode protocol)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NameNode protocol: nodes, heartbeats and the orders that ride on them (namenode/api/nodes.py).
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+# (end of nodes)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NameNode protocol: buckets, objects, versions, listing (namenode/api/buckets.py, objects.py).
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+# (end of buckets and objects)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NameNode protocol: multipart uploads (namenode/api/multipart.py).
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+# (end of multipart)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NameNode protocol: blocks and GC (namenode/api/blocks.py).
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+# (end of blocks and GC)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NameNode protocol: the POSIX namespace, batch reads and manifests (namenode/api/posix.py, batch.py).
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+# (end of POSIX)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NameNode protocol: access keys, jobs and operator calls (namenode/api/keys.py, jobs.py).
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+# (end of keys and jobs)
