@@ -7,15 +7,15 @@ import time
 from epochfs.common import errors, write_policy
 from epochfs.common.blocks import covering
 
-from .access_keys import AccessKeys, handlers as access_key_handlers
-from .batch import handlers as batch_handlers
-from .membership import Membership
-from .metastore import MetaStore
-from .placement import choose_targets
-from .posix import handlers as posix_handlers
-from .config import NameNodeSettings
-from .jobs import OperatorJobs
-from .repair import RepairWorker
+from ..access_keys import AccessKeys, handlers as access_key_handlers
+from ..batch import handlers as batch_handlers
+from ..membership import Membership
+from ..metastore import MetaStore
+from ..placement import choose_targets
+from ..posix import handlers as posix_handlers
+from ..config import NameNodeSettings
+from ..jobs import OperatorJobs
+from ..repair import RepairWorker
 
 
 def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettings, repair: RepairWorker,
