@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import crc32c as _crc32c
 
-DEFAULT_BLOCK_SIZE = 4 << 20
+from .defaults import BLOCK_SIZE as DEFAULT_BLOCK_SIZE  # noqa: F401 (the home of the defaults: defaults.py)
 
 
 def crc32c(data, value: int = 0) -> int:

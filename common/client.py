@@ -22,12 +22,12 @@ import httpx
 import orjson
 import sniffio
 
-from . import errors, sigv4
+from . import defaults, errors, sigv4
 from .blocks import pick_replica, pieces_within
 from .config import parse_addr
 from .rpc import RpcClient, TrioRpcClient
 
-MIN_PART = 5 << 20
+MIN_PART = defaults.MIN_PART_SIZE
 # after the DataNodes could not be reached directly, batch reads go through the gateway for this long
 DIRECT_RETRY_S = 30.0
 

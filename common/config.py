@@ -9,6 +9,8 @@ from typing import ClassVar
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from . import defaults
+
 DEFAULT_SECRET = "epochfs-dev-cluster-secret"
 """Public (it is in this file): a service accepting RPC with it is safe only where nobody else can connect."""
 
@@ -29,7 +31,7 @@ class ServiceSettings(BaseSettings):
     metrics_token: str = ""
     """When set, /metrics answers only `Authorization: Bearer <token>` (or HTTP Basic with the token as password,
     any user name); unset, it is open to whoever reaches the HTTP port."""
-    rpc_max_payload: int = 64 << 20
+    rpc_max_payload: int = defaults.RPC_MAX_PAYLOAD
     """Largest request payload the internal RPC server accepts from a peer holding the cluster secret (a block is
     the largest: keep it above the largest block size plus margin). Before its hello a connection may send a few KiB
     only (common/rpc.py)."""

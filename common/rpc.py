@@ -34,7 +34,7 @@ from typing import Any, Awaitable, Callable, Union
 import msgspec
 import orjson
 
-from . import errors
+from . import defaults, errors
 from .messages import Request, op_name
 from .metrics import RPC_CALLS, series
 
@@ -43,7 +43,7 @@ log = logging.getLogger("epochfs.rpc")
 _HDR = struct.Struct(">II")
 MAX_JSON = 64 << 20  # a block report of a few million block ids
 MAX_PAYLOAD = 1 << 30  # what a client accepts in a reply (from a server it chose to call)
-DEFAULT_MAX_PAYLOAD = 64 << 20  # what a server accepts in a request by default (ServiceSettings.rpc_max_payload)
+DEFAULT_MAX_PAYLOAD = defaults.RPC_MAX_PAYLOAD  # what a server accepts in a request by default (ServiceSettings.rpc_max_payload)
 HELLO_MAX_JSON = 4096
 LIMITED_MAX_JSON = 4 << 20  # a native client's tokened batch read: its reads and the grant
 HELLO_TIMEOUT_S = 10.0

@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 
-from epochfs.common import errors
+from epochfs.common import defaults, errors
 from epochfs.common.blocks import crc32c
 from epochfs.common.config import parse_addr
 from epochfs.common.peers import Peers
@@ -32,7 +32,7 @@ class Cluster:
         self._nn = RpcClient(host, port, secret, timeout=rpc_timeout_s)
         self.peers = Peers(secret, timeout=rpc_timeout_s)
         self.nn_retry_s = nn_retry_s
-        self._block_size: dict[str, int] = {}
+        self._block_size: dict[str, tuple[int, float]] = {}  # bucket -> (block size, when the NameNode said so)
         self._tasks: set[asyncio.Task] = set()
         self._leases: dict[str, collections.deque] = {}
 
@@ -65,11 +65,19 @@ class Cluster:
                 delay = min(delay * 2, 1.0)
 
     async def block_size(self, bucket: str) -> int:
-        bs = self._block_size.get(bucket)
-        if bs is None:
+        """The size new writes to `bucket` are cut into, as the NameNode said it last: in its bucket info or in an
+        allocate reply (each carries it). A change made through this gateway applies to the next write
+        (forget_bucket); one made through another gateway within LEASE_TTL_S, or at this one's next allocation."""
+        hit = self._block_size.get(bucket)
+        if hit is None or time.monotonic() - hit[1] > LEASE_TTL_S:
             info = await self.nn("bucket_info", bucket=bucket)
-            bs = self._block_size[bucket] = int(info.get("bs") or (4 << 20))
-        return bs
+            hit = self._block_size[bucket] = (int(info.get("bs") or defaults.BLOCK_SIZE), time.monotonic())
+        return hit[0]
+
+    def _told_block_size(self, bucket: str, res: dict) -> None:
+        """Note the bucket's block size an allocate reply carries."""
+        if res.get("block_size"):
+            self._block_size[bucket] = (int(res["block_size"]), time.monotonic())
 
     def forget_bucket(self, bucket: str) -> None:
         self._block_size.pop(bucket, None)
@@ -101,6 +109,7 @@ class Cluster:
             self._background(self.abandon(stale))
         if not pool:
             res = await self.nn("allocate", bucket=bucket, count=LEASE_BATCH)
+            self._told_block_size(bucket, res)
             t = time.monotonic()
             pool.extend((bid, nodes, res["addrs"], t, res.get("acks", 1)) for bid, nodes in res["blocks"])
         bid, nodes, addrs, _, acks = pool.popleft()
@@ -182,6 +191,7 @@ class Cluster:
 
     async def _allocate(self, bucket: str, seed: int, index: int) -> tuple[int, list[int], dict, int]:
         res = await self.nn("allocate", bucket=bucket, count=1, seed=seed, index=index)
+        self._told_block_size(bucket, res)
         (bid, nodes), = res["blocks"]
         return bid, nodes, res["addrs"], res.get("acks", 1)
 

@@ -4,6 +4,7 @@ from typing import ClassVar
 
 from pydantic_settings import SettingsConfigDict
 
+from epochfs.common import defaults
 from epochfs.common.config import ServiceSettings
 
 
@@ -24,7 +25,7 @@ class GatewaySettings(ServiceSettings):
     rpc_timeout_s: float = 30.0
     namenode_retry_s: float = 10.0
     """How long a request waits for an unreachable NameNode before answering 503 ServiceUnavailable."""
-    max_object_size: int = 5 << 40
+    max_object_size: int = defaults.MAX_OBJECT_SIZE
     domain: str = ""
     """Domain for virtual-host-style requests: Host `bucket.<domain>` addresses bucket `bucket` and the whole path is
     the key. Any other Host (the domain itself, an IP address) is path style; unset: always path style."""

@@ -3,8 +3,7 @@ from __future__ import annotations
 from pydantic import field_validator
 from pydantic_settings import SettingsConfigDict
 
-from epochfs.common.blocks import DEFAULT_BLOCK_SIZE
-from epochfs.common import errors, write_policy
+from epochfs.common import defaults, errors, write_policy
 from epochfs.common.config import ServiceSettings
 
 
@@ -13,9 +12,10 @@ class NameNodeSettings(ServiceSettings):
 
     port: int = 9870
     rpc_port: int = 9871
-    block_size: int = DEFAULT_BLOCK_SIZE
-    """Default block size of new buckets (bytes)."""
-    replication: int = 3
+    block_size: int = defaults.BLOCK_SIZE
+    """Default block size of new buckets (bytes; a multiple of 64 KiB from 64 KiB to 32 MiB). A bucket's own
+    (x-epochfs-block-size at CreateBucket, the admin API) overrides it."""
+    replication: int = defaults.REPLICATION
     """Default replication factor of new buckets."""
     heartbeat_timeout_s: float = 10.0
     """A DataNode silent for longer than this is dead: it gets no new blocks and its blocks are re-replicated."""
@@ -37,7 +37,7 @@ class NameNodeSettings(ServiceSettings):
     rebalance_tolerance: float = 0.05
     """A rebalance job (admin API) moves replicas until every live node stores within this fraction of the mean
     bytes per node; its copies share repair_max_inflight and repair_bytes_per_s."""
-    default_write_policy: str = "async"
+    default_write_policy: str = defaults.WRITE_POLICY
     """Write acknowledgement of buckets that set none: async, or sync:N (acknowledge after N durable replicas)."""
     pending_grace_s: float = 3600.0
     """Blocks allocated but not committed for this long (an upload cut off mid-way) are garbage-collected."""
@@ -47,8 +47,16 @@ class NameNodeSettings(ServiceSettings):
     DataNodes only this long after, so that a read begun before the change still gets the old bytes whole: an S3 GET
     streaming the object, an fsspec file or a mount handle reading with its read token (60 s). Persisted with the
     time each was freed, so a restart keeps it. A GET still streaming this long after the change is cut off."""
-    min_part_size: int = 5 << 20
+    min_part_size: int = defaults.MIN_PART_SIZE
     """Minimum size of every multipart part but the last (S3: 5 MiB)."""
+
+    @field_validator("block_size")
+    @classmethod
+    def _block_size(cls, v: int) -> int:
+        try:
+            return defaults.check_block_size(v)
+        except errors.InvalidInput as e:
+            raise ValueError(e.message) from None
 
     @field_validator("default_write_policy")
     @classmethod

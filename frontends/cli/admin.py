@@ -112,11 +112,11 @@ def show_nodes(c: AdminClient) -> Table:
 
 
 def show_buckets(c: AdminClient) -> Table:
-    rows = [[b["name"], b["owner"][:16], _size(b["bytes"]), b["objects"], b["replication"], b["write_policy"],
-             "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"]]
+    rows = [[b["name"], b["owner"][:16], _size(b["bytes"]), b["objects"], _size(b["block_size"]), b["replication"],
+             b["write_policy"], "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"]]
             for b in c.call("GET", "/buckets")]
-    return _table("Buckets", ["name", "owner", "size", "objects", "replicas", "write policy", "quota bytes",
-                              "quota objects"], rows)
+    return _table("Buckets", ["name", "owner", "size", "objects", "block size", "replicas", "write policy",
+                              "quota bytes", "quota objects"], rows)
 
 
 def show_keys(c: AdminClient) -> Table:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from epochfs.common import defaults
 from . import admin, transfer
 
 DEFAULT_PORT = 9000
@@ -284,8 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--user", action="append", metavar="ACCESS:SECRET[:OWNER_ID[:NAME]]",
                     help="an extra S3 user (repeatable)")
-    up.add_argument("--block-size", type=int, default=4 << 20)
-    up.add_argument("--replication", type=int, default=3)
+    up.add_argument("--block-size", type=int, default=defaults.BLOCK_SIZE,
+                    help="default block size of new buckets, in bytes (a multiple of 64 KiB, 64 KiB to 32 MiB)")
+    up.add_argument("--replication", type=int, default=defaults.REPLICATION)
     up.add_argument("--log-level", default="info")
     up.add_argument("-d", "--detach", action="store_true", help="run in the background; print the exports and exit")
     up.set_defaults(func=cmd_up)

@@ -30,7 +30,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from epochfs.common import errors
+from epochfs.common import defaults, errors
 from epochfs.common.blocks import pieces_within
 from epochfs.common.client import DIRECT_RETRY_S, PieceFailed, S3Client
 
@@ -44,7 +44,7 @@ NAME_MAX = 255
 NN_ROOT = 1
 FOREVER = 365 * 86400.0
 UPLOAD_PIECE = 4 << 20
-MAX_FILE_SIZE = 5 << 40  # S3's largest object
+MAX_FILE_SIZE = defaults.MAX_OBJECT_SIZE  # S3's largest object
 NOT_KEPT_XATTRS = (b"security.", b"system.")  # attribute namespaces namenode/posix.py refuses (EOPNOTSUPP)
 # st_blksize: the page size, as local file systems and FUSE's default report it. Our 4 MiB block made tools scale
 # their offsets by it (fsstress copies to up to 1,024 x st_blksize past EOF: gigabytes of zeros per file), while

@@ -1,15 +1,20 @@
-"""Buckets: usage, object count, replication factor, write policy and quota; PATCH changes the last three."""
+"""Buckets: usage, object count, block size, replication factor, write policy and quotas. POST creates a bucket with
+its settings; PATCH changes the settings (a new block size or replication factor applies to new writes only)."""
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 
+from epochfs.common import errors
+
+from ..s3.bucket import validate_bucket_name
+from ..s3.errors import S3Error
 from .auth import AdminDep
 from .common import BAD_BODY, CtxDep
-from .models import Bucket, BucketPatch
+from .models import Bucket, BucketCreate, BucketPatch
 
 router = APIRouter(tags=["buckets"])
 # admin field -> bucket record field on the NameNode
-_FIELDS = {"replication": "rf", "write_policy": "wp", "quota_bytes": "qb", "quota_objects": "qo"}
+_FIELDS = {"block_size": "bs", "replication": "rf", "write_policy": "wp", "quota_bytes": "qb", "quota_objects": "qo"}
 _CLEARABLE = ("quota_bytes", "quota_objects")
 
 
@@ -33,6 +38,25 @@ async def _one(ctx, name: str) -> Bucket:
     return bucket_view(info, usage)
 
 
+@router.post("/buckets", response_model=Bucket, status_code=201,
+             responses={**BAD_BODY, 400: {"description": "invalid bucket name"}, 409: {"description": "bucket exists"}})
+async def create_bucket(req: BucketCreate, user: AdminDep, ctx: CtxDep) -> Bucket:
+    """A new bucket, owned by `owner_id` (default: the caller), with its own block size, replication factor and
+    write policy (each left out: the cluster's default)."""
+    try:
+        validate_bucket_name(req.name)
+    except S3Error as e:
+        raise HTTPException(400, e.message) from None
+    settings = {k: v for k, v in (("block_size", req.block_size), ("replication", req.replication),
+                                  ("write_policy", req.write_policy)) if v is not None}
+    try:
+        await ctx.cluster.nn("bucket_create", bucket=req.name, owner=req.owner_id or user.owner_id, **settings)
+    except errors.Conflict as e:  # BucketAlreadyOwnedByYou too: the settings asked for were not applied
+        raise HTTPException(409, e.message) from None
+    ctx.forget_bucket(req.name)
+    return await _one(ctx, req.name)
+
+
 @router.get("/buckets/{name}", response_model=Bucket, responses={404: {"description": "no such bucket"}})
 async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
     return await _one(ctx, name)
@@ -41,7 +65,8 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
 @router.patch("/buckets/{name}", response_model=Bucket,
               responses={**BAD_BODY, 404: {"description": "no such bucket"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
-    """Change replication factor (new blocks), write policy or quotas. A quota set to null is removed."""
+    """Change block size or replication factor (both for blocks written from now on: existing objects keep
+    theirs), write policy or quotas. A quota set to null is removed."""
     await ctx.cluster.nn("bucket_info", bucket=name)  # 404 before anything changes
     fields = {_FIELDS[k]: v for k, v in patch.model_dump(exclude_unset=True).items()
               if v is not None or k in _CLEARABLE}

@@ -5,6 +5,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from epochfs.common import defaults
+
 Permission = Literal["read", "write", "owner"]
 BucketName = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 BucketNameStr = Annotated[str, BucketName]
@@ -18,6 +20,14 @@ def _integral(v):
 
 def Int(lo: int, hi: int):  # noqa: N802 (a type)
     return Annotated[int, Field(ge=lo, le=hi), BeforeValidator(_integral)]
+
+
+BlockSize = Annotated[int, Field(ge=defaults.MIN_BLOCK_SIZE, le=defaults.MAX_BLOCK_SIZE,
+                                 multiple_of=defaults.BLOCK_SIZE_STEP,
+                                 description="bytes: a multiple of 64 KiB from 64 KiB to 32 MiB"),
+                      BeforeValidator(_integral)]
+Replication = Int(1, defaults.MAX_REPLICATION)
+WritePolicy = Annotated[str, Field(pattern=r"^(async|sync:([1-9]|1[0-6]))$")]
 
 
 BucketPerms = Field(json_schema_extra={"additionalProperties": False})  # keys: bucket names only
@@ -89,17 +99,29 @@ class Bucket(Msg):
     bytes: int
     objects: int
     replication: int
-    block_size: int
+    block_size: int = Field(description="bytes; new writes are cut into blocks of this size")
     write_policy: str = Field(description="async, or sync:N (acknowledge after N replicas)")
     quota_bytes: int | None
     quota_objects: int | None
     versioning: str | None
 
 
+class BucketCreate(In):
+    """A new bucket; a setting left out takes the cluster's default (NN_BLOCK_SIZE, NN_REPLICATION, ...)."""
+    name: BucketNameStr
+    owner_id: str | None = Field(None, max_length=128, pattern=r"^[\x21-\x7e]+$",
+                                 description="canonical user id of the owner; default: the caller's")
+    block_size: BlockSize | None = None
+    replication: Replication | None = None
+    write_policy: WritePolicy | None = None
+
+
 class BucketPatch(In):
-    """Fields to change; a quota set to null is removed, a field left out is unchanged."""
-    replication: Int(1, 16) | None = None
-    write_policy: str | None = Field(None, pattern=r"^(async|sync:([1-9]|1[0-6]))$")
+    """Fields to change; a quota set to null is removed, a field left out is unchanged. A new block size or
+    replication factor applies to blocks written from now on: existing objects keep theirs."""
+    block_size: BlockSize | None = None
+    replication: Replication | None = None
+    write_policy: WritePolicy | None = None
     quota_bytes: Int(0, MAX_QUOTA) | None = None
     quota_objects: Int(0, MAX_QUOTA) | None = None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from epochfs.common import errors
+from epochfs.common import defaults, errors
 
 from . import args, xml
 from .body import read_all
@@ -15,6 +15,7 @@ from .errors import S3Error, access_denied, malformed_xml
 from .http import Response
 
 WRITE_POLICY_HEADER = "x-epochfs-write-policy"
+BLOCK_SIZE_HEADER = "x-epochfs-block-size"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
@@ -73,9 +74,13 @@ async def create_bucket(ctx, req):
     if own is not None:
         check_ownership(own, acl)
     policy = req.headers.get(WRITE_POLICY_HEADER)  # epochfs's own: async or sync:N (default: the cluster's)
+    bs = req.headers.get(BLOCK_SIZE_HEADER)  # epochfs's own: bytes (default: the cluster's, NN_BLOCK_SIZE)
+    if bs is not None:
+        bs = defaults.parse_block_size(bs)  # InvalidInput: 400 InvalidArgument, nothing created
     try:
         await ctx.cluster.nn("bucket_create", bucket=req.bucket, owner=req.user.owner_id, acl=acl, loc=loc,
-                             **({"write_policy": policy.strip()} if policy else {}), **({"own": own} if own else {}))
+                             **({"write_policy": policy.strip()} if policy else {}), **({"own": own} if own else {}),
+                             **({"block_size": bs} if bs else {}))
     except errors.BucketAlreadyOwnedByYou:
         if ctx.settings.region == "us-east-1":
             return Response(200, [("location", f"/{req.bucket}")])  # us-east-1 answers 200 to a repeat create

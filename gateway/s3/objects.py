@@ -296,7 +296,7 @@ async def get_object(ctx, req, head: bool = False):
     if head or n == 0:
         return Response(status, headers, b"", length=n)
     blocks, boff = obj.get("blk", []), obj.get("boff", 0)  # a ranged stat's blocks start at boff
-    if n <= (4 << 20):  # one block or two at most: answer in one piece
+    if n <= (4 << 20):  # small enough to answer in one piece, whatever the bucket's block size
         return Response(status, headers, await ctx.cluster.read_joined(blocks, addrs, start - boff, end - boff))
     return Response(status, headers, ctx.cluster.read_range(blocks, addrs, start - boff, end - boff), length=n)
 

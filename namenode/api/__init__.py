@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from epochfs.common import errors, write_policy
+from epochfs.common import defaults, errors, write_policy
 from epochfs.common.blocks import covering
 
 from ..access_keys import AccessKeys, handlers as access_key_handlers
@@ -50,7 +50,7 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
 
     async def bucket_create(a, _):
         return meta.create_bucket(a["bucket"], a.get("owner", ""),
-                                  {"bs": int(a.get("block_size") or settings.block_size),
+                                  {"bs": defaults.check_block_size(a.get("block_size") or settings.block_size),
                                    "rf": int(a.get("replication") or settings.replication),
                                    "acl": a.get("acl") or "private", "loc": a.get("loc") or "",
                                    **({"wp": write_policy.validate(a["write_policy"])}
@@ -60,6 +60,8 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
     async def bucket_update(a, _):
         if a["fields"].get("wp") is not None:
             write_policy.validate(a["fields"]["wp"])
+        if "bs" in a["fields"]:  # new writes are cut into blocks of this size; existing objects keep theirs
+            defaults.check_block_size(a["fields"]["bs"])
         return meta.update_bucket(a["bucket"], a["fields"])
 
     async def object_update(a, _):
