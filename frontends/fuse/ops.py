@@ -43,14 +43,14 @@ IO_BLKSIZE = 4096
 
 
 def _posix(fn):
-    """Domain errors become the errno the NameNode chose, or the one errmap assigns; a failing local write buffer
-    gives its own errno; anything else is logged and is EIO."""
+    """Domain errors become the errno errmap gives them (its one table); a failing local write buffer gives its own
+    errno; anything else is logged and is EIO."""
     @functools.wraps(fn)
     async def wrapper(self, *args):
         try:
             return await fn(self, *args)
         except errors.DomainError as e:
-            raise pyfuse3.FUSEError(e.details.get("errno") or errmap.to_errno(e)) from None
+            raise pyfuse3.FUSEError(errmap.to_errno(e)) from None
         except OSError as e:
             raise pyfuse3.FUSEError(e.errno or errno.EIO) from None
         except pyfuse3.FUSEError:
