@@ -1,11 +1,13 @@
 """The frontends' one table from domain errors to errnos (frontends/errmap.py), as fsspec and the mount see it."""
 import errno
 
+import httpx
 import pyfuse3
 import pytest
 import trio
 
 from epochfs.common import errors
+from epochfs.common.client import _error
 from epochfs.frontends import errmap
 from epochfs.frontends.fuse.ops import EpochOperations
 from epochfs.frontends.fuse.options import MountOptions
@@ -15,6 +17,13 @@ def test_a_quota_is_edquot():
     assert errmap.to_errno(errors.QuotaExceeded("bucket b would exceed its quota")) == errno.EDQUOT
     e = errmap.to_oserror(errors.QuotaExceeded("bucket b would exceed its quota"), "b/k")
     assert e.errno == errno.EDQUOT and e.filename == "b/k" and "quota" in e.strerror
+
+
+def test_fsspec_meets_a_quota_as_edquot():
+    """The S3 client (under fsspec) reads the gateway's 403 QuotaExceeded as the quota, not as a refused key."""
+    body = b"<Error><Code>QuotaExceeded</Code><Message>The bucket's quota would be exceeded</Message></Error>"
+    exc = _error(httpx.Response(403), body, "/b/k")
+    assert isinstance(exc, errors.QuotaExceeded) and errmap.to_oserror(exc, "b/k").errno == errno.EDQUOT
 
 
 class Failing:
