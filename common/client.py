@@ -41,6 +41,7 @@ S3_CODES: dict[str, type[errors.DomainError]] = {
     "MethodNotAllowed": errors.MethodNotAllowed, "ServiceUnavailable": errors.Unavailable,
     "SlowDown": errors.Unavailable, "AccessDenied": errors.Unauthorized,
     "InvalidAccessKeyId": errors.Unauthorized, "SignatureDoesNotMatch": errors.Unauthorized,
+    "QuotaExceeded": errors.QuotaExceeded,
 }
 STATUS_FALLBACK: dict[int, type[errors.DomainError]] = {
     400: errors.InvalidInput, 403: errors.Unauthorized, 404: errors.NotFound, 405: errors.MethodNotAllowed,

@@ -1,6 +1,7 @@
 """Domain errors -> OSError subclasses and errnos, for the frontends that speak POSIX (fsspec, FUSE).
 
-One table; the most specific class wins (looked up along the exception's MRO).
+One table; the most specific class wins (looked up along the exception's MRO). The mount and fsspec pick errnos
+nowhere else.
 """
 from __future__ import annotations
 
@@ -27,10 +28,16 @@ ERRNO: dict[type[errors.DomainError], int] = {
     errors.Unavailable: errno.EIO,          # not EAGAIN: that would be BlockingIOError
     errors.CorruptBlock: errno.EIO,
     errors.Conflict: errno.EBUSY,
+    errors.QuotaExceeded: errno.EDQUOT,
 }
 
 
 def to_errno(exc: errors.DomainError) -> int:
+    """The errno for `exc`. An answer of the NameNode's POSIX namespace may name its own (details["errno"]: ENODATA
+    for a missing extended attribute, E2BIG, ERANGE, ...) where the class alone can't say; that one wins."""
+    code = exc.details.get("errno")
+    if code:
+        return code
     for cls in type(exc).__mro__:
         if cls in ERRNO:
             return ERRNO[cls]

@@ -11,7 +11,7 @@ A chunk is named by (inode, ETag, index): new content has a new ETag, so a stale
 
 What the memory tier keeps is what the kernel's page cache can't be trusted with: small files (every sample of a
 shuffled epoch) and chunks read at random offsets. A large file read front to back is the page cache's to keep
-(the mount keeps it across opens); its chunks go to the disk tier only (put(memory=False)), see ops.py
+(the mount keeps it across opens); its chunks go to the disk tier only (put(memory=False)), see reader.py
 _track_stream.
 """
 from __future__ import annotations

@@ -3,8 +3,9 @@ import time
 
 import trio
 
-from epochfs.frontends.fuse.ops import LOCATE_SPAN, EpochOperations
+from epochfs.frontends.fuse.inodes import InodeTable
 from epochfs.frontends.fuse.options import MountOptions
+from epochfs.frontends.fuse.reader import LOCATE_SPAN, Reader
 
 SIZE = 3 * LOCATE_SPAN
 BLOCK = 4 << 20
@@ -31,7 +32,7 @@ class SlowLocates:
 
 def test_readers_waiting_for_one_locate_of_a_file_each_get_a_plan_for_their_bytes():
     c = SlowLocates()
-    ops = EpochOperations(c, MountOptions())
+    ops = Reader(c, MountOptions(), InodeTable(c, MountOptions()))
     got: dict[int, object] = {}
 
     async def reader(off: int) -> None:

@@ -4,21 +4,23 @@ import random
 
 import trio
 
-from epochfs.frontends.fuse.ops import EpochOperations, Handle
+from epochfs.frontends.fuse.inodes import InodeTable
 from epochfs.frontends.fuse.options import MountOptions
+from epochfs.frontends.fuse.reader import Handle, Reader
 
 CHUNK = 1 << 20
 SIZE = 24 * CHUNK + 12345
 BODY = random.Random(1).randbytes(SIZE)
 
 
-class Counted(EpochOperations):
+class Counted(Reader):
     """The mount's read path over an in-memory file instead of the DataNodes, counting chunk fetches."""
 
     def __init__(self) -> None:
-        super().__init__(client=None, opts=MountOptions(chunk_size=CHUNK, readahead=2, cache_mem=64 << 20))
+        opts = MountOptions(chunk_size=CHUNK, readahead=2, cache_mem=64 << 20)
+        super().__init__(client=None, opts=opts, inodes=InodeTable(None, opts))
         self.fetched: list[int] = []
-        self.files[1] = Handle(ino=5, etag="e", size=SIZE)
+        self.h = Handle(ino=5, etag="e", size=SIZE)
 
     async def _read(self, ino: int, etag: str, off: int, n: int, size: int) -> bytes:
         self.fetched.append(off // CHUNK)
@@ -32,7 +34,7 @@ def run(ops: Counted, batches: list[list[tuple[int, int]]]) -> list[int]:
     sizes = []
 
     async def read(off: int, n: int) -> None:
-        assert await ops.read(1, off, n) == BODY[off:off + n]
+        assert await ops.read(ops.h, off, n) == BODY[off:off + n]
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -41,7 +43,7 @@ def run(ops: Counted, batches: list[list[tuple[int, int]]]) -> list[int]:
                 async with trio.open_nursery() as n:
                     for off, size in batch:
                         n.start_soon(read, off, size)
-                sizes.append(len(ops.files[1].window))
+                sizes.append(len(ops.h.window))
             nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -1,4 +1,4 @@
-"""The mount's Writer bookkeeping (frontends/fuse/ops.py): which blocks a change must fetch first, and the commit
+"""The mount's Writer bookkeeping (frontends/fuse/writer.py): which blocks a change must fetch first, and the commit
 layout it sends: blocks kept by id, new extents by offset and length."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from epochfs.frontends.fuse.ops import Writer
+from epochfs.frontends.fuse.writer import Writer
 
 
 @pytest.fixture

@@ -71,7 +71,7 @@ def test_a_posix_commit_frees_through_the_grace_too():
 
 # ---------------------------------------------------------------- times set while a file has unsaved writes
 def test_the_writer_commits_an_mtime_set_after_its_last_write(tmp_path):
-    from epochfs.frontends.fuse.ops import Writer
+    from epochfs.frontends.fuse.writer import Writer
     w = Writer(tmp_path, {"etag": '"v1"', "blk": [], "size": 0, "bs": 10})
     w.set_mtime(5)  # nothing unsaved: the NameNode's setattr is all there is to it
     w.wrote(0, 3)

@@ -1,0 +1,266 @@
+"""The mount's write path: the local copy of each file being written (Writer) and its commit (Writes).
+
+Writes go to a local copy of the file (random writes and truncates included) that flush/fsync/close upload and
+commit, sending only the blocks that changed, so once close() returns the new content is durable and visible through
+S3. Consistency is close-to-open.
+"""
+from __future__ import annotations
+
+import bisect
+import errno
+import itertools
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+from epochfs.common import defaults, errors
+from epochfs.common.client import S3Client
+
+from .cache import BlockCache
+from .inodes import InodeTable
+from .options import MountOptions
+
+log = logging.getLogger("epochfs.mount")
+
+UPLOAD_PIECE = 4 << 20
+MAX_FILE_SIZE = defaults.MAX_OBJECT_SIZE  # S3's largest object
+# what a writer knows of a block of the version it started from
+KEPT, CLEAN, DIRTY, GONE = range(4)  # only on DataNodes; also in the local copy, unchanged; changed; cut off
+
+
+def _replaced(ino: int) -> errors.DomainError:
+    """A writer's changes can't be saved: the version it started from was replaced (an S3 PUT) since. EIO, and
+    logged, rather than a whole upload over the other writer's content: that would lose its update silently, and
+    merging ours onto it could mix two files."""
+    log.error("inode %s: changes not saved: the file was replaced since this mount began writing it", ino)
+    return errors.PreconditionFailed(f"inode {ino} was replaced while being written", errno=errno.EIO)
+
+
+
+class Writer:
+    """The local copy of a file being written; every handle of the file shares it until the last one closes.
+
+    It holds only what was written or read through it. The blocks of the version it started from (`base`, by ETag)
+    stay on the DataNodes until a write covers part of one (then that block is fetched: read-modify-write of one
+    block) or a read needs it; the local file has the file's size and is sparse where nothing was fetched. A commit
+    keeps the untouched blocks by id and sends only the extents in between (gateway/s3/posix.py fs_write), so an
+    fsync after a small write into a large file stores one block, not the file, and opening a file to append to it
+    downloads nothing."""
+
+    def __init__(self, tmpdir: Path | None, layout: dict) -> None:
+        self.file = tempfile.TemporaryFile(dir=tmpdir)
+        self.fd = self.file.fileno()
+        self.size = layout["size"]
+        os.ftruncate(self.fd, self.size)
+        self.dirty = False
+        self.refs = 0
+        self.mtime_ns = 0
+        self.mtime_set = False  # mtime_ns was set explicitly (utimens) after the last write: the commit keeps it
+        self.lock = trio.Lock()
+        self._rebase(layout["etag"], layout["blk"], {}, KEPT, layout.get("bs", UPLOAD_PIECE))
+
+    def _rebase(self, etag: str, blk: list, known: dict[int, int], new: int, bs: int) -> None:
+        self.base, self.bs = etag, bs
+        self.ids = [b[0] for b in blk]
+        self.starts = list(itertools.accumulate((b[1] for b in blk), initial=0))  # block i: [starts[i], starts[i+1])
+        self.state = [known.get(b[0], new) for b in blk]
+
+    def _over(self, off: int, end: int) -> range:
+        """The base blocks holding bytes of [off, end)."""
+        return range(max(bisect.bisect_right(self.starts, off) - 1, 0),
+                     min(bisect.bisect_left(self.starts, end), len(self.ids)))
+
+    def absent(self, off: int, end: int) -> list[int]:
+        """The blocks a read of [off, end) through the local copy needs fetched first."""
+        return [i for i in self._over(off, end) if self.state[i] == KEPT]
+
+    def _tail(self, end: int) -> list[int]:
+        """The short block ending at EOF that growing the file to `end` rewrites together with the new bytes.
+        Kept as it is, every append cycle (open, write, close) would leave one more short block behind."""
+        if end <= self.size or not self.size:
+            return []
+        i = bisect.bisect_right(self.starts, self.size - 1) - 1
+        if i < len(self.ids) and self.state[i] in (KEPT, CLEAN) and self.starts[i + 1] == self.size \
+                and self.starts[i + 1] - self.starts[i] < self.bs:
+            return [i]
+        return []
+
+    def partly(self, off: int, end: int) -> list[int]:
+        """The blocks a write of [off, end) changes only in part, so needs fetched first."""
+        return sorted({*(i for i in self.absent(off, end) if self.starts[i] < off or self.starts[i + 1] > end),
+                       *(i for i in self._tail(end) if self.state[i] == KEPT)})
+
+    def touched(self) -> None:
+        """The content changed just now (a write, a truncate): the file's mtime is now again."""
+        self.dirty, self.mtime_ns, self.mtime_set = True, time.time_ns(), False
+
+    def set_mtime(self, mtime_ns: int) -> None:
+        """utimens while changes are unsaved: the commit of those changes takes this time, not its own."""
+        if self.dirty:
+            self.mtime_ns, self.mtime_set = mtime_ns, True
+
+    def wrote(self, off: int, end: int) -> None:
+        for i in [*self._over(off, end), *self._tail(end)]:
+            if self.state[i] != GONE:
+                self.state[i] = DIRTY
+        self.size = max(self.size, end)
+
+    def cut(self, size: int) -> list[int]:
+        """The block a truncate to `size` cuts in two (or the short last block it extends), if it needs fetched
+        first."""
+        return sorted({*(i for i in self.absent(size, size + 1) if self.starts[i] < size),
+                       *(i for i in self._tail(size) if self.state[i] == KEPT)})
+
+    def truncate(self, size: int) -> None:
+        for i in self._tail(size):
+            self.state[i] = DIRTY
+        for i in self._over(size, max(self.size, size + 1)):
+            self.state[i] = GONE if self.starts[i] >= size else DIRTY
+        self.size = size
+
+    def layout(self) -> tuple[dict, list[tuple[int, int]]]:
+        """The commit's layout (blocks kept by id, new extents by length) and the new extents as (offset, length)."""
+        segs, extents, pos = [], [], 0
+        for i, bid in enumerate(self.ids):
+            if self.state[i] in (KEPT, CLEAN):
+                if self.starts[i] > pos:
+                    segs.append(["n", self.starts[i] - pos])
+                    extents.append((pos, self.starts[i] - pos))
+                segs.append(["k", bid])
+                pos = self.starts[i + 1]
+        if self.size > pos:
+            segs.append(["n", self.size - pos])
+            extents.append((pos, self.size - pos))
+        return {"base": self.base, "size": self.size, "segs": segs,
+                **({"mt": self.mtime_ns} if self.mtime_set else {})}, extents
+
+    def committed(self, etag: str, blk: list, bs: int) -> None:
+        """The content is now version `etag` made of `blk`: kept blocks stay as they were, new ones are local."""
+        self._rebase(etag, blk, {bid: st for bid, st in zip(self.ids, self.state) if st in (KEPT, CLEAN)}, CLEAN,
+                     bs)
+        self.dirty = self.mtime_set = False
+
+
+
+class Writes:
+    """The local copies of the files this mount is writing (one per file, shared by all its handles), and their
+    commits. A commit returns the file's new attributes; applying them to open handles is the caller's."""
+
+    def __init__(self, client: S3Client, opts: MountOptions, inodes: InodeTable, cache: BlockCache) -> None:
+        self.c, self.o, self.inodes, self.cache = client, opts, inodes, cache
+        self.writers: dict[int, Writer] = {}
+
+    def of(self, ino: int) -> Writer | None:
+        """The file's local copy, if it has one."""
+        return self.writers.get(ino)
+
+    def new(self, ino: int, etag: str) -> Writer:
+        """The local copy of a file just created, for its first handle: nothing to ask about its layout."""
+        w = self.writers[ino] = Writer(self.o.cache_dir, {"etag": etag, "blk": [], "size": 0})
+        w.refs += 1
+        return w
+
+    async def attach(self, ino: int) -> Writer:
+        """The file's local copy, for one more handle (the first write through it)."""
+        w = await self._writer(ino)
+        w.refs += 1
+        return w
+
+    async def _writer(self, ino: int) -> Writer:
+        """The file's local copy; made empty, knowing only where the current version's blocks are."""
+        w = self.writers.get(ino)
+        if w is not None:
+            return w
+        layout = await self.c.fs("layout", self.inodes.bucket(ino), ino=ino)
+        w = self.writers.get(ino)  # another call may have made one meanwhile
+        if w is None:
+            w = self.writers[ino] = Writer(self.o.cache_dir, layout)
+        return w
+
+    async def fill(self, ino: int, w: Writer, blocks: list[int]) -> None:
+        """Fetch blocks of the writer's base version into its local copy (the caller holds w.lock)."""
+        for i in blocks:
+            start, n = w.starts[i], w.starts[i + 1] - w.starts[i]
+            data = await self.c.fs_read(self.inodes.bucket(ino), ino, start, n)
+            if len(data) != n:  # the file was replaced meanwhile: its commit would be refused anyway
+                raise _replaced(ino)
+            os.pwrite(w.fd, data, start)
+            w.state[i] = CLEAN
+
+    def drop(self, ino: int, w: Writer) -> None:
+        if self.writers.get(ino) is w:
+            del self.writers[ino]
+        w.file.close()
+
+    async def read(self, ino: int, w: Writer, off: int, size: int) -> bytes:
+        """Bytes [off, off + size) of the file, from its local copy (fetching the base blocks they need first)."""
+        async with w.lock:
+            await self.fill(ino, w, w.absent(off, min(off + size, w.size)))
+            return os.pread(w.fd, size, off)
+
+    async def write(self, ino: int, w: Writer, off: int, buf: bytes) -> None:
+        async with w.lock:
+            await self.fill(ino, w, w.partly(off, off + len(buf)))
+            os.pwrite(w.fd, buf, off)
+            w.wrote(off, off + len(buf))
+            w.touched()
+
+    async def upload(self, ino: int, w: Writer) -> dict | None:
+        """Commit the local copy's unsaved changes, sending only what changed; returns the new attributes."""
+        async with w.lock:
+            if not w.dirty:
+                return None
+            layout, extents = w.layout()
+
+            async def pieces():
+                for start, n in extents:
+                    for pos in range(start, start + n, UPLOAD_PIECE):
+                        yield os.pread(w.fd, min(UPLOAD_PIECE, start + n - pos), pos)
+
+            bucket = self.inodes.bucket_of.get(ino) or self.o.bucket
+            if bucket is None:
+                raise errors.Unavailable(f"bucket of inode {ino} unknown")
+            try:
+                a = await self.c.fs_write(bucket, ino, layout, pieces())
+            except errors.PreconditionFailed:  # the NameNode refused the base version (namenode/posix.py commit)
+                raise _replaced(ino) from None
+            w.committed(a["etag"], a.pop("layout"), a.pop("bs"))
+        self.cache.drop(ino)
+        return a
+
+    async def truncate(self, ino: int, size: int) -> dict | None:
+        """Truncate (or extend) a file; returns its new attributes, or None while open handles hold the change."""
+        w = self.writers.get(ino)
+        if w is None and size == 0:
+            self.cache.drop(ino)
+            return await self.c.fs("setattr", self.inodes.bucket(ino), ino=ino, fields={"size": 0})
+        w = await self._writer(ino)
+        async with w.lock:
+            await self.fill(ino, w, w.cut(size))
+            os.ftruncate(w.fd, size)
+            w.truncate(size)
+            w.touched()
+        if w.refs:
+            return None
+        try:
+            return await self.upload(ino, w)
+        finally:
+            self.drop(ino, w)
+
+    async def release(self, ino: int, w: Writer) -> dict | None:
+        """One handle of the file closed: commit its unsaved changes (a failure is logged: close can't report it)
+        and drop the local copy after its last handle; returns the new attributes, if it committed."""
+        w.refs -= 1
+        try:
+            if w.dirty:
+                return await self.upload(ino, w)
+        except errors.DomainError as e:
+            log.error("inode %s: unsaved changes lost at close: %s", ino, e)
+        finally:
+            if w.refs == 0:
+                self.drop(ino, w)
+        return None
