@@ -5,8 +5,10 @@ file and a directory at once ("a/b" and "a/b/c" are both valid S3 keys): their e
 trailing slash. Directories created only to hold keys are "implicit" and vanish when they become empty; a directory
 with a marker (PUT "a/b/", or mkdir) is itself listed as the key "a/b/".
 
-Every method here runs synchronously on the NameNode's event loop and writes one RocksDB batch, so each operation is
-atomic with respect to every other one and to a crash.
+Every change is a command (commands.py): a public method here builds one, with the time and random ids it needs, and
+`execute` applies it through its `_apply_<op>` method, which writes one RocksDB batch (or raises a DomainError and
+writes nothing). Everything runs synchronously on the NameNode's event loop, so each command is atomic with respect
+to every other one and to a crash. Reads go to the store directly.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from epochfs.common import checksums, errors
 from epochfs.common.kv import KV, prefix_end
 from epochfs.common.paths import split_key
 
-from . import keys
+from . import access_keys, commands as cmds, keys
+from .commands import Command, CommandLog
 from .keys import ROOT_INO
 
 S_IFDIR = 0o040000
@@ -32,6 +35,11 @@ S_IFLNK = 0o120000
 
 def now_ns() -> int:
     return time.time_ns()
+
+
+def enc_record(d: dict) -> bytes:
+    """A record's stored bytes (JSON)."""
+    return orjson.dumps(d)
 
 
 class _Page:
@@ -61,35 +69,66 @@ class _Page:
 
 
 class MetaStore:
-    def __init__(self, kv: KV, *, pending_grace_s: float = 3600.0, free_grace_s: float = 0.0) -> None:
+    def __init__(self, kv: KV, *, pending_grace_s: float = 3600.0, free_grace_s: float = 0.0,
+                 log: CommandLog | None = None) -> None:
         self.kv = kv
         self.pending_grace_s = pending_grace_s
-        self.free_grace_s = free_grace_s  # see _garbage_blocks
+        self.free_grace_s = free_grace_s  # see free_blocks
+        self.log = log
         self._counters: dict[bytes, int] = {}
         self._usage: dict[int, list[int]] = {}  # bucket ino -> [bytes, objects], cached from keys.usage
+        from .posix import Posix  # posix.py builds on this module
+        self._posix = Posix(self)  # applies the mount's commands
+        self._appliers = {}
+        for cls in cmds.AnyCommand.__args__:
+            name = "_apply_" + cls.__struct_config__.tag
+            self._appliers[cls] = getattr(self, name, None) or self._posix.applier(name)
         if self.kv.get(keys.inode(ROOT_INO)) is None:
-            t = now_ns()
-            self.kv.put(keys.inode(ROOT_INO), self._enc({"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0,
-                                                         "mt": t, "ct": t}))
+            self.execute(cmds.InitRoot(t=now_ns()))
+
+    # ---------------------------------------------------------------- the state machine
+    def execute(self, cmd: Command):
+        """Apply one command: one write batch, or a DomainError and nothing written. Returns the command's result.
+        An applied command is appended to the command log (if any)."""
+        raw = cmds.encode(cmd) if self.log is not None else None
+        try:
+            with self.kv.batch() as b:
+                result = self._appliers[type(cmd)](b, cmd)
+        except BaseException:
+            self._counters.clear()  # caches a failed command may have advanced: read again from the store
+            self._usage.clear()
+            raise
+        if raw is not None:
+            self.log.append(raw)
+        return result
+
+    def _apply_init_root(self, b, c: cmds.InitRoot) -> None:
+        b.put(keys.inode(ROOT_INO), self._enc({"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0,
+                                               "mt": c.t, "ct": c.t}))
 
     # ---------------------------------------------------------------- helpers
-    @staticmethod
-    def _enc(d: dict) -> bytes:
-        return orjson.dumps(d)
+    _enc = staticmethod(enc_record)
 
     @staticmethod
     def _dec(b: bytes) -> dict:
         return orjson.loads(b)
 
-    def _next(self, batch, name: bytes, n: int = 1) -> int:
-        """Reserve n consecutive values of a counter; the new high-water mark is written in the caller's batch."""
+    def _peek(self, name: bytes) -> int:
+        """The value the next _next(name) reserves."""
         cur = self._counters.get(name)
         if cur is None:
             raw = self.kv.get(keys.counter(name))
             cur = int.from_bytes(raw, "big") if raw else 2
+        return cur
+
+    def _next(self, batch, name: bytes, n: int = 1) -> int:
+        """Reserve n consecutive values of a counter; the new high-water mark is written in the caller's batch."""
+        cur = self._peek(name)
         self._counters[name] = cur + n
         batch.put(keys.counter(name), keys.u64(cur + n))
         return cur
+
+    next_id = _next  # for the mount's commands (posix.py)
 
     def get_inode(self, ino: int) -> dict | None:
         raw = self.kv.get(keys.inode(ino))
@@ -109,7 +148,7 @@ class MetaStore:
                    rec.get("sc", "STANDARD"), bool(rec.get("dm"))]
         b.put(keys.entry(parent, name, False), keys.u64(ino) + self._enc(summary))
 
-    def _is_empty(self, ino: int) -> bool:
+    def is_empty(self, ino: int) -> bool:
         p = keys.entries(ino)
         return next(iter(self.kv.scan_keys(p, prefix_end(p))), None) is None
 
@@ -121,32 +160,37 @@ class MetaStore:
         return ino
 
     def create_bucket(self, bucket: str, owner: str, settings: dict | None = None) -> dict:
-        existing = self._lookup(ROOT_INO, bucket, True)
+        return self.execute(cmds.CreateBucket(bucket=bucket, owner=owner, settings=settings or {}, t=now_ns()))
+
+    def _apply_create_bucket(self, b, c: cmds.CreateBucket) -> dict:
+        existing = self._lookup(ROOT_INO, c.bucket, True)
         if existing is not None:
             rec = self.get_inode(existing)
-            if rec and rec.get("bkt", {}).get("owner") == owner:
+            if rec and rec.get("bkt", {}).get("owner") == c.owner:
                 raise errors.BucketAlreadyOwnedByYou()
             raise errors.BucketAlreadyExists()
-        t = now_ns()
-        with self.kv.batch() as b:
-            ino = self._next(b, b"ino")
-            rec = {"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0, "mt": t, "ct": t,
-                   "bkt": {"owner": owner, "created": t, **(settings or {})}}
-            b.put(keys.inode(ino), self._enc(rec))
-            b.put(keys.entry(ROOT_INO, bucket, True), keys.u64(ino))
-            self._add_usage(b, ino, 0, 0)
-        return {"name": bucket, **rec["bkt"]}
+        t = c.t
+        ino = self._next(b, b"ino")
+        rec = {"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0, "mt": t, "ct": t,
+               "bkt": {"owner": c.owner, "created": t, **c.settings}}
+        b.put(keys.inode(ino), self._enc(rec))
+        b.put(keys.entry(ROOT_INO, c.bucket, True), keys.u64(ino))
+        self.add_usage(b, ino, 0, 0)
+        return {"name": c.bucket, **rec["bkt"]}
 
     def bucket_info(self, bucket: str) -> dict:
         ino = self.bucket_ino(bucket)
         return {"name": bucket, "ino": ino, **self.get_inode(ino).get("bkt", {})}
 
     def update_bucket(self, bucket: str, fields: dict) -> dict:
-        ino = self.bucket_ino(bucket)
+        return self.execute(cmds.UpdateBucket(bucket=bucket, fields=fields))
+
+    def _apply_update_bucket(self, b, c: cmds.UpdateBucket) -> dict:
+        ino = self.bucket_ino(c.bucket)
         rec = self.get_inode(ino)
-        rec["bkt"] = {**rec.get("bkt", {}), **fields}
-        self.kv.put(keys.inode(ino), self._enc(rec))
-        return {"name": bucket, **rec["bkt"]}
+        rec["bkt"] = {**rec.get("bkt", {}), **c.fields}
+        b.put(keys.inode(ino), self._enc(rec))
+        return {"name": c.bucket, **rec["bkt"]}
 
     def list_buckets(self) -> list[dict]:
         out = []
@@ -159,16 +203,19 @@ class MetaStore:
         return out
 
     def delete_bucket(self, bucket: str) -> None:
+        self.execute(cmds.DeleteBucket(bucket=bucket, t=now_ns()))
+
+    def _apply_delete_bucket(self, b, c: cmds.DeleteBucket) -> None:
+        bucket = c.bucket
         ino = self.bucket_ino(bucket)
-        if not self._is_empty(ino):
+        if not self.is_empty(ino):
             raise errors.BucketNotEmpty("The bucket you tried to delete is not empty", bucket=bucket)
-        with self.kv.batch() as b:
-            for up_id, up in self._uploads():
-                if up["b"] == bucket:
-                    self._drop_upload(b, up_id)
-            b.delete(keys.entry(ROOT_INO, bucket, True))
-            b.delete(keys.inode(ino))
-            b.delete(keys.usage(ino))
+        for up_id, up in self._uploads():
+            if up["b"] == bucket:
+                self._drop_upload(b, up_id, c.t)
+        b.delete(keys.entry(ROOT_INO, bucket, True))
+        b.delete(keys.inode(ino))
+        b.delete(keys.usage(ino))
         self._usage.pop(ino, None)
 
     # ---------------------------------------------------------------- objects
@@ -230,7 +277,7 @@ class MetaStore:
     def _new_vid(self) -> str:
         return os.urandom(16).hex()
 
-    def _retire(self, b, ino: int, cur: dict, ver: str | None) -> None:
+    def _retire(self, b, ino: int, cur: dict, ver: str | None, t: int) -> None:
         """The current version of `ino` stops being current: kept as a noncurrent version, or freed."""
         cur = {k: v for k, v in cur.items() if k != "ino"}
         if ver == "Enabled" or (ver == "Suspended" and cur.get("vid", "null") != "null"):
@@ -238,11 +285,11 @@ class MetaStore:
             seq = self._next(b, b"ver")
             b.put(keys.version(ino, seq), self._enc(cur))
         else:
-            self._garbage_blocks(b, cur.get("blk", []))
+            self.free_blocks(b, cur.get("blk", []), t)
         if ver == "Suspended":  # the new current version takes the id "null": an older "null" version goes
             for k, r in self._versions(ino):
                 if r.get("vid", "null") == "null":
-                    self._garbage_blocks(b, r.get("blk", []))
+                    self.free_blocks(b, r.get("blk", []), t)
                     b.delete(k)
 
     def _stat_or_none(self, bucket: str, key: str) -> dict | None:
@@ -265,73 +312,80 @@ class MetaStore:
                                                 condition="If-Match")
 
     def put_object(self, bucket: str, key: str, obj: dict, *, if_match: str | None = None,
-                   if_none_match: str | None = None, batch_extra=None) -> dict:
+                   if_none_match: str | None = None) -> dict:
         """Commit an object: `obj` holds size, etag, blocks ("blk") and headers. Atomic replace of any old version."""
+        return self.execute(cmds.PutObject(bucket=bucket, key=key, obj=obj, t=obj.get("mt") or now_ns(),
+                                           vid=self._new_vid(), if_match=if_match, if_none_match=if_none_match))
+
+    def _apply_put_object(self, b, c: cmds.PutObject) -> dict:
+        return self._put(b, c.bucket, c.key, c.obj, c.t, c.vid, c.if_match, c.if_none_match)
+
+    def _put(self, b, bucket: str, key: str, obj: dict, t: int, vid: str, if_match: str | None,
+             if_none_match: str | None) -> dict:
         parts = split_key(key)
         cur = self._stat_or_none(bucket, key) if (if_match is not None or if_none_match is not None) else None
         self.check_conditions(cur, if_match, if_none_match)
-        t = obj.get("mt") or now_ns()
         obj = {**obj, "t": "f", "mt": t, "ct": t}
         delta = self._usage_delta(bucket, key, obj)
-        with self.kv.batch() as b:
-            d = self.bucket_ino(bucket)
-            self._add_usage(b, d, *delta)
-            created: dict[int, dict] = {}  # directories this batch creates (not readable from the KV yet)
-            for p in parts[:-1]:
-                nxt = self._lookup(d, p, True)
-                if nxt is None:
-                    nxt = self._next(b, b"ino")
-                    created[nxt] = {"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0, "mt": t, "ct": t}
-                    b.put(keys.inode(nxt), self._enc(created[nxt]))
-                    b.put(keys.entry(d, p, True), keys.u64(nxt))
-                d = nxt
-            if parts[-1] == "":  # directory marker: metadata only, on the directory inode
-                rec = created.get(d) or self.get_inode(d)
-                mk = {k: v for k, v in obj.items() if k != "blk"}
-                self._garbage_blocks(b, obj.get("blk", []))
-                rec["mk"] = mk
-                rec["mt"] = t
-                b.put(keys.inode(d), self._enc(rec))
-                ino = d
+        d = self.bucket_ino(bucket)
+        self.add_usage(b, d, *delta)
+        created: dict[int, dict] = {}  # directories this batch creates (not readable from the KV yet)
+        for p in parts[:-1]:
+            nxt = self._lookup(d, p, True)
+            if nxt is None:
+                nxt = self._next(b, b"ino")
+                created[nxt] = {"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0, "mt": t, "ct": t}
+                b.put(keys.inode(nxt), self._enc(created[nxt]))
+                b.put(keys.entry(d, p, True), keys.u64(nxt))
+            d = nxt
+        if parts[-1] == "":  # directory marker: metadata only, on the directory inode
+            rec = created.get(d) or self.get_inode(d)
+            mk = {k: v for k, v in obj.items() if k != "blk"}
+            self.free_blocks(b, obj.get("blk", []), t)
+            rec["mk"] = mk
+            rec["mt"] = t
+            b.put(keys.inode(d), self._enc(rec))
+            ino = d
+        else:
+            ver = self.versioning(bucket)
+            if ver is not None:
+                obj["vid"] = vid if ver == "Enabled" else "null"
+            ino = self._lookup(d, parts[-1], False)
+            if ino is not None:
+                old = self.get_inode(ino)
+                if old is not None:
+                    if self._detach(b, d, parts[-1], ino, old, t):  # the other names keep the old content
+                        ino = self._next(b, b"ino")
+                        old["ln"] = [[d, parts[-1]]]
+                    else:
+                        self._retire(b, ino, old, ver, t)
+                    obj.setdefault("mode", old.get("mode", S_IFREG | 0o644))
+                    obj.setdefault("uid", old.get("uid", 0))
+                    obj.setdefault("gid", old.get("gid", 0))
+                    obj.setdefault("ln", old.get("ln", [[d, parts[-1]]]))
             else:
-                ver = self.versioning(bucket)
-                if ver is not None:
-                    obj["vid"] = self._new_vid() if ver == "Enabled" else "null"
-                ino = self._lookup(d, parts[-1], False)
-                if ino is not None:
-                    old = self.get_inode(ino)
-                    if old is not None:
-                        if self._detach(b, d, parts[-1], ino, old):  # the file's other names keep the old content
-                            ino = self._next(b, b"ino")
-                            old["ln"] = [[d, parts[-1]]]
-                        else:
-                            self._retire(b, ino, old, ver)
-                        obj.setdefault("mode", old.get("mode", S_IFREG | 0o644))
-                        obj.setdefault("uid", old.get("uid", 0))
-                        obj.setdefault("gid", old.get("gid", 0))
-                        obj.setdefault("ln", old.get("ln", [[d, parts[-1]]]))
-                else:
-                    ino = self._next(b, b"ino")
-                obj.setdefault("mode", S_IFREG | 0o644)
-                obj.setdefault("uid", 0)
-                obj.setdefault("gid", 0)
-                self._put_file(b, d, parts[-1], ino, obj)
-            for blk in obj.get("blk", []):
-                b.delete(keys.pending(blk[0]))
-            if batch_extra is not None:
-                batch_extra(b)
+                ino = self._next(b, b"ino")
+            obj.setdefault("mode", S_IFREG | 0o644)
+            obj.setdefault("uid", 0)
+            obj.setdefault("gid", 0)
+            self._put_file(b, d, parts[-1], ino, obj)
+        for blk in obj.get("blk", []):
+            b.delete(keys.pending(blk[0]))
         return {"ino": ino, "etag": obj.get("etag"), "mt": t, "vid": obj.get("vid")}
 
     def update_object(self, bucket: str, key: str, fields: dict) -> None:
         """Change stored attributes (ACL, metadata) of an existing object without touching its data."""
-        cur = self.stat(bucket, key)
+        self.execute(cmds.UpdateObject(bucket=bucket, key=key, fields=fields))
+
+    def _apply_update_object(self, b, c: cmds.UpdateObject) -> None:
+        cur = self.stat(c.bucket, c.key)
         ino = cur.pop("ino")
-        if key.endswith("/"):
+        if c.key.endswith("/"):
             rec = self.get_inode(ino)
-            rec["mk"] = {**rec["mk"], **fields}
+            rec["mk"] = {**rec["mk"], **c.fields}
         else:
-            rec = {**cur, **fields}
-        self.kv.put(keys.inode(ino), self._enc(rec))
+            rec = {**cur, **c.fields}
+        b.put(keys.inode(ino), self._enc(rec))
 
     def delete_object(self, bucket: str, key: str, *, version_id: str | None = None, if_match: str | None = None,
                       if_mtime: int | None = None, if_size: int | None = None) -> dict:
@@ -341,13 +395,20 @@ class MetaStore:
         In a versioned bucket a plain delete makes a delete marker the current version. The conditions (ETag,
         last-modified second, size) apply to the targeted version if it exists, a delete marker included (it
         matches only If-Match: *): deleting a missing key succeeds whatever they say, as in S3."""
+        return self.execute(cmds.DeleteObject(bucket=bucket, key=key, t=now_ns(), vid=self._new_vid(),
+                                              version_id=version_id, if_match=if_match, if_mtime=if_mtime,
+                                              if_size=if_size))
+
+    def _apply_delete_object(self, b, c: cmds.DeleteObject) -> dict:
+        bucket, key, version_id, t = c.bucket, c.key, c.version_id, c.t
+        if_match, if_mtime, if_size = c.if_match, c.if_mtime, c.if_size
         gone = {"existed": False}
         try:
             parent, name, marker = self._resolve(bucket, key)
         except errors.NoSuchKey:
             return gone
         if marker:
-            return self._delete_marker_dir(bucket, key, parent, if_match, if_mtime, if_size)
+            return self._delete_marker_dir(b, bucket, key, parent, if_match, if_mtime, if_size)
         ino = self._lookup(parent, name, False)
         if ino is None:
             return gone
@@ -361,49 +422,48 @@ class MetaStore:
             vkey, target = found
         # a delete marker is checked too: it has no ETag (only If-Match: * holds), size 0 and its own time
         self._check_delete_conditions(target, if_match, if_mtime, if_size)
-        with self.kv.batch() as b:
-            if vkey is not None:  # a noncurrent version
-                self._garbage_blocks(b, target.get("blk", []))
-                b.delete(vkey)
-                return {"existed": True, "dm": bool(target.get("dm")), "vid": version_id}
-            if self._detach(b, parent, name, ino, cur):  # one name of a hard-linked file: the inode stays
-                self._add_usage(b, self.bucket_ino(bucket), *_minus(_visible(cur)))
-                if version_id is None and ver is not None:
-                    dm = self._delete_marker(cur, ver)
-                    self._put_file(b, parent, name, self._next(b, b"ino"), dm)
-                    return {"existed": True, "dm": True, "vid": dm["vid"]}
-                self._prune(b, bucket, key, {keys.entry(parent, name, False)}, marker_removed=False)
-                vid = {"vid": cur.get("vid", "null")} if version_id is not None or "vid" in cur else {}
-                return {"existed": True, "dm": bool(cur.get("dm")), **vid}
-            if version_id is None and ver is not None:  # versioned: a delete marker becomes current
-                self._retire(b, ino, cur, ver)
-                dm = self._delete_marker(cur, ver)
-                self._put_file(b, parent, name, ino, dm)
-                self._add_usage(b, self.bucket_ino(bucket), *_minus(_visible(cur)))
+        if vkey is not None:  # a noncurrent version
+            self.free_blocks(b, target.get("blk", []), t)
+            b.delete(vkey)
+            return {"existed": True, "dm": bool(target.get("dm")), "vid": version_id}
+        if self._detach(b, parent, name, ino, cur, t):  # one name of a hard-linked file: the inode stays
+            self.add_usage(b, self.bucket_ino(bucket), *_minus(_visible(cur)))
+            if version_id is None and ver is not None:
+                dm = self._delete_marker(cur, ver, t, c.vid)
+                self._put_file(b, parent, name, self._next(b, b"ino"), dm)
                 return {"existed": True, "dm": True, "vid": dm["vid"]}
-            # the current version goes: the newest noncurrent one (if any) becomes current
-            self._garbage_blocks(b, cur.get("blk", []))
-            older = self._versions(ino)
-            back = _visible(older[0][1]) if older else (0, 0)
-            self._add_usage(b, self.bucket_ino(bucket), *(x - y for x, y in zip(back, _visible(cur))))
-            if older:
-                b.delete(older[0][0])
-                self._put_file(b, parent, name, ino, older[0][1])
-            else:
-                b.delete(keys.entry(parent, name, False))
-                b.delete(keys.inode(ino))
-                self._prune(b, bucket, key, {keys.entry(parent, name, False)}, marker_removed=False)
+            self._prune(b, bucket, key, {keys.entry(parent, name, False)}, marker_removed=False)
+            vid = {"vid": cur.get("vid", "null")} if version_id is not None or "vid" in cur else {}
+            return {"existed": True, "dm": bool(cur.get("dm")), **vid}
+        if version_id is None and ver is not None:  # versioned: a delete marker becomes current
+            self._retire(b, ino, cur, ver, t)
+            dm = self._delete_marker(cur, ver, t, c.vid)
+            self._put_file(b, parent, name, ino, dm)
+            self.add_usage(b, self.bucket_ino(bucket), *_minus(_visible(cur)))
+            return {"existed": True, "dm": True, "vid": dm["vid"]}
+        # the current version goes: the newest noncurrent one (if any) becomes current
+        self.free_blocks(b, cur.get("blk", []), t)
+        older = self._versions(ino)
+        back = _visible(older[0][1]) if older else (0, 0)
+        self.add_usage(b, self.bucket_ino(bucket), *(x - y for x, y in zip(back, _visible(cur))))
+        if older:
+            b.delete(older[0][0])
+            self._put_file(b, parent, name, ino, older[0][1])
+        else:
+            b.delete(keys.entry(parent, name, False))
+            b.delete(keys.inode(ino))
+            self._prune(b, bucket, key, {keys.entry(parent, name, False)}, marker_removed=False)
         res = {"existed": True, "dm": bool(cur.get("dm"))}
         if version_id is not None or "vid" in cur:
             res["vid"] = cur.get("vid", "null")
         return res
 
-    def _delete_marker(self, cur: dict, ver: str) -> dict:
-        t = now_ns()
-        return {"t": "f", "dm": True, "vid": self._new_vid() if ver == "Enabled" else "null", "mt": t, "ct": t,
+    @staticmethod
+    def _delete_marker(cur: dict, ver: str, t: int, vid: str) -> dict:
+        return {"t": "f", "dm": True, "vid": vid if ver == "Enabled" else "null", "mt": t, "ct": t,
                 "mode": cur.get("mode", S_IFREG | 0o644), "size": 0}
 
-    def _detach(self, b, parent: int, name: str, ino: int, rec: dict) -> bool:
+    def _detach(self, b, parent: int, name: str, ino: int, rec: dict, t: int) -> bool:
         """An S3 write or delete of one name of a file with other names (hard links made through the mount) is
         about that key only: the name leaves the inode, which keeps its content, versions and blocks for the other
         names (its link count drops). In a versioned bucket the key's history starts anew, with the new object or
@@ -413,7 +473,7 @@ class MetaStore:
         if not ln or len(ln) == len(rec.get("ln", [])):
             return False
         b.delete(keys.entry(parent, name, False))
-        b.put(keys.inode(ino), self._enc({**{k: v for k, v in rec.items() if k != "ino"}, "ln": ln, "ct": now_ns()}))
+        b.put(keys.inode(ino), self._enc({**{k: v for k, v in rec.items() if k != "ino"}, "ln": ln, "ct": t}))
         return True
 
     @staticmethod
@@ -424,15 +484,14 @@ class MetaStore:
                 (if_size is not None and cur.get("size", 0) != int(if_size)):
             raise errors.PreconditionFailed("At least one of the pre-conditions you specified did not hold")
 
-    def _delete_marker_dir(self, bucket, key, ino, if_match, if_mtime, if_size) -> dict:
+    def _delete_marker_dir(self, b, bucket, key, ino, if_match, if_mtime, if_size) -> dict:
         rec = self.get_inode(ino)
         if rec is None or "mk" not in rec:
             return {"existed": False}
         self._check_delete_conditions(rec["mk"], if_match, if_mtime, if_size)
-        with self.kv.batch() as b:
-            del rec["mk"]
-            b.put(keys.inode(ino), self._enc(rec))
-            self._prune(b, bucket, key, set(), marker_removed=True)
+        del rec["mk"]
+        b.put(keys.inode(ino), self._enc(rec))
+        self._prune(b, bucket, key, set(), marker_removed=True)
         return {"existed": True}
 
     def list_versions(self, bucket: str, prefix: str = "", delimiter: str = "", key_marker: str = "",
@@ -501,16 +560,15 @@ class MetaStore:
             b.delete(keys.inode(ino))
             removed.add(keys.entry(parent, name, True))
 
-    def _garbage_blocks(self, b, blocks: list) -> None:
-        """Blocks the namespace let go of (a deleted or overwritten object, a dropped version or part): their copies
-        are deleted once `free_grace_s` is over (release_freed), so that a read that started before, and holds the
-        block list already, still finds them; at once without a grace."""
+    def free_blocks(self, b, blocks: list, t: int) -> None:
+        """Blocks the namespace let go of at time `t` (a deleted or overwritten object, a dropped version or part):
+        their copies are deleted once `free_grace_s` is over (release_freed), so that a read that started before,
+        and holds the block list already, still finds them; at once without a grace."""
         if self.free_grace_s <= 0:
             for blk in blocks:
                 for n in blk[3]:
                     b.put(keys.garbage(n, blk[0]), b"")
             return
-        t = now_ns()
         for blk in blocks:
             for n in blk[3]:
                 b.put(keys.freed(t, n, blk[0]), b"")
@@ -597,54 +655,69 @@ class MetaStore:
 
     # ---------------------------------------------------------------- blocks
     def allocate(self, count: int, choose) -> list[tuple[int, list[int]]]:
-        """Reserve `count` block ids, place each with `choose(block_id, i) -> nodes`, and record them as pending."""
-        out = []
-        t = now_ns()
-        with self.kv.batch() as b:
-            first = self._next(b, b"blk", count)
-            for i in range(count):
-                bid = first + i
-                nodes = choose(bid, i)
-                b.put(keys.pending(bid), self._enc({"t": t, "n": nodes}))
-                out.append((bid, nodes))
-        return out
+        """Reserve `count` block ids, place each with `choose(block_id, i) -> nodes`, and record them as pending.
+        The placement is chosen here, before the command: the ids it gets are the counter's next ones."""
+        first = self._peek(b"blk")
+        nodes = [list(choose(first + i, i)) for i in range(count)]
+        self.execute(cmds.Allocate(first=first, nodes=nodes, t=now_ns()))
+        return [(first + i, n) for i, n in enumerate(nodes)]
+
+    def _apply_allocate(self, b, c: cmds.Allocate) -> None:
+        first = self._next(b, b"blk", len(c.nodes))
+        if first != c.first:
+            raise errors.Conflict(f"block ids from {c.first} were placed, the next free one is {first}")
+        for i, nodes in enumerate(c.nodes):
+            b.put(keys.pending(first + i), self._enc({"t": c.t, "n": nodes}))
 
     def abandon(self, block_ids: list[int]) -> None:
         """Blocks allocated for an upload that failed: delete them from their nodes now."""
-        with self.kv.batch() as b:
-            for bid in block_ids:
-                raw = self.kv.get(keys.pending(bid))
-                if raw is None:
-                    continue
-                for n in self._dec(raw)["n"]:
-                    b.put(keys.garbage(n, bid), b"")
-                b.delete(keys.pending(bid))
+        self.execute(cmds.Abandon(block_ids=[int(x) for x in block_ids]))
+
+    def _apply_abandon(self, b, c: cmds.Abandon) -> None:
+        for bid in c.block_ids:
+            raw = self.kv.get(keys.pending(bid))
+            if raw is None:
+                continue
+            for n in self._dec(raw)["n"]:
+                b.put(keys.garbage(n, bid), b"")
+            b.delete(keys.pending(bid))
+
+    def _expired(self, cutoff: int) -> list[int]:
+        return [int.from_bytes(k, "big") for k, v in
+                ((k[1:], v) for k, v in self.kv.scan(keys.PENDING, prefix_end(keys.PENDING))) if self._dec(v)["t"] < cutoff]
 
     def expire_pending(self, now: int | None = None) -> int:
         """Move allocations older than the grace period (uploads cut off mid-way) to garbage."""
-        now = now or now_ns()
-        cutoff = now - int(self.pending_grace_s * 1e9)
-        expired = []
-        for k, v in self.kv.scan(keys.PENDING, prefix_end(keys.PENDING)):
-            if self._dec(v)["t"] < cutoff:
-                expired.append(int.from_bytes(k[1:], "big"))
-        if expired:
-            self.abandon(expired)
+        cutoff = (now or now_ns()) - int(self.pending_grace_s * 1e9)
+        if not self._expired(cutoff):
+            return 0  # the common case, every few seconds: no command
+        return self.execute(cmds.ExpirePending(cutoff=cutoff))
+
+    def _apply_expire_pending(self, b, c: cmds.ExpirePending) -> int:
+        expired = self._expired(c.cutoff)
+        self._apply_abandon(b, cmds.Abandon(block_ids=expired))
         return len(expired)
+
+    def _due_freed(self, cutoff: int, limit: int) -> list[bytes]:
+        due = []
+        for k in self.kv.scan_keys(keys.FREED, keys.freed(max(cutoff, 0), 0, 0)):
+            if len(due) >= limit:
+                break
+            due.append(k)
+        return due
 
     def release_freed(self, now: int | None = None, limit: int = 10_000) -> int:
         """Turn the freed copies whose grace is over into garbage (delete orders); returns how many."""
         cutoff = (now or now_ns()) - int(self.free_grace_s * 1e9)
-        due = []
-        for k in self.kv.scan_keys(keys.FREED, keys.freed(max(cutoff, 0), 0, 0)):
-            due.append(k)
-            if len(due) >= limit:
-                break
-        if due:
-            with self.kv.batch() as b:
-                for k in due:
-                    b.put(keys.garbage(int.from_bytes(k[9:13], "big"), int.from_bytes(k[13:], "big")), b"")
-                    b.delete(k)
+        if not self._due_freed(cutoff, 1):
+            return 0  # the common case, on every heartbeat: no command
+        return self.execute(cmds.ReleaseFreed(cutoff=cutoff, limit=limit))
+
+    def _apply_release_freed(self, b, c: cmds.ReleaseFreed) -> int:
+        due = self._due_freed(c.cutoff, c.limit)
+        for k in due:
+            b.put(keys.garbage(int.from_bytes(k[9:13], "big"), int.from_bytes(k[13:], "big")), b"")
+            b.delete(k)
         return len(due)
 
     def freed_on(self) -> dict[int, set[int]]:
@@ -662,9 +735,11 @@ class MetaStore:
         return [int.from_bytes(k[5:], "big") for k in self.kv.scan_keys(p, prefix_end(p))][:limit]
 
     def garbage_done(self, node: int, block_ids: list[int]) -> None:
-        with self.kv.batch() as b:
-            for bid in block_ids:
-                b.delete(keys.garbage(node, bid))
+        self.execute(cmds.GarbageDone(node=int(node), block_ids=[int(x) for x in block_ids]))
+
+    def _apply_garbage_done(self, b, c: cmds.GarbageDone) -> None:
+        for bid in c.block_ids:
+            b.delete(keys.garbage(c.node, bid))
 
     def garbage_count(self) -> int:
         return sum(1 for _ in self.kv.scan_keys(b"G", b"H"))
@@ -727,61 +802,70 @@ class MetaStore:
         old one's place in the block's replica set, and the old node's copy becomes garbage (deleted if it comes
         back). A block no file refers to any more (deleted meanwhile) makes the new copy garbage instead. Returns,
         per change, whether a replica set changed."""
+        return self.execute(cmds.ReplaceReplicas(changes=[(int(bid), None if old is None else int(old), int(new), hint)
+                                                          for bid, old, new, hint in changes]))
+
+    def _apply_replace_replicas(self, b, c: cmds.ReplaceReplicas) -> list[bool]:
         records: dict[bytes, dict] = {}
         done = []
-        with self.kv.batch() as b:
-            for bid, old, new, hint in changes:
-                found = None
-                for key in ([hint] if hint is not None else []):
-                    rec = records.get(key) or (self._dec(raw) if (raw := self.kv.get(key)) is not None else None)
-                    if rec is not None and any(blk[0] == bid for blk in rec.get("blk", [])):
-                        found = key, rec
-                if found is None:
-                    loc = self.find_block(bid)
-                    if loc is not None:
-                        found = loc[0], records.get(loc[0]) or self._dec(self.kv.get(loc[0]))
-                if found is None:
-                    b.put(keys.garbage(new, bid), b"")
-                    done.append(False)
-                    continue
-                key, rec = found
-                records[key] = rec
-                changed = False
-                for blk in rec["blk"]:
-                    if blk[0] == bid and old is None and new not in blk[3]:  # a replica added (top-up)
-                        blk[3] = [*blk[3], new]
-                        changed = True
-                    elif blk[0] == bid and old in blk[3] and new not in blk[3]:
-                        blk[3] = [new if n == old else n for n in blk[3]]
-                        b.put(keys.garbage(old, bid), b"")
-                        changed = True
-                    elif blk[0] == bid and new not in blk[3]:
-                        b.put(keys.garbage(new, bid), b"")  # someone else replaced `old` first: a surplus copy
-                done.append(changed)
-            for key, rec in records.items():
-                b.put(key, self._enc(rec))
+        for bid, old, new, hint in c.changes:
+            found = None
+            for key in ([hint] if hint is not None else []):
+                rec = records.get(key) or (self._dec(raw) if (raw := self.kv.get(key)) is not None else None)
+                if rec is not None and any(blk[0] == bid for blk in rec.get("blk", [])):
+                    found = key, rec
+            if found is None:
+                loc = self.find_block(bid)
+                if loc is not None:
+                    found = loc[0], records.get(loc[0]) or self._dec(self.kv.get(loc[0]))
+            if found is None:
+                b.put(keys.garbage(new, bid), b"")
+                done.append(False)
+                continue
+            key, rec = found
+            records[key] = rec
+            changed = False
+            for blk in rec["blk"]:
+                if blk[0] == bid and old is None and new not in blk[3]:  # a replica added (top-up)
+                    blk[3] = [*blk[3], new]
+                    changed = True
+                elif blk[0] == bid and old in blk[3] and new not in blk[3]:
+                    blk[3] = [new if n == old else n for n in blk[3]]
+                    b.put(keys.garbage(old, bid), b"")
+                    changed = True
+                elif blk[0] == bid and new not in blk[3]:
+                    b.put(keys.garbage(new, bid), b"")  # someone else replaced `old` first: a surplus copy
+            done.append(changed)
+        for key, rec in records.items():
+            b.put(key, self._enc(rec))
         return done
 
     def mark_short(self, blocks: list[tuple[int, int]]) -> None:
         """Blocks written with fewer replicas than wanted ([block, wanted]): the repair worker tops them up."""
-        with self.kv.batch() as b:
-            for bid, wanted in blocks:
-                b.put(keys.short(bid), keys.u32(wanted))
+        self.execute(cmds.MarkShort(blocks=[(int(bid), int(w)) for bid, w in blocks]))
+
+    def _apply_mark_short(self, b, c: cmds.MarkShort) -> None:
+        for bid, wanted in c.blocks:
+            b.put(keys.short(bid), keys.u32(wanted))
 
     def short_blocks(self) -> dict[int, int]:
         return {int.from_bytes(k[1:], "big"): int.from_bytes(v, "big")
                 for k, v in self.kv.scan(keys.SHORT, prefix_end(keys.SHORT))}
 
     def drop_short(self, block_ids) -> None:
-        with self.kv.batch() as b:
-            for bid in block_ids:
-                b.delete(keys.short(bid))
+        self.execute(cmds.DropShort(block_ids=[int(x) for x in block_ids]))
+
+    def _apply_drop_short(self, b, c: cmds.DropShort) -> None:
+        for bid in c.block_ids:
+            b.delete(keys.short(bid))
 
     def add_garbage(self, node: int, block_ids) -> None:
         """Copies on `node` that no file needs (found by reconciling its block report): delete them."""
-        with self.kv.batch() as b:
-            for bid in block_ids:
-                b.put(keys.garbage(node, bid), b"")
+        self.execute(cmds.AddGarbage(node=int(node), block_ids=[int(x) for x in block_ids]))
+
+    def _apply_add_garbage(self, b, c: cmds.AddGarbage) -> None:
+        for bid in c.block_ids:
+            b.put(keys.garbage(c.node, bid), b"")
 
     def pending_on(self) -> dict[int, tuple[int, list[int]]]:
         """Allocated, not yet committed blocks: (allocation time in ns, the nodes they were placed on)."""
@@ -791,10 +875,13 @@ class MetaStore:
     def drop_stray_copy(self, block_id: int, node: int) -> bool:
         """A copy of `block_id` landed on `node` without a known order (it timed out, or the NameNode restarted):
         unless `node` is one of the block's holders, the copy is garbage. Returns whether it was."""
-        loc = self.find_block(block_id)
-        if loc is not None and node in loc[1][3]:
+        return self.execute(cmds.DropStrayCopy(block_id=int(block_id), node=int(node)))
+
+    def _apply_drop_stray_copy(self, b, c: cmds.DropStrayCopy) -> bool:
+        loc = self.find_block(c.block_id)
+        if loc is not None and c.node in loc[1][3]:
             return False
-        self.kv.put(keys.garbage(node, block_id), b"")
+        b.put(keys.garbage(c.node, c.block_id), b"")
         return True
 
     # ---------------------------------------------------------------- multipart uploads
@@ -809,11 +896,14 @@ class MetaStore:
         return self._dec(raw)
 
     def create_upload(self, bucket: str, key: str, attrs: dict) -> str:
-        self.bucket_ino(bucket)
-        split_key(key)
-        upload_id = uuidlib.uuid4().hex + os.urandom(8).hex()
-        self.kv.put(keys.upload(upload_id), self._enc({"b": bucket, "k": key, "a": attrs, "t": now_ns()}))
-        return upload_id
+        return self.execute(cmds.CreateUpload(bucket=bucket, key=key, attrs=attrs, t=now_ns(),
+                                              upload_id=uuidlib.uuid4().hex + os.urandom(8).hex()))
+
+    def _apply_create_upload(self, b, c: cmds.CreateUpload) -> str:
+        self.bucket_ino(c.bucket)
+        split_key(c.key)
+        b.put(keys.upload(c.upload_id), self._enc({"b": c.bucket, "k": c.key, "a": c.attrs, "t": c.t}))
+        return c.upload_id
 
     def get_upload(self, bucket: str, key: str, upload_id: str) -> dict:
         up = self._upload(upload_id)
@@ -822,14 +912,17 @@ class MetaStore:
         return up
 
     def put_part(self, bucket: str, key: str, upload_id: str, number: int, part: dict) -> None:
-        self.get_upload(bucket, key, upload_id)
-        with self.kv.batch() as b:
-            old = self.kv.get(keys.part(upload_id, number))
-            if old is not None:
-                self._garbage_blocks(b, self._dec(old).get("blk", []))
-            for blk in part.get("blk", []):
-                b.delete(keys.pending(blk[0]))
-            b.put(keys.part(upload_id, number), self._enc({**part, "mt": now_ns()}))
+        self.execute(cmds.PutPart(bucket=bucket, key=key, upload_id=upload_id, number=int(number), part=part,
+                                  t=now_ns()))
+
+    def _apply_put_part(self, b, c: cmds.PutPart) -> None:
+        self.get_upload(c.bucket, c.key, c.upload_id)
+        old = self.kv.get(keys.part(c.upload_id, c.number))
+        if old is not None:
+            self.free_blocks(b, self._dec(old).get("blk", []), c.t)
+        for blk in c.part.get("blk", []):
+            b.delete(keys.pending(blk[0]))
+        b.put(keys.part(c.upload_id, c.number), self._enc({**c.part, "mt": c.t}))
 
     def list_parts(self, bucket: str, key: str, upload_id: str) -> tuple[dict, list[dict]]:
         up = self.get_upload(bucket, key, upload_id)
@@ -842,18 +935,20 @@ class MetaStore:
             out.append(rec)
         return up, out
 
-    def _drop_upload(self, b, upload_id: str, keep: set[int] = frozenset()) -> None:
+    def _drop_upload(self, b, upload_id: str, t: int, keep: set[int] = frozenset()) -> None:
         p = keys.parts(upload_id)
         for k, v in self.kv.scan(p, prefix_end(p)):
             if int.from_bytes(k[-4:], "big") not in keep:
-                self._garbage_blocks(b, self._dec(v).get("blk", []))
+                self.free_blocks(b, self._dec(v).get("blk", []), t)
             b.delete(k)
         b.delete(keys.upload(upload_id))
 
     def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
-        self.get_upload(bucket, key, upload_id)
-        with self.kv.batch() as b:
-            self._drop_upload(b, upload_id)
+        self.execute(cmds.AbortUpload(bucket=bucket, key=key, upload_id=upload_id, t=now_ns()))
+
+    def _apply_abort_upload(self, b, c: cmds.AbortUpload) -> None:
+        self.get_upload(c.bucket, c.key, c.upload_id)
+        self._drop_upload(b, c.upload_id, c.t)
 
     def complete_upload(self, bucket: str, key: str, upload_id: str, wanted: list[dict], *, min_part_size: int,
                         checksum: dict | None = None, if_match: str | None = None,
@@ -863,6 +958,13 @@ class MetaStore:
         `checksum` is what the client expects of the whole object, {alg: value} and optionally "type"; a mismatch
         commits nothing. Completing an upload again after it became the object answers as the first completion did.
         """
+        return self.execute(cmds.CompleteUpload(
+            bucket=bucket, key=key, upload_id=upload_id, parts=wanted, min_part_size=int(min_part_size), t=now_ns(),
+            vid=self._new_vid(), checksum=checksum, if_match=if_match, if_none_match=if_none_match))
+
+    def _apply_complete_upload(self, b, c: cmds.CompleteUpload) -> dict:
+        bucket, key, upload_id, wanted, min_part_size = c.bucket, c.key, c.upload_id, c.parts, c.min_part_size
+        checksum = c.checksum
         try:
             up = self.get_upload(bucket, key, upload_id)
         except errors.NoSuchUpload:
@@ -900,8 +1002,8 @@ class MetaStore:
             obj["cs"] = cs
             obj["pcs"] = [part["cs"][alg] for part in parts]
         used = {int(w["n"]) for w in wanted}
-        res = self.put_object(bucket, key, obj, if_match=if_match, if_none_match=if_none_match,
-                              batch_extra=lambda b: self._drop_upload(b, upload_id, keep=used))
+        res = self._put(b, bucket, key, obj, obj.get("mt") or c.t, c.vid, c.if_match, c.if_none_match)
+        self._drop_upload(b, upload_id, c.t, keep=used)
         return {**res, "size": size, "cs": cs}
 
     def _completed_before(self, bucket: str, key: str, upload_id: str, wanted: list[dict]) -> dict:
@@ -928,13 +1030,31 @@ class MetaStore:
         raw = self.kv.get(keys.node_uuid(uuid))
         if raw is not None:
             return int.from_bytes(raw, "big")
-        with self.kv.batch() as b:
-            nid = self._next(b, b"node") - 1  # node ids start at 1
-            b.put(keys.node_uuid(uuid), keys.u32(nid))
+        return self.execute(cmds.AssignNodeId(uuid=uuid))
+
+    def _apply_assign_node_id(self, b, c: cmds.AssignNodeId) -> int:
+        raw = self.kv.get(keys.node_uuid(c.uuid))
+        if raw is not None:
+            return int.from_bytes(raw, "big")
+        nid = self._next(b, b"node") - 1  # node ids start at 1
+        b.put(keys.node_uuid(c.uuid), keys.u32(nid))
         return nid
 
     def save_node(self, node_id: int, rec: dict) -> None:
-        self.kv.put(keys.node(node_id), self._enc(rec))
+        self.execute(cmds.SaveNode(node_id=int(node_id), rec=rec))
+
+    def _apply_save_node(self, b, c: cmds.SaveNode) -> None:
+        b.put(keys.node(c.node_id), self._enc(c.rec))
+
+    # ---------------------------------------------------------------- S3 access keys (access_keys.py)
+    def _apply_create_access_key(self, b, c: cmds.CreateAccessKey) -> dict:
+        return access_keys.apply_create(self.kv, b, c)
+
+    def _apply_update_access_key(self, b, c: cmds.UpdateAccessKey) -> dict:
+        return access_keys.apply_update(self.kv, b, c)
+
+    def _apply_delete_access_key(self, b, c: cmds.DeleteAccessKey) -> None:
+        access_keys.apply_delete(self.kv, b, c)
 
     def load_nodes(self) -> dict[int, dict]:
         return {int.from_bytes(k[1:], "big"): self._dec(v) for k, v in self.kv.scan(keys.NODES, prefix_end(keys.NODES))}
@@ -961,7 +1081,7 @@ class MetaStore:
                 total[1] += n
         return total
 
-    def _add_usage(self, b, bucket_ino: int, dbytes: int, dobjects: int) -> None:
+    def add_usage(self, b, bucket_ino: int, dbytes: int, dobjects: int) -> None:
         u = self.usage(bucket_ino)
         u = [max(u[0] + dbytes, 0), max(u[1] + dobjects, 0)]
         self._usage[bucket_ino] = u
