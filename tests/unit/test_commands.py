@@ -8,7 +8,7 @@ from epochfs.common import errors
 from epochfs.common.kv import MemoryKV
 from epochfs.namenode import commands as cmds
 from epochfs.namenode.access_keys import AccessKeys
-from epochfs.namenode.metastore import MetaStore
+from epochfs.namenode.metastore import MetaStore, now_ns
 from epochfs.namenode.posix import Posix
 
 
@@ -68,7 +68,7 @@ def workload(m: MetaStore, rng: random.Random, steps: int) -> int:
                 if rng.random() < 0.3:
                     m.abort_upload(bucket, key, up)
                 else:
-                    m.complete_upload(bucket, key, up, [{"n": 1, "etag": f'"{1:032x}"'}, {"n": 2, "etag": f'"{2:032x}"'}],
+                    m.complete_upload(bucket, key, up, [{"n": n, "etag": f'"{n:032x}"'} for n in (1, 2)],
                                       min_part_size=1)
             elif op == "quota":
                 m.update_bucket(bucket, {"qb": rng.choice([None, 25, 1000]), "qo": rng.choice([None, 3, 100])})
@@ -89,8 +89,8 @@ def workload(m: MetaStore, rng: random.Random, steps: int) -> int:
             elif op == "xattr":
                 fs.setxattr(fs.lookup(m.bucket_ino("b"), f"f{rng.randint(0, 3)}")["ino"], "user.k", "v")
             elif op == "gc":
-                m.expire_pending(now=cmds_now(m) + 10**18)
-                m.release_freed(now=cmds_now(m) + 10**18)
+                m.expire_pending(now=now_ns() + 10**18)
+                m.release_freed(now=now_ns() + 10**18)
                 m.garbage_done(1, m.garbage_for(1)[:2])
             elif op == "key":
                 keys_.update("AKEY1", {"disabled": rng.random() < 0.5})
@@ -106,11 +106,6 @@ def workload(m: MetaStore, rng: random.Random, steps: int) -> int:
         except errors.DomainError:
             refused += 1
     return refused
-
-
-def cmds_now(m: MetaStore) -> int:
-    from epochfs.namenode.metastore import now_ns
-    return now_ns()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
