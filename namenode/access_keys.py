@@ -15,7 +15,7 @@ import orjson
 from epochfs.common import errors
 from epochfs.common.kv import KV, prefix_end
 
-from . import keys
+from . import commands as cmds, keys
 
 PERMISSIONS = ("read", "write", "owner")
 _ACCESS_KEY = re.compile(r"^[A-Za-z0-9_.+=-]{3,128}$")
@@ -28,15 +28,46 @@ def check_buckets(perms) -> dict:
     return dict(perms)
 
 
+def _get(kv: KV, access_key: str) -> dict:
+    raw = kv.get(keys.access_key(access_key))
+    if raw is None:
+        raise errors.NotFound(f"no access key {access_key!r}")
+    return {"access_key": access_key, **orjson.loads(raw)}
+
+
+# The commands' effects, applied by MetaStore.execute.
+def apply_create(kv: KV, b, c: cmds.CreateAccessKey) -> dict:
+    if kv.get(keys.access_key(c.access_key)) is not None:
+        raise errors.AlreadyExists(f"access key {c.access_key!r} exists")
+    b.put(keys.access_key(c.access_key), orjson.dumps(c.rec))
+    return {"access_key": c.access_key, **c.rec}
+
+
+def apply_update(kv: KV, b, c: cmds.UpdateAccessKey) -> dict:
+    rec = _get(kv, c.access_key)
+    bad = set(c.fields) - (_FIELDS - {"secret_key"})
+    if bad:
+        raise errors.InvalidInput(f"cannot change {', '.join(sorted(bad))}")
+    rec.update(c.fields)
+    if "buckets" in c.fields:
+        rec["buckets"] = check_buckets(c.fields["buckets"])
+    b.put(keys.access_key(c.access_key), orjson.dumps({k: v for k, v in rec.items() if k != "access_key"}))
+    return rec
+
+
+def apply_delete(kv: KV, b, c: cmds.DeleteAccessKey) -> None:
+    _get(kv, c.access_key)
+    b.delete(keys.access_key(c.access_key))
+
+
 class AccessKeys:
-    def __init__(self, kv: KV) -> None:
-        self.kv = kv
+    def __init__(self, meta) -> None:
+        """`meta`: the MetaStore, whose commands change the keys (a MetaStore's `kv` is read directly)."""
+        self.meta = meta
+        self.kv = meta.kv
 
     def get(self, access_key: str) -> dict:
-        raw = self.kv.get(keys.access_key(access_key))
-        if raw is None:
-            raise errors.NotFound(f"no access key {access_key!r}")
-        return {"access_key": access_key, **orjson.loads(raw)}
+        return _get(self.kv, access_key)
 
     def create(self, rec: dict) -> dict:
         ak = rec.get("access_key", "")
@@ -44,28 +75,18 @@ class AccessKeys:
             raise errors.InvalidInput("an access key is 3-128 letters, digits or _.+=-")
         if not isinstance(rec.get("secret_key"), str) or len(rec["secret_key"]) < 8:
             raise errors.InvalidInput("a secret key has at least 8 characters")
-        if self.kv.get(keys.access_key(ak)) is not None:
-            raise errors.AlreadyExists(f"access key {ak!r} exists")
         body = {"secret_key": rec["secret_key"], "owner_id": str(rec.get("owner_id") or ""),
                 "name": str(rec.get("name") or ak), "admin": bool(rec.get("admin")), "disabled": False,
                 "buckets": check_buckets(rec.get("buckets") or {}), "created": time.time_ns()}
-        self.kv.put(keys.access_key(ak), orjson.dumps(body))
-        return {"access_key": ak, **body}
+        return self.meta.execute(cmds.CreateAccessKey(access_key=ak, rec=body))
 
     def update(self, access_key: str, fields: dict) -> dict:
-        rec = self.get(access_key)
-        bad = set(fields) - (_FIELDS - {"secret_key"})
-        if bad:
-            raise errors.InvalidInput(f"cannot change {', '.join(sorted(bad))}")
-        if "buckets" in fields:
-            fields = {**fields, "buckets": check_buckets(fields["buckets"])}
-        rec.update(fields)
-        self.kv.put(keys.access_key(access_key), orjson.dumps({k: v for k, v in rec.items() if k != "access_key"}))
-        return rec
+        if not isinstance(fields, dict):
+            raise errors.InvalidInput("fields must be an object")
+        return self.meta.execute(cmds.UpdateAccessKey(access_key=access_key, fields=fields))
 
     def delete(self, access_key: str) -> None:
-        self.get(access_key)
-        self.kv.delete(keys.access_key(access_key))
+        self.meta.execute(cmds.DeleteAccessKey(access_key=access_key))
 
     def list(self) -> list[dict]:
         """Every key, without its secret."""

@@ -12,6 +12,7 @@ from epochfs.common.worker import PassStats, Worker
 
 from . import metrics
 from .api import make_handlers
+from .commands import CommandLog
 from .config import NameNodeSettings
 from .jobs import OperatorJobs
 from .membership import Membership
@@ -34,7 +35,8 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         kv = RocksKV.open(settings.data_dir / "meta")
-        meta = MetaStore(kv, pending_grace_s=settings.pending_grace_s, free_grace_s=settings.free_grace_s)
+        log = CommandLog(settings.command_log) if settings.command_log else None
+        meta = MetaStore(kv, pending_grace_s=settings.pending_grace_s, free_grace_s=settings.free_grace_s, log=log)
         members = Membership(meta, settings.heartbeat_timeout_s)
         repair = RepairWorker(meta, members, interval_s=settings.repair_interval_s,
                               max_inflight=settings.repair_max_inflight,
@@ -57,6 +59,8 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
             tg.cancel_scope.cancel()
         await rpc.stop()
         kv.close()
+        if log is not None:
+            log.close()
 
     app = FastAPI(title="epochfs NameNode", lifespan=lifespan)
 

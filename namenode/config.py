@@ -49,6 +49,9 @@ class NameNodeSettings(ServiceSettings):
     time each was freed, so a restart keeps it. A GET still streaming this long after the change is cut off."""
     min_part_size: int = defaults.MIN_PART_SIZE
     """Minimum size of every multipart part but the last (S3: 5 MiB)."""
+    command_log: str = ""
+    """A file to append every namespace command the NameNode executes to (length-prefixed MessagePack, see
+    namenode/commands.py): a journal for debugging and for replay checks. Empty: no log."""
 
     @field_validator("block_size")
     @classmethod

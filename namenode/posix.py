@@ -14,7 +14,8 @@ file inode whose entries carry the listing summary. What POSIX adds:
                "xa": {name: value}          extended attributes S3 can't show (see setxattr), latin-1 text
 
 Symlinks and special files have entries whose summary says "delete marker", so ListObjects skips them and GetObject
-answers NoSuchKey: S3 sees regular files and directories only. Each operation is one RocksDB write batch.
+answers NoSuchKey: S3 sees regular files and directories only. Each change is a command (commands.py) that
+MetaStore.execute applies through this class's `_apply_<op>` method, in one RocksDB write batch.
 
 Every operation is scoped to one bucket (the gateway checked the caller's permission on it): each inode it is given
 must lie in that bucket (in_bucket), so a key allowed into one bucket can't reach another's inodes by number.
@@ -28,9 +29,9 @@ import stat as st
 from epochfs.common import errors
 from epochfs.common.kv import prefix_end
 
-from . import keys
+from . import commands as cmds, keys
 from .keys import ROOT_INO
-from .metastore import S_IFDIR, S_IFLNK, S_IFREG, MetaStore, now_ns
+from .metastore import S_IFDIR, S_IFLNK, S_IFREG, MetaStore, enc_record, now_ns
 
 NAME_MAX = 255
 ORPHAN_GRACE_S = 60.0
@@ -64,6 +65,15 @@ class Posix:
         self.meta = meta
         self.kv = meta.kv
         self.bi: int | None = None  # the bucket of the operation under way (set by the RPC handler, see scope)
+
+    def applier(self, name: str):
+        """The `_apply_<op>` method of a mount command, run in the command's bucket scope (for MetaStore.execute)."""
+        method = getattr(self, name)
+
+        def apply(b, c):
+            self.bi = c.bi
+            return method(b, c)
+        return apply
 
     # ---------------------------------------------------------------- bucket scope
     def scope(self, bi: int | None, op: str, args: dict) -> None:
@@ -107,7 +117,7 @@ class Posix:
         """A directory found below a directory of the scope's bucket lies in that bucket: record it (once)."""
         if rec.get("t") == "d" and "b" not in rec and self.bi is not None and ino != self.bi:
             rec["b"] = self.bi
-            b.put(keys.inode(ino), self.meta._enc(rec))
+            b.put(keys.inode(ino), enc_record(rec))
 
     # ---------------------------------------------------------------- reading
     def _inode(self, ino: int) -> dict:
@@ -176,9 +186,9 @@ class Posix:
         rec = self.meta.get_inode(found[0])
         if rec is None:  # a name whose inode went (S3 deletes of one hard link once took the inode with them)
             raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r} in {parent}")
-        if found[1] and "b" not in rec and parent != ROOT_INO:
-            with self.kv.batch() as b:
-                self._stamp(b, found[0], rec)
+        if found[1] and rec.get("t") == "d" and "b" not in rec and parent != ROOT_INO and self.bi is not None \
+                and found[0] != self.bi:
+            self.meta.execute(cmds.StampDirs(bi=self.bi, inos=[found[0]]))
         return self.attr(found[0], rec)
 
     def readdir(self, ino: int, after: str = "", limit: int = 1000) -> dict:
@@ -187,21 +197,29 @@ class Posix:
         self._dir(ino)
         p = keys.entries(ino)
         start = p + after.encode() + b"\0" if after else p
-        out, last, nxt = [], None, None
-        with self.kv.batch() as b:
-            for k, v in self.kv.scan(start, prefix_end(p)):
-                if len(out) >= limit:
-                    nxt = last
-                    break
-                name = k[9:].decode()
-                last = name
-                child = int.from_bytes(v[:8], "big")
-                rec = self.meta.get_inode(child)
-                if rec is not None:
-                    if ino != ROOT_INO:
-                        self._stamp(b, child, rec)
-                    out.append([name.rstrip("/") if name.endswith("/") else name, self.attr(child, rec)])
+        out, last, nxt, stamp = [], None, None, []
+        for k, v in self.kv.scan(start, prefix_end(p)):
+            if len(out) >= limit:
+                nxt = last
+                break
+            name = k[9:].decode()
+            last = name
+            child = int.from_bytes(v[:8], "big")
+            rec = self.meta.get_inode(child)
+            if rec is not None:
+                if ino != ROOT_INO and rec.get("t") == "d" and "b" not in rec and self.bi is not None \
+                        and child != self.bi:
+                    stamp.append(child)
+                out.append([name.rstrip("/") if name.endswith("/") else name, self.attr(child, rec)])
+        if stamp:
+            self.meta.execute(cmds.StampDirs(bi=self.bi, inos=stamp))
         return {"entries": out, "next": nxt}
+
+    def _apply_stamp_dirs(self, b, c: cmds.StampDirs) -> None:
+        for ino in c.inos:
+            rec = self.meta.get_inode(ino)
+            if rec is not None:
+                self._stamp(b, ino, rec)
 
     def readlink(self, ino: int) -> str:
         rec = self._inode(ino)
@@ -235,13 +253,13 @@ class Posix:
         hidden = rec["t"] != "f" or bool(rec.get("dm"))
         summary = [rec.get("size", 0), rec.get("etag", ""), rec.get("mt", 0), rec.get("owner", ""),
                    rec.get("sc", "STANDARD"), hidden]
-        b.put(keys.entry(parent, name, False), keys.u64(ino) + self.meta._enc(summary))
+        b.put(keys.entry(parent, name, False), keys.u64(ino) + enc_record(summary))
 
     def _put_inode(self, b, ino: int, rec: dict) -> None:
         """Write an inode record, stamped with the scope's bucket (records rewritten through S3 may have lost it)."""
         if self.bi is not None and ino != self.bi:
             rec["b"] = self.bi
-        b.put(keys.inode(ino), self.meta._enc(rec))
+        b.put(keys.inode(ino), enc_record(rec))
 
     def _put_links(self, b, ino: int, rec: dict) -> None:
         """Write an inode and, for a non-directory, the summary in each of its entries."""
@@ -265,7 +283,7 @@ class Posix:
             limit = info.get(field)
             if limit is not None and d > 0 and used[i] + d > int(limit):
                 raise _fail(errors.QuotaExceeded, errno.EDQUOT, f"bucket {bucket} would exceed its quota")
-        return lambda b: self.meta._add_usage(b, info["ino"], dbytes, dobjects)
+        return lambda b: self.meta.add_usage(b, info["ino"], dbytes, dobjects)
 
     def _drop_link(self, b, parent: int, name: str, ino: int, rec: dict, t: int) -> None:
         """Remove one name of a non-directory. Without names left the inode becomes an orphan, still readable by inode
@@ -285,17 +303,16 @@ class Posix:
             ino = int.from_bytes(k[9:], "big")
             rec = self.meta.get_inode(ino)
             if rec is not None and not rec.get("ln"):
-                self.meta._garbage_blocks(b, rec.get("blk", []))
+                self.meta.free_blocks(b, rec.get("blk", []), t)
                 b.delete(keys.inode(ino))
             b.delete(k)
 
-    def _new(self, parent: int, name: str, rec: dict, charge=None) -> dict:
+    def _new(self, b, parent: int, name: str, rec: dict, t: int, charge=None) -> dict:
         """Create `name` in `parent` as a new inode `rec`; EEXIST if the name is taken."""
         self._check_name(name)
         prec = self._writable_dir(parent)
         if self._child(parent, name) is not None:
             raise _fail(errors.AlreadyExists, errno.EEXIST, f"{name!r} exists")
-        t = now_ns()
         if prec.get("mode", 0) & st.S_ISGID:  # BSD group semantics in a set-group-ID directory, as Linux does
             rec["gid"] = prec.get("gid", 0)
             if rec["t"] == "d":
@@ -303,39 +320,57 @@ class Posix:
         rec.update(mt=t, ct=t, at=t)
         if "mk" in rec:
             rec["mk"]["mt"] = t
-        with self.kv.batch() as b:
-            ino = self.meta._next(b, b"ino")
-            if rec["t"] != "d":
-                rec["ln"] = [[parent, name]]
-            self._put_inode(b, ino, rec)
-            self._put_entry(b, parent, name, ino, rec)
-            self._touch_dir(b, parent, prec, t)
-            if charge is not None:
-                charge(b)
+        ino = self.meta.next_id(b, b"ino")
+        if rec["t"] != "d":
+            rec["ln"] = [[parent, name]]
+        self._put_inode(b, ino, rec)
+        self._put_entry(b, parent, name, ino, rec)
+        self._touch_dir(b, parent, prec, t)
+        if charge is not None:
+            charge(b)
         return self.attr(ino, rec)
 
     # ---------------------------------------------------------------- namespace operations
     def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> dict:
+        return self.meta.execute(cmds.Mkdir(bi=self.bi, parent=int(parent), name=name, mode=int(mode), uid=int(uid),
+                                            gid=int(gid), t=now_ns()))
+
+    def _apply_mkdir(self, b, c: cmds.Mkdir) -> dict:
         mk = {"size": 0, "etag": EMPTY_ETAG, "ctype": "application/x-directory"}
-        return self._new(parent, name, {"t": "d", "mode": S_IFDIR | (mode & 0o7777), "uid": uid, "gid": gid,
-                                        "mk": mk})
+        return self._new(b, c.parent, c.name, {"t": "d", "mode": S_IFDIR | (c.mode & 0o7777), "uid": c.uid,
+                                               "gid": c.gid, "mk": mk}, c.t)
 
     def mknod(self, parent: int, name: str, mode: int, uid: int, gid: int, rdev: int = 0,
               bucket: str | None = None) -> dict:
+        return self.meta.execute(cmds.Mknod(bi=self.bi, parent=int(parent), name=name, mode=int(mode), uid=int(uid),
+                                            gid=int(gid), rdev=int(rdev), bucket=bucket, t=now_ns()))
+
+    def _apply_mknod(self, b, c: cmds.Mknod) -> dict:
+        mode = c.mode
         fmt = st.S_IFMT(mode) or S_IFREG
         if fmt == S_IFREG:
             rec = {"t": "f", "size": 0, "etag": EMPTY_ETAG, "blk": []}
         elif fmt in (st.S_IFIFO, st.S_IFSOCK, st.S_IFCHR, st.S_IFBLK):
-            rec = {"t": "s", "rdev": rdev}
+            rec = {"t": "s", "rdev": c.rdev}
         else:
             raise _fail(errors.InvalidInput, errno.EINVAL, f"cannot mknod type {fmt:o}")
-        return self._new(parent, name, {**rec, "mode": fmt | (mode & 0o7777), "uid": uid, "gid": gid},
-                         self._charge(bucket, 0, 1) if fmt == S_IFREG else None)
+        return self._new(b, c.parent, c.name, {**rec, "mode": fmt | (mode & 0o7777), "uid": c.uid, "gid": c.gid},
+                         c.t, self._charge(c.bucket, 0, 1) if fmt == S_IFREG else None)
 
     def symlink(self, parent: int, name: str, target: str, uid: int, gid: int) -> dict:
-        return self._new(parent, name, {"t": "l", "mode": S_IFLNK | 0o777, "uid": uid, "gid": gid, "tg": target})
+        return self.meta.execute(cmds.Symlink(bi=self.bi, parent=int(parent), name=name, target=target,
+                                              uid=int(uid), gid=int(gid), t=now_ns()))
+
+    def _apply_symlink(self, b, c: cmds.Symlink) -> dict:
+        return self._new(b, c.parent, c.name, {"t": "l", "mode": S_IFLNK | 0o777, "uid": c.uid, "gid": c.gid,
+                                               "tg": c.target}, c.t)
 
     def link(self, ino: int, parent: int, name: str, bucket: str | None = None) -> dict:
+        return self.meta.execute(cmds.Link(bi=self.bi, ino=int(ino), parent=int(parent), name=name, bucket=bucket,
+                                           t=now_ns()))
+
+    def _apply_link(self, b, c: cmds.Link) -> dict:
+        ino, parent, name, bucket, t = c.ino, c.parent, c.name, c.bucket, c.t
         self._check_name(name)
         prec = self._writable_dir(parent)
         rec = self._inode(ino)
@@ -344,16 +379,18 @@ class Posix:
         if self._child(parent, name) is not None:
             raise _fail(errors.AlreadyExists, errno.EEXIST, f"{name!r} exists")
         charge = self._charge(bucket, *self._visible(rec))
-        t = now_ns()
         rec["ln"] = rec.get("ln", []) + [[parent, name]]
         rec["ct"] = t
-        with self.kv.batch() as b:
-            self._put_links(b, ino, rec)
-            self._touch_dir(b, parent, prec, t)
-            charge(b)
+        self._put_links(b, ino, rec)
+        self._touch_dir(b, parent, prec, t)
+        charge(b)
         return self.attr(ino, rec)
 
     def unlink(self, parent: int, name: str, bucket: str | None = None) -> None:
+        self.meta.execute(cmds.Unlink(bi=self.bi, parent=int(parent), name=name, bucket=bucket, t=now_ns()))
+
+    def _apply_unlink(self, b, c: cmds.Unlink) -> None:
+        parent, name, bucket, t = c.parent, c.name, c.bucket, c.t
         prec = self._writable_dir(parent)
         found = self._child(parent, name)
         if found is None:
@@ -363,25 +400,26 @@ class Posix:
         rec = self.meta.get_inode(found[0]) or {}
         size, n = self._visible(rec)
         charge = self._charge(bucket, -size, -n)
-        t = now_ns()
-        with self.kv.batch() as b:
-            self._drop_link(b, parent, name, found[0], rec, t)
-            self._touch_dir(b, parent, prec, t)
-            charge(b)
+        self._drop_link(b, parent, name, found[0], rec, t)
+        self._touch_dir(b, parent, prec, t)
+        charge(b)
 
     def rmdir(self, parent: int, name: str) -> None:
+        self.meta.execute(cmds.Rmdir(bi=self.bi, parent=int(parent), name=name, t=now_ns()))
+
+    def _apply_rmdir(self, b, c: cmds.Rmdir) -> None:
+        parent, name = c.parent, c.name
         prec = self._writable_dir(parent)
         found = self._child(parent, name)
         if found is None:
             raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r}")
         if not found[1]:
             raise _fail(errors.NotADirectory, errno.ENOTDIR, f"{name!r} is not a directory")
-        if not self.meta._is_empty(found[0]):
+        if not self.meta.is_empty(found[0]):
             raise _fail(errors.DirectoryNotEmpty, errno.ENOTEMPTY, f"{name!r} is not empty")
-        with self.kv.batch() as b:
-            b.delete(keys.entry(parent, name, True))
-            b.delete(keys.inode(found[0]))
-            self._touch_dir(b, parent, prec, now_ns())
+        b.delete(keys.entry(parent, name, True))
+        b.delete(keys.inode(found[0]))
+        self._touch_dir(b, parent, prec, c.t)
 
     def rename(self, parent: int, name: str, newparent: int, newname: str, flags: int = 0,
                bucket: str | None = None) -> None:
@@ -389,6 +427,12 @@ class Posix:
         with EEXIST if the target exists; RENAME_EXCHANGE swaps two existing entries. Other flags (RENAME_WHITEOUT,
         which overlayfs asks of its upper layer) fail with EINVAL: a rename that ignored them would claim to have
         left what it did not."""
+        self.meta.execute(cmds.Rename(bi=self.bi, parent=int(parent), name=name, newparent=int(newparent),
+                                      newname=newname, flags=int(flags), bucket=bucket, t=now_ns()))
+
+    def _apply_rename(self, b, c: cmds.Rename) -> None:
+        parent, name, newparent, newname, flags, bucket, t = \
+            c.parent, c.name, c.newparent, c.newname, c.flags, c.bucket, c.t
         if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) or flags == RENAME_NOREPLACE | RENAME_EXCHANGE:
             raise _fail(errors.InvalidInput, errno.EINVAL, f"rename flags {flags:#x} not supported")
         self._check_name(newname)
@@ -403,7 +447,7 @@ class Posix:
         if flags & RENAME_EXCHANGE:
             if dst is None:
                 raise _fail(errors.NotFound, errno.ENOENT, f"no entry {newname!r}")
-            return self._exchange(parent, name, src, newparent, newname, dst, src_dir, dst_dir)
+            return self._exchange(b, t, parent, name, src, newparent, newname, dst, src_dir, dst_dir)
         if dst is not None:
             if dst[0] == src[0]:
                 return None  # two names of one file: POSIX says do nothing
@@ -411,29 +455,27 @@ class Posix:
                 raise _fail(errors.NotADirectory, errno.ENOTDIR, f"{newname!r} is not a directory")
             if dst[1] and not src[1]:
                 raise _fail(errors.IsADirectory, errno.EISDIR, f"{newname!r} is a directory")
-            if dst[1] and not self.meta._is_empty(dst[0]):
+            if dst[1] and not self.meta.is_empty(dst[0]):
                 raise _fail(errors.DirectoryNotEmpty, errno.ENOTEMPTY, f"{newname!r} is not empty")
-        t = now_ns()
         rec = self._inode(src[0])
         drec = (self.meta.get_inode(dst[0]) or {}) if dst is not None else {}
         size, n = self._visible(drec)
         charge = self._charge(bucket, -size, -n)  # the replaced file's name goes; the moved one stays counted
-        with self.kv.batch() as b:
-            charge(b)
-            if dst is not None:
-                if dst[1]:
-                    b.delete(keys.entry(newparent, newname, True))
-                    b.delete(keys.inode(dst[0]))
-                else:
-                    self._drop_link(b, newparent, newname, dst[0], drec, t)
-            b.delete(keys.entry(parent, name, src[1]))
-            self._relink(rec, parent, name, newparent, newname)
-            rec["ct"] = t
-            self._put_inode(b, src[0], rec)
-            self._put_entry(b, newparent, newname, src[0], rec)
-            self._touch_dir(b, parent, src_dir, t)
-            if newparent != parent:
-                self._touch_dir(b, newparent, dst_dir, t)
+        charge(b)
+        if dst is not None:
+            if dst[1]:
+                b.delete(keys.entry(newparent, newname, True))
+                b.delete(keys.inode(dst[0]))
+            else:
+                self._drop_link(b, newparent, newname, dst[0], drec, t)
+        b.delete(keys.entry(parent, name, src[1]))
+        self._relink(rec, parent, name, newparent, newname)
+        rec["ct"] = t
+        self._put_inode(b, src[0], rec)
+        self._put_entry(b, newparent, newname, src[0], rec)
+        self._touch_dir(b, parent, src_dir, t)
+        if newparent != parent:
+            self._touch_dir(b, newparent, dst_dir, t)
 
     @staticmethod
     def _relink(rec: dict, parent: int, name: str, newparent: int, newname: str) -> None:
@@ -441,28 +483,29 @@ class Posix:
             rec["ln"] = [ln for ln in rec.get("ln", [[parent, name]]) if ln != [parent, name]] + \
                 [[newparent, newname]]
 
-    def _exchange(self, parent, name, src, newparent, newname, dst, src_dir, dst_dir) -> None:
-        t = now_ns()
+    def _exchange(self, b, t, parent, name, src, newparent, newname, dst, src_dir, dst_dir) -> None:
         a, z = self._inode(src[0]), self._inode(dst[0])
-        with self.kv.batch() as b:
-            b.delete(keys.entry(parent, name, src[1]))
-            b.delete(keys.entry(newparent, newname, dst[1]))
-            self._relink(a, parent, name, newparent, newname)
-            self._relink(z, newparent, newname, parent, name)
-            a["ct"] = z["ct"] = t
-            self._put_inode(b, src[0], a)
-            self._put_inode(b, dst[0], z)
-            self._put_entry(b, newparent, newname, src[0], a)
-            self._put_entry(b, parent, name, dst[0], z)
-            self._touch_dir(b, parent, src_dir, t)
-            if newparent != parent:
-                self._touch_dir(b, newparent, dst_dir, t)
+        b.delete(keys.entry(parent, name, src[1]))
+        b.delete(keys.entry(newparent, newname, dst[1]))
+        self._relink(a, parent, name, newparent, newname)
+        self._relink(z, newparent, newname, parent, name)
+        a["ct"] = z["ct"] = t
+        self._put_inode(b, src[0], a)
+        self._put_inode(b, dst[0], z)
+        self._put_entry(b, newparent, newname, src[0], a)
+        self._put_entry(b, parent, name, dst[0], z)
+        self._touch_dir(b, parent, src_dir, t)
+        if newparent != parent:
+            self._touch_dir(b, newparent, dst_dir, t)
 
     def setattr(self, ino: int, fields: dict, bucket: str | None = None) -> dict:
         """chmod, chown, utimens (fields mode, uid, gid, at, mt in ns) and truncate to zero (size 0); ctime becomes
         now. Other sizes are written by the client (commit) since they need the data."""
+        return self.meta.execute(cmds.SetAttr(bi=self.bi, ino=int(ino), fields=fields, bucket=bucket, t=now_ns()))
+
+    def _apply_set_attr(self, b, c: cmds.SetAttr) -> dict:
+        ino, fields, bucket, t = c.ino, c.fields, c.bucket, c.t
         rec = self._inode(ino)
-        t = now_ns()
         if "mode" in fields:
             rec["mode"] = st.S_IFMT(rec.get("mode", 0)) | (int(fields["mode"]) & 0o7777)
         for k in ("uid", "gid", "at", "mt"):
@@ -475,19 +518,17 @@ class Posix:
                 raise _fail(errors.InvalidInput, errno.EINVAL, "only truncation to zero is done in place")
             if rec.get("size", 0) != 0 or rec.get("blk"):
                 charge = self._charge(bucket, -self._visible(rec)[0] * len(rec.get("ln", [1])), 0)
-                with self.kv.batch() as b:
-                    charge(b)
-                    self.meta._garbage_blocks(b, rec.get("blk", []))
-                    rec.update(size=0, blk=[], etag=EMPTY_ETAG)
-                    rec.pop("cs", None)
-                    if "mt" not in fields:
-                        rec["mt"] = t
-                    rec["ct"] = t
-                    self._put_links(b, ino, rec)
+                charge(b)
+                self.meta.free_blocks(b, rec.get("blk", []), t)
+                rec.update(size=0, blk=[], etag=EMPTY_ETAG)
+                rec.pop("cs", None)
+                if "mt" not in fields:
+                    rec["mt"] = t
+                rec["ct"] = t
+                self._put_links(b, ino, rec)
                 return self.attr(ino, rec)
         rec["ct"] = t
-        with self.kv.batch() as b:
-            self._put_links(b, ino, rec)
+        self._put_links(b, ino, rec)
         return self.attr(ino, rec)
 
     def layout(self, ino: int) -> dict:
@@ -509,6 +550,12 @@ class Posix:
 
         The mtime becomes now, or `mt`: a time set explicitly (utimens) after the last write of these changes, as
         `tar x` and `cp -p` do before they close the file."""
+        return self.meta.execute(cmds.Commit(bi=self.bi, ino=int(ino), blk=blk, size=int(size), etag=etag,
+                                             bucket=bucket, base=base, mt=None if mt is None else int(mt),
+                                             t=now_ns()))
+
+    def _apply_commit(self, b, c: cmds.Commit) -> dict:
+        ino, blk, size, etag, bucket, base, mt, t = c.ino, c.blk, c.size, c.etag, c.bucket, c.base, c.mt, c.t
         rec = self._inode(ino)
         if rec.get("t") != "f":
             raise _fail(errors.InvalidInput, errno.EINVAL, f"inode {ino} is not a regular file")
@@ -526,17 +573,15 @@ class Posix:
         if len(kept) != len(blk):
             raise _fail(errors.InvalidInput, errno.EINVAL, f"a block is named twice in the new content of {ino}")
         charge = self._charge(bucket, (size - int(rec.get("size", 0))) * len(rec.get("ln", [1])), 0)
-        t = now_ns()
-        with self.kv.batch() as b:
-            charge(b)
-            self.meta._garbage_blocks(b, [x for x in old if x[0] not in kept])
-            rec.pop("cs", None)
-            rec.pop("mpu", None)
-            rec.pop("ps", None)
-            rec.update(blk=blk, size=size, etag=etag, mt=t if mt is None else int(mt), ct=t)
-            for x in blk:
-                b.delete(keys.pending(x[0]))
-            self._put_links(b, ino, rec)
+        charge(b)
+        self.meta.free_blocks(b, [x for x in old if x[0] not in kept], t)
+        rec.pop("cs", None)
+        rec.pop("mpu", None)
+        rec.pop("ps", None)
+        rec.update(blk=blk, size=size, etag=etag, mt=t if mt is None else int(mt), ct=t)
+        for x in blk:
+            b.delete(keys.pending(x[0]))
+        self._put_links(b, ino, rec)
         return {**self.attr(ino, rec), "layout": [[x[0], x[1]] for x in blk]}
 
     # ---------------------------------------------------------------- extended attributes
@@ -590,6 +635,11 @@ class Posix:
     def setxattr(self, ino: int, name: str, value: str, flags: int = 0) -> None:
         """Set one attribute (`value` is its bytes as latin-1 text); XATTR_CREATE fails with EEXIST if it is
         there, XATTR_REPLACE with ENODATA if it is not."""
+        self.meta.execute(cmds.SetXattr(bi=self.bi, ino=int(ino), name=name, value=value, flags=int(flags),
+                                        t=now_ns()))
+
+    def _apply_set_xattr(self, b, c: cmds.SetXattr) -> None:
+        ino, name, value, flags = c.ino, c.name, c.value, c.flags
         rec = self._inode(ino)
         self._xattr_name(rec, name, write=True)
         raw = _latin1(value)
@@ -612,14 +662,18 @@ class Posix:
             meta[key] = value
         else:
             rec.setdefault("xa", {})[name] = value
-        self._save_xattrs(ino, rec)
+        self._save_xattrs(b, ino, rec, c.t)
 
     def removexattr(self, ino: int, name: str) -> None:
+        self.meta.execute(cmds.RemoveXattr(bi=self.bi, ino=int(ino), name=name, t=now_ns()))
+
+    def _apply_remove_xattr(self, b, c: cmds.RemoveXattr) -> None:
+        ino, name = c.ino, c.name
         rec = self._inode(ino)
         self._xattr_name(rec, name, write=True)
         if not self._drop_xattr(rec, name):
             raise _fail(errors.NotFound, errno.ENODATA, f"no attribute {name!r}")
-        self._save_xattrs(ino, rec)
+        self._save_xattrs(b, ino, rec, c.t)
 
     def _drop_xattr(self, rec: dict, name: str) -> bool:
         meta = self._s3_meta(rec) or {}
@@ -629,10 +683,9 @@ class Posix:
             del rec["xa"]
         return found
 
-    def _save_xattrs(self, ino: int, rec: dict) -> None:
-        rec["ct"] = now_ns()
-        with self.kv.batch() as b:
-            self._put_inode(b, ino, rec)
+    def _save_xattrs(self, b, ino: int, rec: dict, t: int) -> None:
+        rec["ct"] = t
+        self._put_inode(b, ino, rec)
 
 
 OPS = ("getattr", "lookup", "readdir", "readlink", "layout", "mkdir", "mknod", "symlink", "link", "unlink", "rmdir",

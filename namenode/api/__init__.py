@@ -20,7 +20,7 @@ from ..repair import RepairWorker
 
 def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettings, repair: RepairWorker,
                   ops: OperatorJobs) -> dict:
-    access_keys = AccessKeys(meta.kv)
+    access_keys = AccessKeys(meta)
 
     async def register(a, _):
         st = members.register(a["uuid"], a["host"], int(a["rpc_port"]), int(a.get("http_port", 0)),

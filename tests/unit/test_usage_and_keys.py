@@ -73,7 +73,7 @@ def test_quota_refuses_growth_and_commits_nothing():
 
 
 def test_access_keys_lifecycle():
-    ak = AccessKeys(MemoryKV())
+    ak = AccessKeys(MetaStore(MemoryKV()))
     rec = ak.create({"access_key": "KEY1", "secret_key": "secret-123", "buckets": {"b": "read"}})
     assert rec["buckets"] == {"b": "read"} and not rec["disabled"]
     with pytest.raises(errors.AlreadyExists):
