@@ -22,7 +22,7 @@ def nn():
     meta = MetaStore(MemoryKV())
     settings = types.SimpleNamespace(block_size=1 << 20, replication=3, default_write_policy="async")
     members = types.SimpleNamespace(addrs=lambda ids: {str(i): f"h{i}:1" for i in ids})
-    s = Services(meta, members=members, settings=settings, repair=None, ops=None, access_keys=AccessKeys(meta.kv))
+    s = Services(meta, members=members, settings=settings, repair=None, ops=None, access_keys=AccessKeys(meta))
     table = buckets.handlers(s) | objects.handlers(s)
 
     def call(req):
@@ -38,14 +38,14 @@ def stored_bucket(meta: MetaStore, name: str) -> dict:
 def test_bucket_settings_are_validated_and_stored_under_their_short_names(nn):
     rec = nn(m.BucketCreate(bucket="b", owner="o", write_policy="sync:2"))
     assert (rec.block_size, rec.replication, rec.write_policy, rec.acl) == (1 << 20, 3, "sync:2", "private")
-    got = nn(m.BucketSettings(bucket="b", quota_bytes=1000, replication=2, versioning="Enabled",
+    got = nn(m.BucketSettings(bucket="b", quota_bytes=1000, replication=2, versioning="Enabled", block_size=2 << 20,
                               cors=[m.CorsRule(origins=["*"], methods=["GET"], max_age=5)]))
     assert (got.quota_bytes, got.replication, got.versioning, got.cors[0].max_age) == (1000, 2, "Enabled", 5)
     disk = stored_bucket(nn.meta, "b")
-    assert (disk["qb"], disk["rf"], disk["ver"], disk["wp"]) == (1000, 2, "Enabled", "sync:2")
+    assert (disk["qb"], disk["rf"], disk["ver"], disk["wp"], disk["bs"]) == (1000, 2, "Enabled", "sync:2", 2 << 20)
     assert disk["cors"] == [{"origins": ["*"], "methods": ["GET"], "max_age": 5}]
 
-    for bad in (dict(write_policy="sometimes"), dict(replication=0), dict(versioning="On"), dict(quota_bytes=-1),
+    for bad in (dict(write_policy="sometimes"), dict(block_size=1000), dict(replication=0), dict(versioning="On"), dict(quota_bytes=-1),
                 dict(ownership="Anyone"), dict(acl="public-everything"), dict(acl=[("id:x", "ALL")]),
                 dict(quota_objects=5, write_policy="sync:99")):
         with pytest.raises(errors.InvalidInput):
