@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
 sys.path.insert(0, str(HERE))
 from cluster import SECRET, Cluster, upload_until
 from epochfs.common.rpc import RpcClient
-from epochfs.common.clients import DataNodeClient
+from epochfs.common.clients import DataNodeClient, NameNodeClient
 from s3_bench import CLK_TCK, proc_ticks
 
 MiB = 1 << 20
@@ -61,8 +61,7 @@ def drain_replication(c: Cluster, timeout: float = 120.0) -> None:
     """Wait until no DataNode has replication jobs queued."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all((n.get("replication_lag") or {}).get("queued", 0) == 0 for n in c.rpc("nn", "nodes")["nodes"]
-               if n["alive"]):
+        if all(n.replication_lag.queued == 0 for n in c.nn.nodes() if n.alive):
             return
         time.sleep(0.2)
 
@@ -95,9 +94,9 @@ async def _secondary_lag(c: Cluster, bucket: str, probes: int) -> list[float]:
         for i in range(probes):
             await asyncio.to_thread(s3.put_object, Bucket=bucket, Key=f"p{i}", Body=os.urandom(64 << 10))
             t_ack = time.perf_counter()  # (the stat call below makes the measured lag an upper bound)
-            blk = (await nn.call("stat", bucket=bucket, key=f"p{i}"))[0]["obj"]["blk"][0]
-            second = clients[ids[blk[3][1]]]
-            while not (await DataNodeClient(second).has([blk[0]]))[0]:
+            blk = (await NameNodeClient(nn).stat(bucket, f"p{i}")).obj.blocks[0]
+            second = clients[ids[blk.nodes[1]]]
+            while not (await DataNodeClient(second).has([blk.id]))[0]:
                 await asyncio.sleep(0.0005)
             lags.append(time.perf_counter() - t_ack)
     finally:
@@ -152,26 +151,26 @@ def restore(root: Path, size: int, count: int, defaults: bool = False) -> dict:
         drain_replication(c, timeout=600)
         victim = "dn4"
         dead = c.node_ids()[victim]
-        blocks = [b for k in keys for b in c.rpc("nn", "stat", bucket="restore", key=k)["obj"]["blk"]]
-        moved = [b for b in blocks if dead in b[3]]
+        blocks = [b for k in keys for b in c.nn.stat("restore", k).obj.blocks]
+        moved = [b for b in blocks if dead in b.nodes]
         t0 = time.perf_counter()
         c.kill(victim)
-        while next(x for x in c.rpc("nn", "nodes")["nodes"] if x["id"] == dead)["alive"]:
+        while next(x for x in c.nn.nodes() if x.id == dead).alive:
             time.sleep(0.02)
         detect = time.perf_counter() - t0
         under: list[tuple[float, int]] = []  # (s after the kill, under_replicated)
         while True:
-            job = next((j for j in c.rpc("nn", "jobs")["jobs"] if j["node"] == dead), None)
-            if job is not None and job["state"] == "done":
+            job = next((j for j in c.nn.jobs() if j.node == dead), None)
+            if job is not None and job.state == "done":
                 break
-            under.append((time.perf_counter() - t0, c.rpc("nn", "stats")["under_replicated"]))
+            under.append((time.perf_counter() - t0, c.nn.stats().under_replicated))
             time.sleep(0.1)
         restored = time.perf_counter() - t0
         live = set(c.node_ids().values())
-        after = [b for k in keys for b in c.rpc("nn", "stat", bucket="restore", key=k)["obj"]["blk"]]
-        assert all(len(set(b[3])) == 3 and set(b[3]) <= live for b in after), "not back at 3 live replicas"
-        assert c.rpc("nn", "stats")["lost"] == 0
-        moved_bytes = sum(b[1] for b in moved)
+        after = [b for k in keys for b in c.nn.stat("restore", k).obj.blocks]
+        assert all(len(set(b.nodes)) == 3 and set(b.nodes) <= live for b in after), "not back at 3 live replicas"
+        assert c.nn.stats().lost == 0
+        moved_bytes = sum(b.size for b in moved)
         repair_s = restored - detect
         return {"objects": len(keys), "MiB": len(keys) * size / MiB, "write_s": write_s, "detect_s": detect,
                 "restore_s": restored, "blocks_moved": len(moved), "MiB_moved": moved_bytes / MiB,
@@ -275,7 +274,7 @@ def restarts(root: Path, objects: int) -> dict:
         time.sleep(1.5)
         t0 = time.perf_counter()
         c.kill("dn3")
-        while next(x for x in c.rpc("nn", "nodes")["nodes"] if x["id"] == dead)["alive"]:
+        while next(x for x in c.nn.nodes() if x.id == dead).alive:
             time.sleep(0.02)
         out["detect_s"] = time.perf_counter() - t0
         for name, start in (("nn", c.start_namenode), ("gw", c.start_gateway)):

@@ -47,6 +47,58 @@ class _BucketObjectCalls:
     """Buckets, objects, versions, listing."""
     _call = None
 
+    async def bucket_create(self, bucket: str, *, owner: str = "", acl="private", location: str = "",
+                            write_policy: str | None = None, ownership: str | None = None,
+                            block_size: int | None = None, replication: int | None = None) -> m.BucketRecord:
+        return await self._call(m.BucketCreate(bucket=bucket, owner=owner, acl=acl, location=location,
+                                                write_policy=write_policy, ownership=ownership,
+                                                block_size=block_size, replication=replication))
+
+    async def bucket_delete(self, bucket: str) -> None:
+        await self._call(m.BucketDelete(bucket=bucket))
+
+    async def bucket_info(self, bucket: str) -> m.BucketRecord:
+        return await self._call(m.BucketInfo(bucket=bucket))
+
+    async def bucket_list(self) -> list[m.BucketRecord]:
+        return (await self._call(m.BucketList())).buckets
+
+    async def bucket_settings(self, bucket: str, **settings) -> m.BucketRecord:
+        """Change some of a bucket's settings (the fields of messages.BucketSettings; Unset() removes one)."""
+        return await self._call(m.BucketSettings(bucket=bucket, **settings))
+
+    async def bucket_usage(self, bucket: str | None = None) -> dict[str, tuple[int, int]]:
+        """{bucket: (bytes, objects)} for `bucket`, or for every bucket."""
+        return (await self._call(m.BucketUsage(bucket=bucket))).usage
+
+    async def put_object(self, bucket: str, key: str, obj: m.ObjectRecord, blocks=(), *,
+                         if_match: str | None = None, if_none_match: str | None = None) -> m.Committed:
+        return await self._call(m.PutObject(bucket=bucket, key=key, obj=obj, blocks=tuple(blocks),
+                                            if_match=if_match, if_none_match=if_none_match))
+
+    async def stat(self, bucket: str, key: str, version_id: str | None = None,
+                   range: tuple[int, int | None] | None = None) -> m.Located:
+        return await self._call(m.Stat(bucket=bucket, key=key, version_id=version_id, range=range))
+
+    async def delete_object(self, bucket: str, key: str, version_id: str | None = None, *,
+                            if_match: str | None = None, if_mtime: int | None = None,
+                            if_size: int | None = None) -> m.Deleted:
+        return await self._call(m.DeleteObject(bucket=bucket, key=key, version_id=version_id, if_match=if_match,
+                                               if_mtime=if_mtime, if_size=if_size))
+
+    async def object_settings(self, bucket: str, key: str, *, acl=None) -> None:
+        await self._call(m.ObjectSettings(bucket=bucket, key=key, acl=acl))
+
+    async def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", after: str = "",
+                           max_keys: int = 1000) -> m.Listing:
+        return await self._call(m.ListObjects(bucket=bucket, prefix=prefix, delimiter=delimiter, after=after,
+                                              max_keys=max_keys))
+
+    async def list_versions(self, bucket: str, prefix: str = "", delimiter: str = "", key_marker: str = "",
+                            vid_marker: str = "", max_keys: int = 1000) -> m.VersionListing:
+        return await self._call(m.ListVersions(bucket=bucket, prefix=prefix, delimiter=delimiter,
+                                               key_marker=key_marker, vid_marker=vid_marker, max_keys=max_keys))
+
     # (end of buckets and objects)
 
 
@@ -54,12 +106,63 @@ class _MultipartCalls:
     """Multipart uploads."""
     _call = None
 
+    async def mpu_create(self, bucket: str, key: str, attrs: m.UploadAttrs) -> str:
+        """A new upload's id."""
+        return (await self._call(m.MpuCreate(bucket=bucket, key=key, attrs=attrs))).upload_id
+
+    async def mpu_get(self, bucket: str, key: str, upload_id: str) -> m.UploadRecord:
+        return await self._call(m.MpuGet(bucket=bucket, key=key, upload_id=upload_id))
+
+    async def mpu_put_part(self, bucket: str, key: str, upload_id: str, number: int, part: m.PartRecord,
+                           blocks=()) -> None:
+        await self._call(m.MpuPutPart(bucket=bucket, key=key, upload_id=upload_id, number=number, part=part,
+                                      blocks=tuple(blocks)))
+
+    async def mpu_list_parts(self, bucket: str, key: str, upload_id: str) -> m.Parts:
+        return await self._call(m.MpuListParts(bucket=bucket, key=key, upload_id=upload_id))
+
+    async def mpu_complete(self, bucket: str, key: str, upload_id: str, parts: list[m.PartChoice], *,
+                           checksum: dict[str, str] | None = None, if_match: str | None = None,
+                           if_none_match: str | None = None) -> m.Completed:
+        return await self._call(m.MpuComplete(bucket=bucket, key=key, upload_id=upload_id, parts=parts,
+                                              checksum=checksum or {}, if_match=if_match,
+                                              if_none_match=if_none_match))
+
+    async def mpu_abort(self, bucket: str, key: str, upload_id: str) -> None:
+        await self._call(m.MpuAbort(bucket=bucket, key=key, upload_id=upload_id))
+
+    async def mpu_list(self, bucket: str) -> list[m.UploadRecord]:
+        return (await self._call(m.MpuList(bucket=bucket))).uploads
+
     # (end of multipart)
 
 
 class _BlockCalls:
     """Block allocation, commits' bookkeeping and GC."""
     _call = None
+
+    async def allocate(self, bucket: str, count: int = 1, seed: int = 0, index: int = 0) -> m.Allocation:
+        """Blocks to write (retried while DataNodes are still registering)."""
+        return await self._call(m.Allocate(bucket=bucket, count=count, seed=seed, index=index),
+                                retry_not_enough=True)
+
+    async def abandon(self, blocks: list[int]) -> None:
+        await self._call(m.Abandon(blocks=blocks))
+
+    async def report_short(self, blocks: list[tuple[int, int]]) -> None:
+        await self._call(m.ReportShort(blocks=blocks))
+
+    async def gc_once(self) -> m.GcPass:
+        return await self._call(m.GcOnce())
+
+    async def stats(self) -> m.BlockStats:
+        return await self._call(m.Stats())
+
+    async def pending(self) -> list[int]:
+        return (await self._call(m.Pending())).blocks
+
+    async def referenced(self) -> list[int]:
+        return (await self._call(m.Referenced())).blocks
 
     # (end of blocks and GC)
 
@@ -74,6 +177,36 @@ class _PosixCalls:
 class _KeyJobCalls:
     """Access keys, jobs and operator calls."""
     _call = None
+
+    async def key_create(self, access_key: str, secret_key: str, *, owner_id: str = "", name: str = "",
+                         admin: bool = False, buckets: dict[str, str] | None = None) -> m.AccessKeyRecord:
+        return await self._call(m.KeyCreate(access_key=access_key, secret_key=secret_key, owner_id=owner_id,
+                                            name=name, admin=admin, buckets=buckets or {}))
+
+    async def key_get(self, access_key: str) -> m.AccessKeyRecord:
+        return await self._call(m.KeyGet(access_key=access_key))
+
+    async def key_list(self) -> list[m.AccessKeyRecord]:
+        return (await self._call(m.KeyList())).keys
+
+    async def key_update(self, access_key: str, **fields) -> m.AccessKeyRecord:
+        """Change some of name, owner_id, admin, disabled, buckets."""
+        return await self._call(m.KeyUpdate(access_key=access_key, **fields))
+
+    async def key_delete(self, access_key: str) -> None:
+        await self._call(m.KeyDelete(access_key=access_key))
+
+    async def nodes(self) -> list[m.NodeInfo]:
+        return (await self._call(m.Nodes())).nodes
+
+    async def decommission(self, node: int) -> m.JobInfo:
+        return await self._call(m.Decommission(node=node))
+
+    async def jobs(self) -> list[m.JobInfo]:
+        return (await self._call(m.Jobs())).jobs
+
+    async def job_start(self, kind: str, node: int | None = None) -> m.JobInfo:
+        return await self._call(m.JobStart(kind=kind, node=node))
 
     # (end of keys and jobs)
 

@@ -80,11 +80,372 @@ class Has(Request, tag="has"):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+class CorsRule(Msg):
+    """One rule of a bucket's CORS configuration."""
+    origins: list[str]
+    methods: list[str]
+    headers: list[str] = []
+    expose: list[str] = []
+    id: str | None = None
+    max_age: int | None = None
+
+
+class BucketRecord(Msg):
+    """A bucket's settings, as the NameNode stores them (in the bucket directory's inode, "bkt")."""
+    name: str = ""
+    ino: int = 0  # the bucket directory's inode (absent in listings)
+    owner: str = ""
+    created: int = 0  # ns since the epoch
+    block_size: int = field(default=0, name="bs")
+    replication: int = field(default=0, name="rf")
+    acl: str | list[tuple[str, str]] | None = None
+    location: str = field(default="", name="loc")
+    write_policy: str | None = field(default=None, name="wp")  # "async" or "sync:N"; None: the cluster's
+    ownership: str | None = field(default=None, name="own")  # object ownership (S3 ObjectOwnership)
+    quota_bytes: int | None = field(default=None, name="qb")
+    quota_objects: int | None = field(default=None, name="qo")
+    versioning: str | None = field(default=None, name="ver")  # None (never enabled), "Enabled", "Suspended"
+    cors: list[CorsRule] | None = None
+
+
+class Buckets(Msg):
+    buckets: list[BucketRecord]
+
+
+class BucketCreate(Request, tag="bucket_create"):
+    """Create a bucket; block size and replication default to the cluster's."""
+    bucket: str
+    owner: str = ""
+    acl: str | list[tuple[str, str]] = "private"
+    location: str = field(default="", name="loc")
+    write_policy: str | None = None
+    ownership: str | None = field(default=None, name="own")
+    block_size: int | None = None
+    replication: int | None = None
+    Reply = BucketRecord
+
+
+class BucketDelete(Request, tag="bucket_delete"):
+    """Delete an empty bucket (its pending uploads and the access keys' grants on it go with it)."""
+    bucket: str
+    Reply = Done
+
+
+class BucketInfo(Request, tag="bucket_info"):
+    bucket: str
+    Reply = BucketRecord
+
+
+class BucketList(Request, tag="bucket_list"):
+    Reply = Buckets
+
+
+class Unset(Msg):
+    """In a settings change: remove the setting (a quota, CORS rules, object ownership)."""
+
+
+class BucketSettings(Request, tag="bucket_settings"):
+    """Change some of a bucket's settings; a field left out is unchanged, `Unset()` removes the setting. The
+    NameNode validates each (replication >= 1, a known write policy, ...) and applies all or none."""
+    bucket: str
+    block_size: int | None = None  # for blocks written from now on
+    replication: int | None = None
+    write_policy: str | None = None
+    quota_bytes: int | Unset | None = None
+    quota_objects: int | Unset | None = None
+    versioning: str | None = None  # "Enabled" or "Suspended"
+    acl: str | list[tuple[str, str]] | None = None
+    ownership: str | Unset | None = None
+    cors: list[CorsRule] | Unset | None = None
+    Reply = BucketRecord
+
+
+class Usage(Msg):
+    usage: dict[str, tuple[int, int]]  # bucket -> (bytes, objects)
+
+
+class BucketUsage(Request, tag="bucket_usage"):
+    """Bytes and objects of one bucket, or of all."""
+    bucket: str | None = None
+    Reply = Usage
+
+
+class ObjectRecord(Msg):
+    """An object (or one version of it) as the S3 side sees it; the NameNode stores it in the key's inode with the
+    POSIX attributes besides (mode, uid, gid, links), which only the POSIX ops show."""
+    ino: int = 0
+    size: int = 0
+    etag: str = ""
+    mtime: int = field(default=0, name="mt")  # ns since the epoch
+    blocks: tuple[BlockRef, ...] = field(default=(), name="blk")
+    block_offset: int = field(default=0, name="boff")  # a ranged stat: the offset in the object of blocks[0]
+    content_type: str | None = field(default=None, name="ctype")
+    meta: dict[str, str] = {}  # x-amz-meta-*
+    headers: dict[str, str] = field(default_factory=dict, name="hdr")  # standard headers stored with it
+    xattrs: dict[str, str] = field(default_factory=dict, name="xa")  # set through the mount
+    owner: str = ""
+    acl: str | list[tuple[str, str]] | None = None
+    storage_class: str | None = field(default=None, name="sc")
+    checksum: dict[str, str] = field(default_factory=dict, name="cs")  # {alg: value, "type": ...}
+    part_sizes: tuple[int, ...] = field(default=(), name="ps")
+    part_checksums: tuple[str, ...] = field(default=(), name="pcs")
+    version_id: str | None = field(default=None, name="vid")
+    delete_marker: bool = field(default=False, name="dm")
+    upload_id: str | None = field(default=None, name="mpu")  # the multipart upload it was completed from
+
+
+class WrittenBlock(Msg, array_like=True):
+    """A block a writer stored, as a commit names it: [id, size, crc, nodes, acks], acks the copies its primary
+    acknowledged as durable (the NameNode checks it against the bucket's write policy)."""
+    id: int
+    size: int
+    crc: int
+    nodes: tuple[int, ...]
+    acks: int = 1
+
+
+class Committed(Msg):
+    """What a commit made: the object's inode, ETag, time and version id (a versioned bucket)."""
+    ino: int
+    etag: str
+    mtime: int = field(name="mt")
+    version_id: str | None = field(default=None, name="vid")
+
+
+class PutObject(Request, tag="put_object"):
+    """Commit an object: `obj` has its attributes (content type, metadata, owner, ACL, size, ETag, checksum; the
+    NameNode sets inode, time and version id) and `blocks` its content; it replaces the key's current version
+    atomically, if the conditions hold."""
+    bucket: str
+    key: str
+    obj: ObjectRecord
+    blocks: tuple[WrittenBlock, ...] = ()
+    if_match: str | None = None
+    if_none_match: str | None = None
+    Reply = Committed
+
+
+class Located(Msg):
+    """An object's record and the addresses of its blocks' holders (str(node id) -> "host:port")."""
+    obj: ObjectRecord
+    addrs: dict[str, str]
+
+
+class Stat(Request, tag="stat"):
+    """The current version of a key, or version `version_id`; with `range` [lo, hi) (lo < 0: the last -lo bytes,
+    hi None: to the end) only the blocks holding those bytes."""
+    bucket: str
+    key: str
+    version_id: str | None = None
+    range: tuple[int, int | None] | None = None
+    Reply = Located
+
+
+class Deleted(Msg):
+    existed: bool
+    delete_marker: bool = field(default=False, name="dm")  # a delete marker was made or removed
+    version_id: str | None = field(default=None, name="vid")
+
+
+class DeleteObject(Request, tag="delete_object"):
+    """Delete a key or one version of it, if the conditions (ETag, last-modified second, size) hold."""
+    bucket: str
+    key: str
+    version_id: str | None = None
+    if_match: str | None = None
+    if_mtime: int | None = None
+    if_size: int | None = None
+    Reply = Deleted
+
+
+class ObjectSettings(Request, tag="object_settings"):
+    """Change an existing object's stored attributes without touching its data."""
+    bucket: str
+    key: str
+    acl: str | list[tuple[str, str]] | None = None
+    Reply = Done
+
+
+class ListEntry(Msg, array_like=True, tag="k"):
+    """A listed key: on the wire ["k", key, size, etag, mtime, owner, storage class]."""
+    key: str
+    size: int
+    etag: str
+    mtime: int
+    owner: str
+    storage_class: str
+
+
+class ListPrefix(Msg, array_like=True, tag="p"):
+    """A common prefix in a listing: ["p", prefix]."""
+    prefix: str
+
+
+class Listing(Msg):
+    items: list[ListEntry | ListPrefix]
+    truncated: bool
+
+
+class ListObjects(Request, tag="list_objects"):
+    """Keys and common prefixes in S3 order, after `after`."""
+    bucket: str
+    prefix: str = ""
+    delimiter: str = ""
+    after: str = ""
+    max_keys: int = 1000
+    Reply = Listing
+
+
+class VersionEntry(Msg, array_like=True, tag="v"):
+    """A listed version: ["v", key, version id, is latest, size, etag, mtime, owner, storage class, is a marker]."""
+    key: str
+    version_id: str
+    latest: bool
+    size: int
+    etag: str
+    mtime: int
+    owner: str
+    storage_class: str
+    delete_marker: bool
+
+
+class VersionListing(Msg):
+    items: list[VersionEntry | ListPrefix]
+    truncated: bool
+
+
+class ListVersions(Request, tag="list_versions"):
+    """Every version in S3 order (keys ascending, each key's newest first)."""
+    bucket: str
+    prefix: str = ""
+    delimiter: str = ""
+    key_marker: str = ""
+    vid_marker: str = ""
+    max_keys: int = 1000
+    Reply = VersionListing
+
+
 # (end of buckets and objects)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # NameNode protocol: multipart uploads (namenode/api/multipart.py).
 # ---------------------------------------------------------------------------------------------------------------------
+
+class UploadAttrs(Msg):
+    """The attributes a multipart upload's object gets, chosen when the upload starts."""
+    content_type: str | None = field(default=None, name="ctype")
+    meta: dict[str, str] = {}
+    headers: dict[str, str] = field(default_factory=dict, name="hdr")
+    owner: str = ""
+    acl: str | list[tuple[str, str]] | None = None
+    storage_class: str | None = field(default=None, name="sc")
+    checksum_algorithm: str | None = field(default=None, name="csa")
+    checksum_type: str | None = field(default=None, name="cst")  # COMPOSITE or FULL_OBJECT
+
+
+class UploadRecord(Msg):
+    """A multipart upload in progress."""
+    id: str = ""  # in listings
+    bucket: str = field(default="", name="b")
+    key: str = field(default="", name="k")
+    attrs: UploadAttrs = field(default_factory=UploadAttrs, name="a")
+    initiated: int = field(default=0, name="t")  # ns since the epoch
+
+
+class PartRecord(Msg):
+    """An uploaded part (its blocks stay on the NameNode)."""
+    number: int = field(default=0, name="n")
+    size: int = 0
+    etag: str = ""
+    mtime: int = field(default=0, name="mt")
+    checksum: dict[str, str] = field(default_factory=dict, name="cs")
+
+
+class UploadCreated(Msg):
+    upload_id: str
+
+
+class MpuCreate(Request, tag="mpu_create"):
+    bucket: str
+    key: str
+    attrs: UploadAttrs
+    Reply = UploadCreated
+
+
+class MpuGet(Request, tag="mpu_get"):
+    bucket: str
+    key: str
+    upload_id: str
+    Reply = UploadRecord
+
+
+class MpuPutPart(Request, tag="mpu_put_part"):
+    """Store part `number` (replacing any earlier upload of it): `part` has its size, ETag and checksums."""
+    bucket: str
+    key: str
+    upload_id: str
+    number: int
+    part: PartRecord
+    blocks: tuple[WrittenBlock, ...] = ()
+    Reply = Done
+
+
+class Parts(Msg):
+    upload: UploadRecord
+    parts: list[PartRecord]
+
+
+class MpuListParts(Request, tag="mpu_list_parts"):
+    bucket: str
+    key: str
+    upload_id: str
+    Reply = Parts
+
+
+class PartChoice(Msg):
+    """A part named in CompleteMultipartUpload."""
+    number: int = field(name="n")
+    etag: str = ""
+    checksum: dict[str, str] = field(default_factory=dict, name="cs")
+
+
+class Completed(Msg):
+    ino: int
+    etag: str
+    mtime: int = field(name="mt")
+    version_id: str | None = field(default=None, name="vid")
+    size: int = 0
+    checksum: dict[str, str] = field(default_factory=dict, name="cs")
+
+
+class MpuComplete(Request, tag="mpu_complete"):
+    """Make the upload's chosen parts the object, atomically; `checksum` is what the client expects of it ({alg:
+    value} and optionally "type")."""
+    bucket: str
+    key: str
+    upload_id: str
+    parts: list[PartChoice]
+    checksum: dict[str, str] = {}
+    if_match: str | None = None
+    if_none_match: str | None = None
+    Reply = Completed
+
+
+class MpuAbort(Request, tag="mpu_abort"):
+    bucket: str
+    key: str
+    upload_id: str
+    Reply = Done
+
+
+class Uploads(Msg):
+    uploads: list[UploadRecord]
+
+
+class MpuList(Request, tag="mpu_list"):
+    """A bucket's uploads in progress, by key then time."""
+    bucket: str
+    Reply = Uploads
 
 
 # (end of multipart)
@@ -92,6 +453,89 @@ class Has(Request, tag="has"):
 # ---------------------------------------------------------------------------------------------------------------------
 # NameNode protocol: blocks and GC (namenode/api/blocks.py).
 # ---------------------------------------------------------------------------------------------------------------------
+
+class Placed(Msg, array_like=True):
+    """An allocated block and the nodes to write it to: [id, nodes] (nodes[0] the primary)."""
+    id: int
+    nodes: tuple[int, ...]
+
+
+class Allocation(Msg):
+    block_size: int
+    blocks: list[Placed]
+    addrs: dict[str, str]  # str(node id) -> "host:port"
+    acks: int = 1  # copies the primary waits for (the bucket's write policy)
+
+
+class Allocate(Request, tag="allocate"):
+    """Allocate `count` blocks for bucket `bucket`, placed from stripe `seed` and index `index` (0: by block id)."""
+    bucket: str
+    count: int = 1
+    seed: int = 0
+    index: int = 0
+    Reply = Allocation
+
+
+class Abandon(Request, tag="abandon"):
+    """Allocated blocks that will never be committed."""
+    blocks: list[int]
+    Reply = Done
+
+
+class ReportShort(Request, tag="report_short"):
+    """Blocks a writer stored on fewer nodes than placed: [(block, replicas wanted), ...], topped up later."""
+    blocks: list[tuple[int, int]]
+    Reply = Done
+
+
+class GcPass(Msg):
+    expired: int
+    released: int
+
+
+class GcOnce(Request, tag="gc_once"):
+    """One garbage collection pass now: expire stale allocations, release freed blocks past their grace."""
+    Reply = GcPass
+
+
+class BlockStats(Msg):
+    """Garbage, pending allocations and the repair worker's counters."""
+    garbage: int
+    freed: int
+    pending: int
+    under_replicated: int = 0
+    lost: int = 0
+    waiting: dict[str, int] = {}
+    repairs_in_flight: int = 0
+    copy_orders: int = 0
+    queued: int = 0
+    dead_nodes: list[int] = []
+    short_blocks: int = 0
+    repaired: int = 0
+    read_repairs: int = 0
+    failed: int = 0
+    expired: int = 0
+    topped_up: int = 0
+    surplus_deleted: int = 0
+    gc_deleted: int = 0
+
+
+class Stats(Request, tag="stats"):
+    Reply = BlockStats
+
+
+class BlockIds(Msg):
+    blocks: list[int]
+
+
+class Pending(Request, tag="pending"):
+    """Blocks allocated and not yet committed or abandoned."""
+    Reply = BlockIds
+
+
+class Referenced(Request, tag="referenced"):
+    """Every block some object, version or part refers to."""
+    Reply = BlockIds
 
 
 # (end of blocks and GC)
@@ -106,6 +550,128 @@ class Has(Request, tag="has"):
 # ---------------------------------------------------------------------------------------------------------------------
 # NameNode protocol: access keys, jobs and operator calls (namenode/api/keys.py, jobs.py).
 # ---------------------------------------------------------------------------------------------------------------------
+
+class AccessKeyRecord(Msg):
+    """An access key made through the admin API (the secret is left out of listings)."""
+    access_key: str
+    secret_key: str = ""
+    owner_id: str = ""
+    name: str = ""
+    admin: bool = False
+    disabled: bool = False
+    buckets: dict[str, str] = {}  # bucket -> "read" | "write" | "owner"
+    created: int = 0
+
+
+class KeyCreate(Request, tag="key_create"):
+    access_key: str
+    secret_key: str
+    owner_id: str = ""
+    name: str = ""
+    admin: bool = False
+    buckets: dict[str, str] = {}
+    Reply = AccessKeyRecord
+
+
+class KeyGet(Request, tag="key_get"):
+    access_key: str
+    Reply = AccessKeyRecord
+
+
+class AccessKeys(Msg):
+    keys: list[AccessKeyRecord]
+
+
+class KeyList(Request, tag="key_list"):
+    Reply = AccessKeys
+
+
+class KeyUpdate(Request, tag="key_update"):
+    """Change some of a key's fields (left out: unchanged); its secret never changes."""
+    access_key: str
+    name: str | None = None
+    owner_id: str | None = None
+    admin: bool | None = None
+    disabled: bool | None = None
+    buckets: dict[str, str] | None = None
+    Reply = AccessKeyRecord
+
+
+class KeyDelete(Request, tag="key_delete"):
+    access_key: str
+    Reply = Done
+
+
+class JobInfo(Msg):
+    """A NameNode job (repair, decommission, gc, scrub, rebalance): what every kind has, and its own counters."""
+    id: str
+    kind: str
+    state: str
+    node: int | None = None
+    progress: float | None = None
+    detail: dict[str, Any] = {}  # done, total, started, and per kind (a scrub's parts, a rebalance's bytes moved...)
+
+
+class JobList(Msg):
+    jobs: list[JobInfo]
+
+
+class Jobs(Request, tag="jobs"):
+    Reply = JobList
+
+
+class JobStart(Request, tag="job_start"):
+    """Start a scrub (of every live DataNode, or of `node`) or a rebalance job (or get the one running)."""
+    kind: str
+    node: int | None = None
+    Reply = JobInfo
+
+
+class Decommission(Request, tag="decommission"):
+    """Drain DataNode `node`, then retire it."""
+    node: int
+    Reply = JobInfo
+
+
+class ReplicationLag(Msg):
+    queued: int = 0
+    oldest_s: float = 0.0
+    no_space: int = 0
+
+
+class JobProgress(Msg):
+    done: int
+    total: int
+    progress: float | None = None
+
+
+class NodeInfo(Msg):
+    """A DataNode as the operator sees it."""
+    id: int
+    uuid: str
+    host: str
+    rpc_port: int
+    http_port: int = 0
+    capacity: int = 0
+    used: int = 0
+    blocks: int = 0
+    last_seen: float = 0.0
+    extra: dict[str, Any] = {}
+    admin: str = ""
+    write_error: str = ""
+    alive: bool = False
+    heartbeat_age_s: float | None = None
+    state: str = ""
+    replication_lag: ReplicationLag = field(default_factory=ReplicationLag)
+    decommission: JobProgress | None = None
+
+
+class NodeList(Msg):
+    nodes: list[NodeInfo]
+
+
+class Nodes(Request, tag="nodes"):
+    Reply = NodeList
 
 
 # (end of keys and jobs)

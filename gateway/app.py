@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from epochfs.common.messages import BucketRecord, WrittenBlock
 from epochfs.common.metrics import CACHE_REQUESTS, mount_metrics
 
 from .admin.router import mount as mount_admin
@@ -42,7 +43,7 @@ class GatewayContext:
         self.keys = KeyRegistry(self.users, self.cluster)
         self.s3_verifier = SigV4Verifier(self.keys, max_skew_s=settings.max_skew_s)  # also used by the admin API
         self.metrics = S3Metrics(settings.access_log)
-        self._buckets: dict[str, tuple[float, dict]] = {}
+        self._buckets: dict[str, tuple[float, BucketRecord]] = {}
 
     def is_admin(self, user: User) -> bool:
         return user.admin or user.access_key in self._admins
@@ -50,7 +51,7 @@ class GatewayContext:
     def display_name(self, owner_id: str) -> str:
         return self._names.get(owner_id, owner_id)
 
-    async def bucket(self, name: str) -> dict:
+    async def bucket(self, name: str) -> BucketRecord:
         """Bucket record (owner, block size...), cached for a few seconds: it only changes by delete + create, and
         both go through forget_bucket on this gateway."""
         hit = self._buckets.get(name)
@@ -59,7 +60,7 @@ class GatewayContext:
             CACHE_REQUESTS.labels("buckets", "hit").inc()
             return hit[1]
         CACHE_REQUESTS.labels("buckets", "miss").inc()
-        info = await self.cluster.nn("bucket_info", bucket=name)
+        info = await self.cluster.namenode.bucket_info(name)
         self._buckets[name] = (now, info)
         return info
 
@@ -67,9 +68,9 @@ class GatewayContext:
         self._buckets.pop(name, None)
         self.cluster.forget_bucket(name)
 
-    async def abandon(self, blocks: list) -> None:
+    async def abandon(self, blocks: list[WrittenBlock]) -> None:
         """Give back the blocks of an upload that will not be committed."""
-        await self.cluster.abandon([b[0] for b in blocks if b])
+        await self.cluster.abandon([b.id for b in blocks if b])
 
 
 def _to_fastapi(scope, domain: str) -> bool:

@@ -8,8 +8,12 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 
+import msgspec
+
 from epochfs.common import defaults, errors
+from epochfs.common import messages as m
 from epochfs.common.blocks import crc32c
+from epochfs.common.clients import NameNodeClient
 from epochfs.common.config import parse_addr
 from epochfs.common.peers import Peers
 from epochfs.common.rpc import RpcClient
@@ -29,7 +33,8 @@ LEASE_TTL_S = 30.0
 class Cluster:
     def __init__(self, namenode: str, secret: str, *, rpc_timeout_s: float = 30.0, nn_retry_s: float = 10.0) -> None:
         host, port = parse_addr(namenode)
-        self._nn = RpcClient(host, port, secret, timeout=rpc_timeout_s)
+        self.namenode = NameNodeClient(RpcClient(host, port, secret, timeout=rpc_timeout_s), retry_s=nn_retry_s)
+        self._nn = self.namenode.rpc
         self.peers = Peers(secret, timeout=rpc_timeout_s)
         self.nn_retry_s = nn_retry_s
         self._block_size: dict[str, tuple[int, float]] = {}  # bucket -> (block size, when the NameNode said so)
@@ -42,11 +47,12 @@ class Cluster:
         ids = [lease[0] for pool in self._leases.values() for lease in pool]
         self._leases.clear()
         await self.abandon(ids)
-        await self._nn.close()
+        await self.namenode.close()
         await self.peers.close()
 
     async def nn(self, op: str, **args) -> dict:
-        """Call the NameNode; while it is unreachable (a restart), retry for nn_retry_s before giving up."""
+        """Transitional, for the ops not typed yet (the typed ones: self.namenode): call the NameNode; while it is
+        unreachable (a restart), retry for nn_retry_s before giving up."""
         deadline = time.monotonic() + self.nn_retry_s
         delay = 0.05
         while True:
@@ -70,14 +76,24 @@ class Cluster:
         (forget_bucket); one made through another gateway within LEASE_TTL_S, or at this one's next allocation."""
         hit = self._block_size.get(bucket)
         if hit is None or time.monotonic() - hit[1] > LEASE_TTL_S:
-            info = await self.nn("bucket_info", bucket=bucket)
-            hit = self._block_size[bucket] = (int(info.get("bs") or defaults.BLOCK_SIZE), time.monotonic())
+            info = await self.namenode.bucket_info(bucket)
+            hit = self._block_size[bucket] = (info.block_size or defaults.BLOCK_SIZE, time.monotonic())
         return hit[0]
 
-    def _told_block_size(self, bucket: str, res: dict) -> None:
+    def _told_block_size(self, bucket: str, res: m.Allocation) -> None:
         """Note the bucket's block size an allocate reply carries."""
-        if res.get("block_size"):
-            self._block_size[bucket] = (int(res["block_size"]), time.monotonic())
+        if res.block_size:
+            self._block_size[bucket] = (res.block_size, time.monotonic())
+
+    async def commit(self, bucket: str, call):
+        """Await a commit of new blocks (`call`: the NameNodeClient's put_object or mpu_put_part). NotEnoughReplicas
+        means blocks acknowledged by fewer copies than the bucket's write policy wants now (it changed since this
+        gateway leased them): the next upload allocates afresh."""
+        try:
+            return await call
+        except errors.NotEnoughReplicas:
+            self._drop_leases(bucket)
+            raise
 
     def forget_bucket(self, bucket: str) -> None:
         self._block_size.pop(bucket, None)
@@ -94,11 +110,11 @@ class Cluster:
         if not block_ids:
             return
         try:
-            await self.nn("abandon", blocks=block_ids)
+            await self.namenode.abandon(block_ids)
         except errors.DomainError:
             pass
 
-    async def _lease(self, bucket: str) -> tuple[int, list[int], dict, int]:
+    async def _lease(self, bucket: str) -> tuple[int, tuple[int, ...], dict, int]:
         """An allocated block (id, targets, addresses, replicas to wait for) for the first block of an upload."""
         pool = self._leases.setdefault(bucket, collections.deque())
         now = time.monotonic()
@@ -108,25 +124,25 @@ class Cluster:
         if stale:
             self._background(self.abandon(stale))
         if not pool:
-            res = await self.nn("allocate", bucket=bucket, count=LEASE_BATCH)
+            res = await self.namenode.allocate(bucket, count=LEASE_BATCH)
             self._told_block_size(bucket, res)
             t = time.monotonic()
-            pool.extend((bid, nodes, res["addrs"], t, res.get("acks", 1)) for bid, nodes in res["blocks"])
+            pool.extend((p.id, p.nodes, res.addrs, t, res.acks) for p in res.blocks)
         bid, nodes, addrs, _, acks = pool.popleft()
         return bid, nodes, addrs, acks
 
     # ------------------------------------------------------------------ writes
     async def write_stream(self, bucket: str, stream: AsyncIterator[bytes], update: Callable[[bytes], None],
-                           limit: int | None = None) -> tuple[list[list], int]:
+                           limit: int | None = None) -> tuple[list[m.WrittenBlock], int]:
         """Cut `stream` into blocks, feed each to `update` (the request's hashers) and store it on DataNodes.
 
-        Returns (block list for the NameNode's commit: [id, size, crc, nodes, copies acknowledged], total size).
+        Returns (the blocks for the NameNode's commit, with the copies acknowledged of each; total size).
         On any failure the blocks written so far are abandoned
         (deleted by the NameNode's GC orders) and the error propagates: nothing becomes visible.
         """
         bs = await self.block_size(bucket)
         seed = int.from_bytes(os.urandom(8), "big") >> 1  # placement stripes this upload's blocks from here
-        blocks: list[list | None] = []
+        blocks: list[m.WrittenBlock | None] = []
         allocated: list[int] = []
         inflight: list[asyncio.Task] = []
         last_hashed: asyncio.Event | None = None
@@ -150,7 +166,7 @@ class Cluster:
             bid, nodes, addrs, acks = await alloc
             allocated.append(bid)
             used = await self._put_block(bid, data, crc, nodes, addrs, acks)
-            blocks[slot] = [bid, len(data), crc, used, acks]  # acks: copies durable, which the commit checks
+            blocks[slot] = m.WrittenBlock(bid, len(data), crc, tuple(used), acks)  # the commit checks acks
 
         async def submit(data: bytes) -> None:
             nonlocal inflight, last_hashed
@@ -189,13 +205,13 @@ class Cluster:
             raise
         return blocks, size
 
-    async def _allocate(self, bucket: str, seed: int, index: int) -> tuple[int, list[int], dict, int]:
-        res = await self.nn("allocate", bucket=bucket, count=1, seed=seed, index=index)
+    async def _allocate(self, bucket: str, seed: int, index: int) -> tuple[int, tuple[int, ...], dict, int]:
+        res = await self.namenode.allocate(bucket, count=1, seed=seed, index=index)
         self._told_block_size(bucket, res)
-        (bid, nodes), = res["blocks"]
-        return bid, nodes, res["addrs"], res.get("acks", 1)
+        placed, = res.blocks
+        return placed.id, placed.nodes, res.addrs, res.acks
 
-    async def _put_block(self, bid: int, data: bytes, crc: int, nodes: list[int], addrs: dict,
+    async def _put_block(self, bid: int, data: bytes, crc: int, nodes, addrs: dict,
                          acks: int = 1) -> list[int]:
         """Write to the first reachable node of `nodes` as primary; it replicates to the others, and acknowledges
         once `acks` replicas (itself included) are durable: the bucket's write policy, async (1) or sync:N.
@@ -223,7 +239,7 @@ class Cluster:
         raise errors.Unavailable(f"no DataNode accepted block {bid}: {last}")
 
     # ------------------------------------------------------------------ reads
-    async def read_block(self, blk: list, addrs: dict, offset: int = 0, length: int = -1) -> bytes:
+    async def read_block(self, blk: m.BlockRef, addrs: dict, offset: int = 0, length: int = -1) -> bytes:
         """Read (part of) a block from the first replica that answers with data passing its CRC.
 
         Replicas that answered with a bad CRC or without the block are reported to the NameNode once another one
@@ -231,26 +247,26 @@ class Cluster:
         the NameNode's failure detection, and one failing otherwise (an internal error) is skipped too."""
         last: Exception | None = None
         bad: list[int] = []
-        for node in blk[3]:
+        for node in blk.nodes:
             addr = addrs.get(str(node))
             if addr is None:
                 continue
             try:
-                _, data = await self.peers.get(addr).call("get", block_id=blk[0], offset=offset, length=length)
+                _, data = await self.peers.get(addr).call("get", block_id=blk.id, offset=offset, length=length)
             except errors.DomainError as e:
                 last = e
-                log.warning("block %s on node %s: %s; trying another replica", blk[0], node, e)
+                log.warning("block %s on node %s: %s; trying another replica", blk.id, node, e)
                 if isinstance(e, (errors.CorruptBlock, errors.NoSuchBlock)):
                     bad.append(node)
                 continue
             for b in bad:
-                self._background(self._report_bad(blk[0], b, node))
+                self._background(self._report_bad(blk.id, b, node))
             return data
-        raise errors.Unavailable(f"no replica of block {blk[0]} could be read: {last}")
+        raise errors.Unavailable(f"no replica of block {blk.id} could be read: {last}")
 
     async def _report_short(self, block_id: int, wanted: int) -> None:
         try:
-            await self._nn.call("report_short", blocks=[[block_id, wanted]])
+            await self.namenode.report_short([(block_id, wanted)])
         except errors.DomainError as e:
             log.warning("could not report block %s as under-replicated: %s", block_id, e)
 
@@ -266,7 +282,7 @@ class Cluster:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
-    async def read_range(self, blocks: list[list], addrs: dict, start: int, end: int,
+    async def read_range(self, blocks: list[m.BlockRef], addrs: dict, start: int, end: int,
                          prefetch: int = 2) -> AsyncIterator[bytes]:
         """Yield bytes [start, end) of a file, fetching up to `prefetch` blocks ahead."""
         plan = plan_range(blocks, start, end)
@@ -287,7 +303,7 @@ class Cluster:
             for t in tasks:
                 t.cancel()
 
-    async def read_joined(self, blocks: list[list], addrs: dict, start: int, end: int):
+    async def read_joined(self, blocks: list[m.BlockRef], addrs: dict, start: int, end: int):
         """Bytes [start, end) of a file in one buffer, for an answer sent in one piece. A range over several blocks
         comes from one DataNode holding them all, in one get_many whose reply is already the pieces back to back:
         no second round trip and no 1 MiB join: ~0.15 ms less gateway CPU for a 1 MiB range across a block boundary
@@ -296,28 +312,29 @@ class Cluster:
         plan = plan_range(blocks, start, end)
         if len(plan) > 1:
             # the first holder of the first block that holds them all: its primary as a rule, as read_block reads
-            node = next((n for n in plan[0][0][3] if str(n) in addrs and all(n in b[3] for b, _, _ in plan[1:])),
-                        None)
+            node = next((n for n in plan[0][0].nodes if str(n) in addrs
+                         and all(n in b.nodes for b, _, _ in plan[1:])), None)
             if node is not None:
                 addr = addrs[str(node)]
                 try:
                     head, data = await self.peers.get(addr).call(
-                        "get_many", reads=[[blk[0], off, n] for blk, off, n in plan])
+                        "get_many", reads=[[blk.id, off, n] for blk, off, n in plan])
                     if min(head["lens"]) >= 0:
                         return data
                     # a copy there is bad or gone: read_range asks that node first, finds it so and has it repaired
-                    blocks = [[*b[:3], sorted(b[3], key=lambda x: x != node), *b[4:]] for b in blocks]
+                    blocks = [msgspec.structs.replace(b, nodes=tuple(sorted(b.nodes, key=lambda x: x != node)))
+                              for b in blocks]
                 except errors.Unavailable:
                     pass
         pieces = [p async for p in self.read_range(blocks, addrs, start, end)]
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
-def plan_range(blocks: list[list], start: int, end: int) -> list[tuple[list, int, int]]:
+def plan_range(blocks: list[m.BlockRef], start: int, end: int) -> list[tuple[m.BlockRef, int, int]]:
     """The (block, offset in it, length) pieces that hold bytes [start, end) of a file made of `blocks`."""
     out, pos = [], 0
     for blk in blocks:
-        bstart, bend = pos, pos + blk[1]
+        bstart, bend = pos, pos + blk.size
         pos = bend
         if bend > start and bstart < end:
             off = max(start - bstart, 0)

@@ -8,6 +8,7 @@ import re
 import time
 
 from epochfs.common import errors
+from epochfs.common.messages import AccessKeyRecord
 from epochfs.common.metrics import CACHE_REQUESTS
 
 from .s3.sigv4 import User
@@ -30,10 +31,10 @@ def access_key_of(headers: dict[str, str], query: dict[str, str]) -> str | None:
     return query.get("AWSAccessKeyId")
 
 
-def user_of(rec: dict) -> User:
-    ak = rec["access_key"]
-    return User(ak, rec["secret_key"], rec.get("owner_id") or hashlib.sha256(ak.encode()).hexdigest(),
-                rec.get("name") or ak, admin=bool(rec.get("admin")), buckets=dict(rec.get("buckets") or {}))
+def user_of(rec: AccessKeyRecord) -> User:
+    ak = rec.access_key
+    return User(ak, rec.secret_key, rec.owner_id or hashlib.sha256(ak.encode()).hexdigest(), rec.name or ak,
+                admin=rec.admin, buckets=dict(rec.buckets))
 
 
 class KeyRegistry:
@@ -63,8 +64,8 @@ class KeyRegistry:
             return
         CACHE_REQUESTS.labels("access_keys", "miss").inc()
         try:
-            rec = await self.cluster.nn("key_get", access_key=access_key)
-            user = None if rec.get("disabled") else user_of(rec)
+            rec = await self.cluster.namenode.key_get(access_key)
+            user = None if rec.disabled else user_of(rec)
         except errors.NotFound:
             user = None
         except errors.Unavailable:

@@ -104,29 +104,3 @@ class AccessKeys:
             if bucket in rec["buckets"]:
                 self.update(rec["access_key"], {"buckets": {b: p for b, p in rec["buckets"].items() if b != bucket}})
 
-
-def handlers(store: AccessKeys, meta) -> dict:
-    """The NameNode RPC ops for access keys and bucket usage (merged into namenode/api.py's table)."""
-    async def key_create(a, _):
-        return store.create(a["rec"])
-
-    async def key_get(a, _):
-        return store.get(a["access_key"])
-
-    async def key_list(a, _):
-        return {"keys": store.list()}
-
-    async def key_update(a, _):
-        return store.update(a["access_key"], a["fields"])
-
-    async def key_delete(a, _):
-        store.delete(a["access_key"])
-        return {}
-
-    async def bucket_usage(a, _):
-        """{"usage": {bucket: [bytes, objects]}} for one bucket or all."""
-        if a.get("bucket"):
-            return {"usage": {a["bucket"]: meta.usage(meta.bucket_ino(a["bucket"]))}}
-        return {"usage": meta.bucket_usage()}
-
-    return {f.__name__: f for f in (key_create, key_get, key_list, key_update, key_delete, bucket_usage)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 
 from epochfs.common import errors
+from epochfs.common.messages import BucketRecord, Unset
 
 from ..s3.bucket import validate_bucket_name
 from ..s3.errors import S3Error
@@ -13,28 +14,25 @@ from .common import BAD_BODY, CtxDep
 from .models import Bucket, BucketCreate, BucketPatch
 
 router = APIRouter(tags=["buckets"])
-# admin field -> bucket record field on the NameNode
-_FIELDS = {"block_size": "bs", "replication": "rf", "write_policy": "wp", "quota_bytes": "qb", "quota_objects": "qo"}
-_CLEARABLE = ("quota_bytes", "quota_objects")
+_CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
 
 
-def bucket_view(b: dict, usage: list[int]) -> Bucket:
-    return Bucket(name=b["name"], owner=b.get("owner", ""), created=int(b.get("created", 0)), bytes=usage[0],
-                  objects=usage[1], replication=int(b.get("rf") or 0), block_size=int(b.get("bs") or 0),
-                  write_policy=b.get("wp") or "async", quota_bytes=b.get("qb"), quota_objects=b.get("qo"),
-                  versioning=b.get("ver"))
+def bucket_view(b: BucketRecord, usage: tuple[int, int]) -> Bucket:
+    return Bucket(name=b.name, owner=b.owner, created=b.created, bytes=usage[0], objects=usage[1],
+                  replication=b.replication, block_size=b.block_size, write_policy=b.write_policy or "async",
+                  quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning)
 
 
 @router.get("/buckets", response_model=list[Bucket])
 async def list_buckets(_: AdminDep, ctx: CtxDep) -> list[Bucket]:
-    buckets = (await ctx.cluster.nn("bucket_list"))["buckets"]
-    usage = (await ctx.cluster.nn("bucket_usage"))["usage"]
-    return [bucket_view(b, usage.get(b["name"], [0, 0])) for b in buckets]
+    buckets = await ctx.cluster.namenode.bucket_list()
+    usage = await ctx.cluster.namenode.bucket_usage()
+    return [bucket_view(b, usage.get(b.name, (0, 0))) for b in buckets]
 
 
 async def _one(ctx, name: str) -> Bucket:
-    info = await ctx.cluster.nn("bucket_info", bucket=name)
-    usage = (await ctx.cluster.nn("bucket_usage", bucket=name))["usage"][name]
+    info = await ctx.cluster.namenode.bucket_info(name)
+    usage = (await ctx.cluster.namenode.bucket_usage(name))[name]
     return bucket_view(info, usage)
 
 
@@ -47,10 +45,10 @@ async def create_bucket(req: BucketCreate, user: AdminDep, ctx: CtxDep) -> Bucke
         validate_bucket_name(req.name)
     except S3Error as e:
         raise HTTPException(400, e.message) from None
-    settings = {k: v for k, v in (("block_size", req.block_size), ("replication", req.replication),
-                                  ("write_policy", req.write_policy)) if v is not None}
     try:
-        await ctx.cluster.nn("bucket_create", bucket=req.name, owner=req.owner_id or user.owner_id, **settings)
+        await ctx.cluster.namenode.bucket_create(req.name, owner=req.owner_id or user.owner_id,
+                                                 block_size=req.block_size, replication=req.replication,
+                                                 write_policy=req.write_policy)
     except errors.Conflict as e:  # BucketAlreadyOwnedByYou too: the settings asked for were not applied
         raise HTTPException(409, e.message) from None
     ctx.forget_bucket(req.name)
@@ -67,10 +65,9 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
     theirs), write policy or quotas. A quota set to null is removed."""
-    await ctx.cluster.nn("bucket_info", bucket=name)  # 404 before anything changes
-    fields = {_FIELDS[k]: v for k, v in patch.model_dump(exclude_unset=True).items()
-              if v is not None or k in _CLEARABLE}
-    if fields:
-        await ctx.cluster.nn("bucket_update", bucket=name, fields=fields)
+    changes = {k: Unset() if v is None else v for k, v in patch.model_dump(exclude_unset=True).items()
+               if v is not None or k in _CLEARABLE}
+    await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
+    if changes:
         ctx.forget_bucket(name)
     return await _one(ctx, name)

@@ -7,6 +7,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path
 
+from epochfs.common.messages import JobInfo, NodeInfo
+
 from .. import metrics
 from .auth import AdminDep
 from .common import BAD_BODY, CtxDep
@@ -17,36 +19,31 @@ NodeIdPath = Annotated[NodeId, Path()]
 _job_ids = itertools.count(1)
 
 
-def node_view(n: dict) -> Node:
-    state = n.get("state") or ("alive" if n.get("alive") else "dead")
-    lag = n.get("replication_lag", (n.get("extra") or {}).get("queued"))
-    no_space = int(lag.get("no_space", 0)) if isinstance(lag, dict) else 0
-    lag_s = lag.get("oldest_s") if isinstance(lag, dict) else None
-    if isinstance(lag, dict):
-        lag = lag.get("queued")
-    capacity, used = int(n.get("capacity", 0)), int(n.get("used", 0))
-    return Node(id=n["id"], address=f"{n['host']}:{n['rpc_port']}", http_port=int(n.get("http_port", 0)),
-                capacity=capacity, used=used, free=max(capacity - used, 0), blocks=int(n.get("blocks", 0)),
-                last_heartbeat_s=n.get("heartbeat_age_s"), state=state, write_error=n.get("write_error") or None,
-                replication_lag=None if lag is None else float(lag),
-                replication_lag_s=None if lag_s is None else float(lag_s), replication_refused=no_space)
+def node_view(n: NodeInfo) -> Node:
+    state = n.state or ("alive" if n.alive else "dead")
+    lag = n.replication_lag
+    return Node(id=n.id, address=f"{n.host}:{n.rpc_port}", http_port=n.http_port,
+                capacity=n.capacity, used=n.used, free=max(n.capacity - n.used, 0), blocks=n.blocks,
+                last_heartbeat_s=n.heartbeat_age_s, state=state, write_error=n.write_error or None,
+                replication_lag=float(lag.queued), replication_lag_s=float(lag.oldest_s),
+                replication_refused=lag.no_space)
 
 
 async def nodes_of(ctx) -> list[Node]:
-    return [node_view(n) for n in (await ctx.cluster.nn("nodes"))["nodes"]]
+    return [node_view(n) for n in await ctx.cluster.namenode.nodes()]
 
 
 @router.get("/summary", response_model=Summary)
 async def summary(_: AdminDep, ctx: CtxDep) -> Summary:
     nodes = await nodes_of(ctx)
-    stats = await ctx.cluster.nn("stats")
-    usage = (await ctx.cluster.nn("bucket_usage"))["usage"]
+    stats = await ctx.cluster.namenode.stats()
+    usage = await ctx.cluster.namenode.bucket_usage()
     states: dict[str, int] = {}
     for n in nodes:
         states[n.state] = states.get(n.state, 0) + 1
     live = [n for n in nodes if n.state in ("alive", "decommissioning", "read-only")]
-    under, lost = int(stats.get("under_replicated", 0)), int(stats.get("lost", 0))
-    waiting = {k: int(v) for k, v in (stats.get("waiting") or {}).items() if v}
+    under, lost = stats.under_replicated, stats.lost
+    waiting = {k: v for k, v in stats.waiting.items() if v}
     refused = sum(n.replication_refused for n in live)
     if refused:
         waiting["no_space"] = waiting.get("no_space", 0) + refused
@@ -55,7 +52,7 @@ async def summary(_: AdminDep, ctx: CtxDep) -> Summary:
     capacity, used = sum(n.capacity for n in live), sum(n.used for n in live)
     return Summary(health=health, capacity=capacity, used=used, free=max(capacity - used, 0), buckets=len(usage),
                    objects=sum(u[1] for u in usage.values()), bytes=sum(u[0] for u in usage.values()), nodes=states,
-                   under_replicated=under, lost=lost, repairs_in_flight=int(stats.get("repairs_in_flight", 0)),
+                   under_replicated=under, lost=lost, repairs_in_flight=stats.repairs_in_flight,
                    waiting_for_copies=sum(waiting.values()), waiting_reasons=waiting,
                    replication_queued=int(sum(n.replication_lag or 0 for n in live)),
                    gateway=Throughput(**metrics.totals()))
@@ -77,8 +74,7 @@ async def get_node(node_id: NodeIdPath, _: AdminDep, ctx: CtxDep) -> Node:
 async def _decommission(ctx, node_id: int) -> Job:
     if not any(n.id == node_id for n in await nodes_of(ctx)):
         raise HTTPException(404, f"no DataNode {node_id}")
-    res = await ctx.cluster.nn("decommission", node=node_id)
-    return job_view({"kind": "decommission", "node": node_id, "state": "running", **res})
+    return job_view(await ctx.cluster.namenode.decommission(node_id))
 
 
 @router.post("/nodes/{node_id}/decommission", response_model=Job, status_code=202,
@@ -88,12 +84,8 @@ async def decommission(node_id: NodeIdPath, _: AdminDep, ctx: CtxDep) -> Job:
     return await _decommission(ctx, node_id)
 
 
-def job_view(j: dict) -> Job:
-    known = {"id", "kind", "state", "progress", "node"}
-    prog = j.get("progress")
-    return Job(id=str(j.get("id") or f"nn-{j.get('kind', 'job')}-{j.get('node', '')}"), kind=str(j.get("kind", "?")),
-               state=str(j.get("state", "running")), progress=None if prog is None else float(prog),
-               node=j.get("node"), detail={k: v for k, v in j.items() if k not in known})
+def job_view(j: JobInfo) -> Job:
+    return Job(id=j.id, kind=j.kind, state=j.state, progress=j.progress, node=j.node, detail=j.detail)
 
 
 class GatewayJobs:
@@ -113,7 +105,7 @@ _gw_jobs = GatewayJobs()
 
 @router.get("/jobs", response_model=list[Job])
 async def list_jobs(_: AdminDep, ctx: CtxDep) -> list[Job]:
-    nn_jobs = [job_view(j) for j in (await ctx.cluster.nn("jobs"))["jobs"]]
+    nn_jobs = [job_view(j) for j in await ctx.cluster.namenode.jobs()]
     return nn_jobs + list(_gw_jobs.done)
 
 
@@ -126,13 +118,12 @@ async def start_job(req: JobCreate, _: AdminDep, ctx: CtxDep) -> Job:
     rebalance while one runs returns the running one."""
     if req.kind == "gc":
         t = time.time()
-        res = await ctx.cluster.nn("gc_once")
-        stats = await ctx.cluster.nn("stats")
+        res = await ctx.cluster.namenode.gc_once()
+        stats = await ctx.cluster.namenode.stats()
         return _gw_jobs.add(Job(id=f"gc-{next(_job_ids)}", kind="gc", state="done", progress=1.0,
-                                detail={"expired_allocations": res.get("expired", 0),
-                                        "garbage_blocks_left": stats.get("garbage", 0),
-                                        "freed_blocks_in_grace": stats.get("freed", 0), "started": t}))
+                                detail={"expired_allocations": res.expired, "garbage_blocks_left": stats.garbage,
+                                        "freed_blocks_in_grace": stats.freed, "started": t}))
     if req.kind == "decommission":
         return await _decommission(ctx, req.node)
     node = getattr(req, "node", None)  # a scrub's (the schema gives a rebalance none)
-    return job_view(await ctx.cluster.nn("job_start", kind=req.kind, **({} if node is None else {"node": node})))
+    return job_view(await ctx.cluster.namenode.job_start(req.kind, node))

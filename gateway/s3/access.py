@@ -16,6 +16,7 @@ ACLs are off: they grant nothing, and requests that set one fail with AccessCont
 from __future__ import annotations
 
 from epochfs.common import errors
+from epochfs.common.messages import BucketRecord, ObjectRecord
 
 from . import xml
 from .errors import S3Error, access_denied, not_implemented
@@ -36,8 +37,8 @@ _GRANT_HEADERS = {"x-amz-grant-read": "READ", "x-amz-grant-write": "WRITE", "x-a
 OWNERSHIP = ("BucketOwnerEnforced", "BucketOwnerPreferred", "ObjectWriter")
 
 
-def acls_disabled(info: dict) -> bool:
-    return info.get("own") == "BucketOwnerEnforced"
+def acls_disabled(info: BucketRecord) -> bool:
+    return info.ownership == "BucketOwnerEnforced"
 
 
 def acl_not_supported() -> S3Error:
@@ -53,20 +54,20 @@ def check_ownership(own: str, bucket_acl) -> None:
                       "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting", 400)
 
 
-def new_object_acl(req, info: dict) -> tuple[str, object]:
+def new_object_acl(req, info: BucketRecord) -> tuple[str, object]:
     """(owner, ACL) of an object the request writes into bucket `info`, by the bucket's object ownership."""
     if acls_disabled(info):
         if req.headers.get("x-amz-acl", "bucket-owner-full-control") != "bucket-owner-full-control" \
                 or any(h in req.headers for h in _GRANT_HEADERS):
             raise acl_not_supported()
-        return info.get("owner", ""), "private"
+        return info.owner, "private"
     acl = canned_acl(req)
-    if info.get("own") == "BucketOwnerPreferred" and req.headers.get("x-amz-acl") == "bucket-owner-full-control":
-        return info.get("owner", ""), acl
+    if info.ownership == "BucketOwnerPreferred" and req.headers.get("x-amz-acl") == "bucket-owner-full-control":
+        return info.owner, acl
     return req.user.owner_id, acl
 
 
-def _acl(info: dict, acl):
+def _acl(info: BucketRecord, acl):
     """What an ACL stored in bucket `info` grants: nothing while the bucket's ACLs are off."""
     return None if acls_disabled(info) else acl
 
@@ -132,18 +133,18 @@ def key_allows(user: User, bucket: str, perm: str) -> bool:
     return user.buckets is not None and _RANK.get(user.buckets.get(bucket, ""), 0) >= _RANK[perm]
 
 
-def is_owner(ctx, req, info: dict) -> bool:
-    return req.auth is not None and (info.get("owner") == req.user.owner_id or ctx.is_admin(req.user)
-                                     or key_allows(req.user, info.get("name", ""), "owner"))
+def is_owner(ctx, req, info: BucketRecord) -> bool:
+    return req.auth is not None and (info.owner == req.user.owner_id or ctx.is_admin(req.user)
+                                     or key_allows(req.user, info.name, "owner"))
 
 
-def may_list(ctx, req, info: dict) -> bool:
+def may_list(ctx, req, info: BucketRecord) -> bool:
     """May the caller list the bucket (and so learn which keys exist)?"""
-    return is_owner(ctx, req, info) or (req.auth is not None and key_allows(req.user, info.get("name", ""), "read")) \
-        or grants(_acl(info, info.get("acl")), "read", req)
+    return is_owner(ctx, req, info) or (req.auth is not None and key_allows(req.user, info.name, "read")) \
+        or grants(_acl(info, info.acl), "read", req)
 
 
-async def bucket_access(ctx, req, perm: str | None = None) -> dict:
+async def bucket_access(ctx, req, perm: str | None = None) -> BucketRecord:
     """The bucket's record, if the caller owns it or its ACL grants `perm`; AccessDenied otherwise.
 
     perm=None: owner only. "read": list the bucket. "write": put/delete objects. "object": the decision is the
@@ -151,21 +152,21 @@ async def bucket_access(ctx, req, perm: str | None = None) -> dict:
     info = await ctx.bucket(req.bucket)
     if is_owner(ctx, req, info):
         return info
-    if perm == "object" or (perm is not None and grants(_acl(info, info.get("acl")), perm, req)):
+    if perm == "object" or (perm is not None and grants(_acl(info, info.acl), perm, req)):
         return info
     if perm is not None and req.auth is not None and key_allows(req.user, req.bucket, perm):
         return info
     raise access_denied()
 
 
-def check_object_read(ctx, req, info: dict, obj: dict | None) -> None:
-    if is_owner(ctx, req, info) or (req.auth is not None and key_allows(req.user, info.get("name", ""), "read")):
+def check_object_read(ctx, req, info: BucketRecord, obj: ObjectRecord | None) -> None:
+    if is_owner(ctx, req, info) or (req.auth is not None and key_allows(req.user, info.name, "read")):
         return
     if obj is None:  # missing key: say so only to those who may list the bucket
-        if grants(_acl(info, info.get("acl")), "read", req):
+        if grants(_acl(info, info.acl), "read", req):
             raise errors.NoSuchKey("The specified key does not exist.")
         raise access_denied()
-    if not grants(_acl(info, obj.get("acl")), "read", req):
+    if not grants(_acl(info, obj.acl), "read", req):
         raise access_denied()
 
 

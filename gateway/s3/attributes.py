@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from epochfs.common import errors
+from epochfs.common.messages import ObjectRecord
 
 from . import args, xml
 from .access import bucket_access, check_object_read
@@ -33,9 +34,9 @@ def _checksum_xml(cs: dict) -> str:
     return "".join(f"<Checksum{a.upper()}>{xml.esc(v)}</Checksum{a.upper()}>" for a, v in cs.items() if a != "type")
 
 
-def _parts_xml(obj: dict, max_parts: int, marker: int) -> str:
+def _parts_xml(obj: ObjectRecord, max_parts: int, marker: int) -> str:
     """The ObjectParts element, one page of it (x-amz-max-parts after x-amz-part-number-marker)."""
-    sizes = obj["ps"]
+    sizes = obj.part_sizes
     numbers = range(marker + 1, len(sizes) + 1)
     page, truncated = numbers[:max_parts], len(numbers) > max_parts
     items = "".join(f"<Part><PartNumber>{n}</PartNumber><Size>{sizes[n - 1]}</Size>"
@@ -56,25 +57,24 @@ async def get_object_attributes(ctx, req):
     if vid not in (None, "", "null"):
         raise S3Error("NoSuchVersion", "The specified version does not exist.", 404)
     try:
-        res = await ctx.cluster.nn("stat", bucket=req.bucket, key=req.key)
+        obj = (await ctx.cluster.namenode.stat(req.bucket, req.key)).obj
     except errors.NoSuchKey:
         check_object_read(ctx, req, info, None)
         raise
-    obj = res["obj"]
     check_object_read(ctx, req, info, obj)
     out = []
     if "ETag" in wanted:
-        etag = obj.get("etag", "").strip('"')
+        etag = obj.etag.strip('"')
         out.append(f"<ETag>{xml.esc(etag)}</ETag>")
-    cs = obj.get("cs") or {}
+    cs = obj.checksum
     if "Checksum" in wanted and cs:
         out.append(f"<Checksum>{_checksum_xml(cs)}<ChecksumType>{cs.get('type', 'FULL_OBJECT')}</ChecksumType>"
                    f"</Checksum>")
-    if "ObjectParts" in wanted and obj.get("ps"):
+    if "ObjectParts" in wanted and obj.part_sizes:
         out.append(_parts_xml(obj, max_parts, marker))
     if "StorageClass" in wanted:
-        out.append(f"<StorageClass>{obj.get('sc') or 'STANDARD'}</StorageClass>")
+        out.append(f"<StorageClass>{obj.storage_class or 'STANDARD'}</StorageClass>")
     if "ObjectSize" in wanted:
-        out.append(f"<ObjectSize>{obj.get('size', 0)}</ObjectSize>")
-    headers = [("content-type", "application/xml"), ("last-modified", xml.http_date(obj.get("mt", 0)))]
+        out.append(f"<ObjectSize>{obj.size}</ObjectSize>")
+    headers = [("content-type", "application/xml"), ("last-modified", xml.http_date(obj.mtime))]
     return Response(200, headers, xml.doc("GetObjectAttributesResponse", "".join(out)))

@@ -24,8 +24,10 @@ import asyncio
 import dataclasses
 import struct
 
+import msgspec
 import orjson
 from epochfs.common import errors, readtoken
+from epochfs.common.messages import ObjectRecord
 from epochfs.common.blocks import pick_replica
 
 from ..cluster import plan_range
@@ -113,14 +115,14 @@ async def _stat_items(ctx, req, items: list[_Item]) -> dict:
                 if isinstance(e, errors.NoSuchKey):
                     check_object_read(ctx, req, info, None)  # AccessDenied for those who may not list
                 raise e
+            obj = msgspec.convert(obj, ObjectRecord)
             check_object_read(ctx, req, info, obj)
         except (S3Error, errors.DomainError) as e:
             it.fail(e)
             continue
-        s, e = _slice(obj.get("size", 0), it.start, it.end)
-        it.meta = {"len": e - s, "size": obj.get("size", 0), "etag": obj.get("etag", "").strip('"'),
-                   "mt": obj.get("mt", 0)}
-        it.pieces = plan_range(obj.get("blk", []), s, e)
+        s, e = _slice(obj.size, it.start, it.end)
+        it.meta = {"len": e - s, "size": obj.size, "etag": obj.etag.strip('"'), "mt": obj.mtime}
+        it.pieces = plan_range(obj.blocks, s, e)
     return res["addrs"]
 
 
@@ -143,12 +145,12 @@ async def _fetch(ctx, items: list[_Item], addrs: dict, first: bool) -> None:
     by_node: dict[str, list[tuple[_Item, int]]] = {}
     for it in items:
         for j, (blk, off, n) in enumerate(it.pieces):
-            by_node.setdefault(pick_replica(blk[0], blk[3], addrs) or "", []).append((it, j))
+            by_node.setdefault(pick_replica(blk.id, blk.nodes, addrs) or "", []).append((it, j))
 
     async def node_reads(addr: str, refs: list[tuple[_Item, int]]) -> None:
         if not addr:
             return
-        reads = [[it.pieces[j][0][0], it.pieces[j][1], it.pieces[j][2]] for it, j in refs]
+        reads = [[it.pieces[j][0].id, it.pieces[j][1], it.pieces[j][2]] for it, j in refs]
         try:
             head, payload = await ctx.cluster.peers.get(addr).call("get_many", reads=reads)
         except errors.DomainError:
@@ -217,7 +219,7 @@ async def batch_locate(ctx, req):
     addrs = await _stat_items(ctx, req, items)
     for it in items:
         if "len" in it.meta:
-            it.meta["p"] = [[blk[0], off, n, blk[3]] for blk, off, n in it.pieces]
+            it.meta["p"] = [[blk.id, off, n, blk.nodes] for blk, off, n in it.pieces]
     grant = readtoken.issue(ctx.settings.cluster_secret, (p[0] for it in items for p in it.meta.get("p", ())))
     body = orjson.dumps({"items": [it.meta for it in items], "addrs": addrs, "grant": grant})
     return Response(200, [("content-type", "application/json")], body)

@@ -6,6 +6,7 @@ import ipaddress
 import re
 
 from epochfs.common import defaults, errors
+from epochfs.common.messages import BucketRecord, Unset
 
 from . import args, xml
 from .body import read_all
@@ -32,27 +33,27 @@ def validate_bucket_name(name: str) -> None:
         raise S3Error("InvalidBucketName", "The specified bucket is not valid.", 400, BucketName=name)
 
 
-async def bucket_owned(ctx, req) -> dict:
+async def bucket_owned(ctx, req) -> BucketRecord:
     """The bucket's record, after checking the caller owns it (or is an admin)."""
     return await bucket_access(ctx, req)
 
 
 async def list_buckets(ctx, req):
-    res = await ctx.cluster.nn("bucket_list") if req.auth is not None else {"buckets": []}
-    mine = [b for b in res["buckets"] if b.get("owner") == req.user.owner_id or key_allows(req.user, b["name"], "read")]
+    buckets = await ctx.cluster.namenode.bucket_list() if req.auth is not None else []
+    mine = [b for b in buckets if b.owner == req.user.owner_id or key_allows(req.user, b.name, "read")]
     prefix = req.query.get("prefix")
     if prefix:
-        mine = [b for b in mine if b["name"].startswith(prefix)]
+        mine = [b for b in mine if b.name.startswith(prefix)]
     start = req.query.get("continuation-token", "")
-    mine = [b for b in mine if b["name"] > start]
+    mine = [b for b in mine if b.name > start]
     max_buckets = args.int_arg(req.query.get("max-buckets"), "max-buckets", 10000, 1, 10000,
                                "max-buckets must be an integer between 1 and 10000")
     page, more = mine[:max_buckets], len(mine) > max_buckets
-    items = "".join(f"<Bucket><Name>{xml.esc(b['name'])}</Name><CreationDate>{xml.iso8601(b['created'])}"
+    items = "".join(f"<Bucket><Name>{xml.esc(b.name)}</Name><CreationDate>{xml.iso8601(b.created)}"
                     f"</CreationDate><BucketRegion>{ctx.settings.region}</BucketRegion></Bucket>" for b in page)
     extra = ""
     if more:
-        extra += f"<ContinuationToken>{xml.esc(page[-1]['name'])}</ContinuationToken>"
+        extra += f"<ContinuationToken>{xml.esc(page[-1].name)}</ContinuationToken>"
     if prefix:
         extra += f"<Prefix>{xml.esc(prefix)}</Prefix>"
     body = xml.doc("ListAllMyBucketsResult",
@@ -78,9 +79,9 @@ async def create_bucket(ctx, req):
     if bs is not None:
         bs = defaults.parse_block_size(bs)  # InvalidInput: 400 InvalidArgument, nothing created
     try:
-        await ctx.cluster.nn("bucket_create", bucket=req.bucket, owner=req.user.owner_id, acl=acl, loc=loc,
-                             **({"write_policy": policy.strip()} if policy else {}), **({"own": own} if own else {}),
-                             **({"block_size": bs} if bs else {}))
+        await ctx.cluster.namenode.bucket_create(req.bucket, owner=req.user.owner_id, acl=acl, location=loc,
+                                                 write_policy=policy.strip() if policy else None, ownership=own or None,
+                                                 block_size=bs)
     except errors.BucketAlreadyOwnedByYou:
         if ctx.settings.region == "us-east-1":
             return Response(200, [("location", f"/{req.bucket}")])  # us-east-1 answers 200 to a repeat create
@@ -91,7 +92,7 @@ async def create_bucket(ctx, req):
 
 async def delete_bucket(ctx, req):
     await bucket_owned(ctx, req)
-    await ctx.cluster.nn("bucket_delete", bucket=req.bucket)
+    await ctx.cluster.namenode.bucket_delete(req.bucket)
     ctx.forget_bucket(req.bucket)
     return Response(204)
 
@@ -103,14 +104,14 @@ async def head_bucket(ctx, req):
 
 async def get_location(ctx, req):
     info = await bucket_owned(ctx, req)
-    region = info.get("loc") or ("" if ctx.settings.region == "us-east-1" else ctx.settings.region)
+    region = info.location or ("" if ctx.settings.region == "us-east-1" else ctx.settings.region)
     return Response(200, [("content-type", "application/xml")],
                     f'{xml.HEAD}<LocationConstraint xmlns="{xml.NS}">{region}</LocationConstraint>'.encode())
 
 
 async def get_versioning(ctx, req):
     info = await bucket_owned(ctx, req)
-    status = f"<Status>{info['ver']}</Status>" if info.get("ver") else ""
+    status = f"<Status>{info.versioning}</Status>" if info.versioning else ""
     return Response(200, [("content-type", "application/xml")], xml.doc("VersioningConfiguration", status))
 
 
@@ -121,16 +122,16 @@ async def put_versioning(ctx, req):
     if root.tag != "VersioningConfiguration" or status not in ("Enabled", "Suspended", None):
         raise malformed_xml()
     if status is not None:
-        await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"ver": status})
+        await ctx.cluster.namenode.bucket_settings(req.bucket, versioning=status)
         ctx.forget_bucket(req.bucket)
     return Response(200)
 
 
 async def get_acl(ctx, req):
     info = await bucket_owned(ctx, req)
-    owner = info.get("owner", "")
+    owner = info.owner
     return Response(200, [("content-type", "application/xml")],
-                    acl_xml(info.get("acl"), owner, ctx.display_name(owner), ctx.display_name))
+                    acl_xml(info.acl, owner, ctx.display_name(owner), ctx.display_name))
 
 
 async def put_acl(ctx, req):
@@ -138,19 +139,19 @@ async def put_acl(ctx, req):
     if acls_disabled(info):
         raise acl_not_supported()
     body = await read_all(req.receive, 1 << 20)
-    acl = acl_from_xml(body, info.get("owner", "")) if body.strip() else canned_acl(req)
-    await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"acl": acl})
+    acl = acl_from_xml(body, info.owner) if body.strip() else canned_acl(req)
+    await ctx.cluster.namenode.bucket_settings(req.bucket, acl=acl)
     ctx.forget_bucket(req.bucket)
     return Response(200)
 
 
 async def get_ownership(ctx, req):
     info = await bucket_owned(ctx, req)
-    if not info.get("own"):
+    if not info.ownership:
         raise S3Error("OwnershipControlsNotFoundError", "The bucket ownership controls were not found", 404,
                       BucketName=req.bucket)
     return Response(200, [("content-type", "application/xml")],
-                    xml.doc("OwnershipControls", f"<Rule><ObjectOwnership>{info['own']}</ObjectOwnership></Rule>"))
+                    xml.doc("OwnershipControls", f"<Rule><ObjectOwnership>{info.ownership}</ObjectOwnership></Rule>"))
 
 
 async def put_ownership(ctx, req):
@@ -159,14 +160,14 @@ async def put_ownership(ctx, req):
     rules = [r.findtext("ObjectOwnership") for r in root.iter("Rule")]
     if root.tag != "OwnershipControls" or len(rules) != 1 or rules[0] not in OWNERSHIP:
         raise malformed_xml()
-    check_ownership(rules[0], info.get("acl"))
-    await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"own": rules[0]})
+    check_ownership(rules[0], info.acl)
+    await ctx.cluster.namenode.bucket_settings(req.bucket, ownership=rules[0])
     ctx.forget_bucket(req.bucket)
     return Response(200)
 
 
 async def delete_ownership(ctx, req):
     await bucket_owned(ctx, req)
-    await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"own": None})
+    await ctx.cluster.namenode.bucket_settings(req.bucket, ownership=Unset())
     ctx.forget_bucket(req.bucket)
     return Response(204)

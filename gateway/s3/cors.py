@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import fnmatch
 
+from epochfs.common.messages import CorsRule, Unset
+
 from . import args, xml
 from .body import read_all
 from .bucket import bucket_owned
@@ -12,7 +14,7 @@ from .http import Response
 METHODS = ("GET", "PUT", "POST", "DELETE", "HEAD")
 
 
-def parse_cors(body: bytes) -> list[dict]:
+def parse_cors(body: bytes) -> list[CorsRule]:
     root = xml.parse(body)
     if root.tag != "CORSConfiguration":
         raise malformed_xml()
@@ -39,22 +41,22 @@ def parse_cors(body: bytes) -> list[dict]:
         for o in rule["origins"]:
             if o.count("*") > 1:
                 raise S3Error("InvalidRequest", f'AllowedOrigin "{o}" can not have more than one wildcard.', 400)
-        rules.append(rule)
+        rules.append(CorsRule(**rule))
     if not rules or len(rules) > 100:
         raise malformed_xml()
     return rules
 
 
-def cors_xml(rules: list[dict]) -> bytes:
+def cors_xml(rules: list[CorsRule]) -> bytes:
     out = []
     for r in rules:
-        parts = [f"<ID>{xml.esc(r['id'])}</ID>"] if "id" in r else []
-        parts += [f"<AllowedOrigin>{xml.esc(o)}</AllowedOrigin>" for o in r["origins"]]
-        parts += [f"<AllowedMethod>{m}</AllowedMethod>" for m in r["methods"]]
-        parts += [f"<AllowedHeader>{xml.esc(h)}</AllowedHeader>" for h in r["headers"]]
-        parts += [f"<ExposeHeader>{xml.esc(h)}</ExposeHeader>" for h in r["expose"]]
-        if "max_age" in r:
-            parts.append(f"<MaxAgeSeconds>{r['max_age']}</MaxAgeSeconds>")
+        parts = [f"<ID>{xml.esc(r.id)}</ID>"] if r.id is not None else []
+        parts += [f"<AllowedOrigin>{xml.esc(o)}</AllowedOrigin>" for o in r.origins]
+        parts += [f"<AllowedMethod>{m}</AllowedMethod>" for m in r.methods]
+        parts += [f"<AllowedHeader>{xml.esc(h)}</AllowedHeader>" for h in r.headers]
+        parts += [f"<ExposeHeader>{xml.esc(h)}</ExposeHeader>" for h in r.expose]
+        if r.max_age is not None:
+            parts.append(f"<MaxAgeSeconds>{r.max_age}</MaxAgeSeconds>")
         out.append(f"<CORSRule>{''.join(parts)}</CORSRule>")
     return xml.doc("CORSConfiguration", "".join(out))
 
@@ -63,49 +65,49 @@ def _match(pattern: str, value: str) -> bool:
     return fnmatch.fnmatchcase(value.lower(), pattern.lower().replace("[", "[[]"))
 
 
-def find_rule(rules: list[dict], origin: str, method: str, req_headers: list[str]) -> dict | None:
+def find_rule(rules: list[CorsRule], origin: str, method: str, req_headers: list[str]) -> CorsRule | None:
     for r in rules:
-        if method not in r["methods"] or not any(_match(o, origin) for o in r["origins"]):
+        if method not in r.methods or not any(_match(o, origin) for o in r.origins):
             continue
-        if all(any(_match(p, h) for p in r["headers"]) for h in req_headers):
+        if all(any(_match(p, h) for p in r.headers) for h in req_headers):
             return r
     return None
 
 
-def cors_headers(rule: dict, origin: str, method: str, req_headers: list[str] | None) -> list[tuple[str, str]]:
-    allow_origin = "*" if "*" in rule["origins"] else origin
-    h = [("access-control-allow-origin", allow_origin), ("access-control-allow-methods", ", ".join(rule["methods"])),
+def cors_headers(rule: CorsRule, origin: str, method: str, req_headers: list[str] | None) -> list[tuple[str, str]]:
+    allow_origin = "*" if "*" in rule.origins else origin
+    h = [("access-control-allow-origin", allow_origin), ("access-control-allow-methods", ", ".join(rule.methods)),
          ("vary", "Origin, Access-Control-Request-Headers, Access-Control-Request-Method")]
     if allow_origin != "*":
         h.append(("access-control-allow-credentials", "true"))
     if req_headers:
         h.append(("access-control-allow-headers", ", ".join(req_headers)))
-    if rule["expose"]:
-        h.append(("access-control-expose-headers", ", ".join(rule["expose"])))
-    if "max_age" in rule:
-        h.append(("access-control-max-age", str(rule["max_age"])))
+    if rule.expose:
+        h.append(("access-control-expose-headers", ", ".join(rule.expose)))
+    if rule.max_age is not None:
+        h.append(("access-control-max-age", str(rule.max_age)))
     return h
 
 
 async def put_cors(ctx, req):
     await bucket_owned(ctx, req)
     rules = parse_cors(await read_all(req.receive, 64 << 10))
-    await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"cors": rules})
+    await ctx.cluster.namenode.bucket_settings(req.bucket, cors=rules)
     ctx.forget_bucket(req.bucket)
     return Response(200)
 
 
 async def get_cors(ctx, req):
     info = await bucket_owned(ctx, req)
-    if not info.get("cors"):
+    if not info.cors:
         raise S3Error("NoSuchCORSConfiguration", "The CORS configuration does not exist", 404,
                       BucketName=req.bucket)
-    return Response(200, [("content-type", "application/xml")], cors_xml(info["cors"]))
+    return Response(200, [("content-type", "application/xml")], cors_xml(info.cors))
 
 
 async def delete_cors(ctx, req):
     await bucket_owned(ctx, req)
-    await ctx.cluster.nn("bucket_update", bucket=req.bucket, fields={"cors": None})
+    await ctx.cluster.namenode.bucket_settings(req.bucket, cors=Unset())
     ctx.forget_bucket(req.bucket)
     return Response(204)
 
@@ -122,7 +124,7 @@ async def preflight(ctx, req):
         raise S3Error("AccessForbidden", "CORSResponse: Bucket not found", 403)
     info = await ctx.bucket(req.bucket)
     asked = [h.strip().lower() for h in req.headers.get("access-control-request-headers", "").split(",") if h.strip()]
-    rule = find_rule(info.get("cors") or [], origin, method, asked)
+    rule = find_rule(info.cors or [], origin, method, asked)
     if rule is None:
         raise S3Error("AccessForbidden", "CORSResponse: This CORS request is not allowed. This is usually because "
                       "the evalution of Origin, request method / Access-Control-Request-Method or "
@@ -140,5 +142,5 @@ async def actual_request_headers(ctx, req) -> list[tuple[str, str]]:
         info = await ctx.bucket(req.bucket)
     except Exception:
         return []
-    rule = find_rule(info.get("cors") or [], origin, req.method, [])
+    rule = find_rule(info.cors or [], origin, req.method, [])
     return cors_headers(rule, origin, req.method, None) if rule else []

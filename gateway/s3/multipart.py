@@ -6,6 +6,7 @@ import hashlib
 import time
 
 from epochfs.common.checksums import ALGORITHMS, multipart_types
+from epochfs.common.messages import PartChoice, PartRecord, UploadAttrs
 
 from . import args, quota, xml
 from .access import bucket_access
@@ -35,31 +36,31 @@ def _checksum_choice(req) -> tuple[str | None, str | None]:
 async def create(ctx, req):
     info = await bucket_access(ctx, req, "write")
     check_key(req.key)
-    attrs = object_attrs(req, info)
+    obj = object_attrs(req, info)
     alg, ctype = _checksum_choice(req)
-    if alg:
-        attrs["csa"], attrs["cst"] = alg, ctype
-    res = await ctx.cluster.nn("mpu_create", bucket=req.bucket, key=req.key, attrs=attrs)
+    attrs = UploadAttrs(content_type=obj.content_type, meta=obj.meta, headers=obj.headers, owner=obj.owner,
+                        acl=obj.acl, storage_class=obj.storage_class, checksum_algorithm=alg, checksum_type=ctype)
+    upload_id = await ctx.cluster.namenode.mpu_create(req.bucket, req.key, attrs)
     headers = [("content-type", "application/xml")]
     if alg:
         headers += [("x-amz-checksum-algorithm", alg.upper()), ("x-amz-checksum-type", ctype)]
     body = xml.doc("InitiateMultipartUploadResult", f"<Bucket>{xml.esc(req.bucket)}</Bucket><Key>{xml.esc(req.key)}"
-                                                    f"</Key><UploadId>{res['upload_id']}</UploadId>")
+                                                    f"</Key><UploadId>{upload_id}</UploadId>")
     return Response(200, headers, body)
 
 
 async def upload_part(ctx, req):
     await quota.precheck(ctx, req, await bucket_access(ctx, req, "write"), replaces_key=False)
     n = args.part_number(req.query["partNumber"])
-    up = await ctx.cluster.nn("mpu_get", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
-    check = BodyCheck(req.headers, req.auth, keep_alg=up["a"].get("csa"))
+    up = await ctx.cluster.namenode.mpu_get(req.bucket, req.key, req.query["uploadId"])
+    check = BodyCheck(req.headers, req.auth, keep_alg=up.attrs.checksum_algorithm)
     stream, dec = body_stream(req.receive, req.headers, req.auth)
     blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update)
     try:
         check.verify(dec.trailers if dec else None)
-        part = {"size": size, "etag": check.etag, "blk": blocks, "cs": check.checksums()}
-        await ctx.cluster.nn("mpu_put_part", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"],
-                             number=n, part=part)
+        part = PartRecord(size=size, etag=check.etag, checksum=check.checksums())
+        await ctx.cluster.commit(req.bucket, ctx.cluster.namenode.mpu_put_part(
+            req.bucket, req.key, req.query["uploadId"], n, part, blocks))
     except BaseException:
         await ctx.abandon(blocks)
         raise
@@ -72,14 +73,14 @@ async def upload_part(ctx, req):
 async def upload_part_copy(ctx, req):
     await bucket_access(ctx, req, "write")
     n = args.part_number(req.query["partNumber"])
-    up = await ctx.cluster.nn("mpu_get", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
+    up = await ctx.cluster.namenode.mpu_get(req.bucket, req.key, req.query["uploadId"])
     _, _, stream, _ = await read_copy_source(ctx, req, req.headers.get("x-amz-copy-source-range"))
-    check = BodyCheck({}, None, keep_alg=up["a"].get("csa"))
+    check = BodyCheck({}, None, keep_alg=up.attrs.checksum_algorithm)
     blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update)
     try:
-        part = {"size": size, "etag": check.etag, "blk": blocks, "cs": check.checksums()}
-        await ctx.cluster.nn("mpu_put_part", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"],
-                             number=n, part=part)
+        part = PartRecord(size=size, etag=check.etag, checksum=check.checksums())
+        await ctx.cluster.commit(req.bucket, ctx.cluster.namenode.mpu_put_part(
+            req.bucket, req.key, req.query["uploadId"], n, part, blocks))
     except BaseException:
         await ctx.abandon(blocks)
         raise
@@ -101,29 +102,30 @@ async def complete(ctx, req):
             raise malformed_xml()
         n = args.part_number(pn)
         cs = {a: p.findtext(f"Checksum{a.upper()}") for a in ALGORITHMS if p.findtext(f"Checksum{a.upper()}")}
-        parts.append({"n": n, "etag": (p.findtext("ETag") or "").strip(), "cs": cs})
+        parts.append(PartChoice(number=n, etag=(p.findtext("ETag") or "").strip(), checksum=cs))
     if not parts:
         raise malformed_xml()
     expected = {a: req.headers[f"x-amz-checksum-{a}"] for a in ALGORITHMS if f"x-amz-checksum-{a}" in req.headers}
     if "x-amz-checksum-type" in req.headers:
         expected["type"] = req.headers["x-amz-checksum-type"].upper()
-    res = await ctx.cluster.nn("mpu_complete", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"],
-                               parts=parts, checksum=expected, if_match=req.headers.get("if-match"),
-                               if_none_match=req.headers.get("if-none-match"))
-    cs = res.get("cs") or {}
+    res = await ctx.cluster.namenode.mpu_complete(req.bucket, req.key, req.query["uploadId"], parts,
+                                                  checksum=expected, if_match=req.headers.get("if-match"),
+                                                  if_none_match=req.headers.get("if-none-match"))
+    cs = res.checksum
     cs_xml = "".join(f"<Checksum{a.upper()}>{xml.esc(v)}</Checksum{a.upper()}>" for a, v in cs.items() if a != "type")
     if cs:
         cs_xml += f"<ChecksumType>{cs['type']}</ChecksumType>"
     body = xml.doc("CompleteMultipartUploadResult",
                    f"<Location>/{xml.esc(req.bucket)}/{xml.esc(req.key)}</Location><Bucket>{xml.esc(req.bucket)}"
-                   f"</Bucket><Key>{xml.esc(req.key)}</Key><ETag>{xml.esc(res['etag'])}</ETag>{cs_xml}")
-    headers = [("content-type", "application/xml")] + ([("x-amz-version-id", res["vid"])] if res.get("vid") else [])
+                   f"</Bucket><Key>{xml.esc(req.key)}</Key><ETag>{xml.esc(res.etag)}</ETag>{cs_xml}")
+    headers = [("content-type", "application/xml")] + ([("x-amz-version-id", res.version_id)] if res.version_id
+                                                       else [])
     return Response(200, headers, body)
 
 
 async def abort(ctx, req):
     await bucket_access(ctx, req, "write")
-    await ctx.cluster.nn("mpu_abort", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
+    await ctx.cluster.namenode.mpu_abort(req.bucket, req.key, req.query["uploadId"])
     return Response(204)
 
 
@@ -135,21 +137,21 @@ async def list_parts(ctx, req):
     await bucket_access(ctx, req, "write")
     max_parts = _int_arg(req, "max-parts", 1000, 1000)
     marker = _int_arg(req, "part-number-marker", 0, 10000)
-    res = await ctx.cluster.nn("mpu_list_parts", bucket=req.bucket, key=req.key, upload_id=req.query["uploadId"])
-    parts = [p for p in res["parts"] if p["n"] > marker]
+    res = await ctx.cluster.namenode.mpu_list_parts(req.bucket, req.key, req.query["uploadId"])
+    parts = [p for p in res.parts if p.number > marker]
     page, truncated = parts[:max_parts], len(parts) > max_parts
-    owner = res["upload"]["a"].get("owner", req.user.owner_id)
+    owner = res.upload.attrs.owner or req.user.owner_id
     items = []
     for p in page:
-        cs = "".join(f"<Checksum{a.upper()}>{v}</Checksum{a.upper()}>" for a, v in (p.get("cs") or {}).items())
-        items.append(f"<Part><PartNumber>{p['n']}</PartNumber><LastModified>{xml.iso8601(p['mt'])}</LastModified>"
-                     f"<ETag>{xml.esc(p['etag'])}</ETag><Size>{p['size']}</Size>{cs}</Part>")
-    nxt = page[-1]["n"] if page else 0
+        cs = "".join(f"<Checksum{a.upper()}>{v}</Checksum{a.upper()}>" for a, v in p.checksum.items())
+        items.append(f"<Part><PartNumber>{p.number}</PartNumber><LastModified>{xml.iso8601(p.mtime)}</LastModified>"
+                     f"<ETag>{xml.esc(p.etag)}</ETag><Size>{p.size}</Size>{cs}</Part>")
+    nxt = page[-1].number if page else 0
     o = xml.owner(owner, ctx.display_name(owner))
     body = xml.doc("ListPartsResult",
                    f"<Bucket>{xml.esc(req.bucket)}</Bucket><Key>{xml.esc(req.key)}</Key>"
                    f"<UploadId>{xml.esc(req.query['uploadId'])}</UploadId><Initiator>{o[7:-8]}</Initiator>{o}"
-                   f"<StorageClass>{res['upload']['a'].get('sc', 'STANDARD')}</StorageClass>"
+                   f"<StorageClass>{res.upload.attrs.storage_class or 'STANDARD'}</StorageClass>"
                    f"<PartNumberMarker>{marker}</PartNumberMarker><NextPartNumberMarker>{nxt}</NextPartNumberMarker>"
                    f"<MaxParts>{max_parts}</MaxParts><IsTruncated>{str(truncated).lower()}</IsTruncated>"
                    f"{''.join(items)}")
@@ -163,15 +165,15 @@ async def list_uploads(ctx, req):
     key_marker, id_marker = q.get("key-marker", ""), q.get("upload-id-marker", "")
     max_uploads = _int_arg(req, "max-uploads", 1000, 1000)
     url = q.get("encoding-type") == "url"
-    res = await ctx.cluster.nn("mpu_list", bucket=req.bucket)
+    uploads = await ctx.cluster.namenode.mpu_list(req.bucket)
     items, prefixes, truncated = [], [], False
     seen_prefixes = set()
     last_key, last_id = "", ""
-    for u in res["uploads"]:
-        k = u["k"]
+    for u in uploads:
+        k = u.key
         if not k.startswith(prefix):
             continue
-        if key_marker and (k < key_marker or (k == key_marker and (not id_marker or u["id"] <= id_marker))):
+        if key_marker and (k < key_marker or (k == key_marker and (not id_marker or u.id <= id_marker))):
             continue
         if delimiter:
             i = k.find(delimiter, len(prefix))
@@ -188,14 +190,14 @@ async def list_uploads(ctx, req):
             truncated = True
             break
         items.append(u)
-        last_key, last_id = k, u["id"]
+        last_key, last_id = k, u.id
     parts = []
     for u in items:
-        owner = u["a"].get("owner", "")
+        owner = u.attrs.owner
         o = xml.owner(owner, ctx.display_name(owner))
-        parts.append(f"<Upload><Key>{xml.enc_key(u['k'], url)}</Key><UploadId>{u['id']}</UploadId>"
-                     f"<Initiator>{o[7:-8]}</Initiator>{o}<StorageClass>{u['a'].get('sc', 'STANDARD')}"
-                     f"</StorageClass><Initiated>{xml.iso8601(u['t'])}</Initiated></Upload>")
+        parts.append(f"<Upload><Key>{xml.enc_key(u.key, url)}</Key><UploadId>{u.id}</UploadId>"
+                     f"<Initiator>{o[7:-8]}</Initiator>{o}<StorageClass>{u.attrs.storage_class or 'STANDARD'}"
+                     f"</StorageClass><Initiated>{xml.iso8601(u.initiated)}</Initiated></Upload>")
     cps = "".join(f"<CommonPrefixes><Prefix>{xml.enc_key(p, url)}</Prefix></CommonPrefixes>" for p in prefixes)
     body = xml.doc("ListMultipartUploadsResult",
                    f"<Bucket>{xml.esc(req.bucket)}</Bucket><KeyMarker>{xml.enc_key(key_marker, url)}</KeyMarker>"

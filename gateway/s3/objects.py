@@ -9,8 +9,11 @@ import time
 from email.utils import parsedate_to_datetime
 from urllib.parse import unquote
 
+import msgspec
+
 from epochfs.common import errors
 from epochfs.common.checksums import ALGORITHMS
+from epochfs.common.messages import BucketRecord, ObjectRecord
 from epochfs.common.paths import split_key
 
 from . import args, quota, xml
@@ -37,8 +40,8 @@ def check_key(key: str) -> None:
                       MaxSizeAllowed=1024) from None
 
 
-def object_attrs(req, info: dict) -> dict:
-    """Stored attributes of a new object in bucket `info`, from the request headers."""
+def object_attrs(req, info: BucketRecord) -> ObjectRecord:
+    """Stored attributes of a new object in bucket `info`, from the request headers (no content yet)."""
     h = req.headers
     meta = {k[11:]: args.header_value(v, k) for k, v in h.items() if k.startswith("x-amz-meta-")}
     if not all(_TOKEN.fullmatch(k) for k in meta):  # a POST form's field names need not be header names
@@ -57,32 +60,28 @@ def object_attrs(req, info: dict) -> dict:
         raise S3Error("InvalidStorageClass", "The storage class you specified is not valid", 400)
     owner, acl = new_object_acl(req, info)
     ctype = args.header_value(h.get("content-type", "binary/octet-stream"), "content-type")
-    attrs = {"ctype": ctype, "meta": meta, "hdr": hdr, "owner": owner}
-    if acl != "private":
-        attrs["acl"] = acl
-    if sc != "STANDARD":
-        attrs["sc"] = sc
-    return attrs
+    return ObjectRecord(content_type=ctype, meta=meta, headers=hdr, owner=owner,
+                        acl=None if acl == "private" else acl, storage_class=None if sc == "STANDARD" else sc)
 
 
-def object_headers(obj: dict, req, *, with_checksum: bool | None = None) -> list[tuple[str, str]]:
+def object_headers(obj: ObjectRecord, req, *, with_checksum: bool | None = None) -> list[tuple[str, str]]:
     """An object's response headers. Its checksum is there if the request asks (x-amz-checksum-mode: ENABLED) unless
     with_checksum=False (a byte range); a partNumber read gets that part's own checksum instead."""
-    h = [("etag", obj.get("etag", "")), ("last-modified", xml.http_date(obj.get("mt", 0))),
-         ("content-type", obj.get("ctype", "binary/octet-stream")), ("accept-ranges", "bytes")]
-    for k, v in (obj.get("hdr") or {}).items():
+    h = [("etag", obj.etag), ("last-modified", xml.http_date(obj.mtime)),
+         ("content-type", obj.content_type or "binary/octet-stream"), ("accept-ranges", "bytes")]
+    for k, v in obj.headers.items():
         h.append((k, v))
-    for k, v in (obj.get("meta") or {}).items():
+    for k, v in obj.meta.items():
         h.append((f"x-amz-meta-{k}", v))
-    if obj.get("sc"):
-        h.append(("x-amz-storage-class", obj["sc"]))
-    if obj.get("ps") and "partNumber" in req.query:
-        h.append(("x-amz-mp-parts-count", str(len(obj["ps"]))))
+    if obj.storage_class:
+        h.append(("x-amz-storage-class", obj.storage_class))
+    if obj.part_sizes and "partNumber" in req.query:
+        h.append(("x-amz-mp-parts-count", str(len(obj.part_sizes))))
     asked = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
     if "partNumber" in req.query:
         cs = part_checksum(obj, args.part_number(req.query["partNumber"])) if asked else {}
     else:
-        cs = (obj.get("cs") or {}) if (asked if with_checksum is None else with_checksum) else {}
+        cs = obj.checksum if (asked if with_checksum is None else with_checksum) else {}
     for alg, v in cs.items():
         if alg != "type":
             h.append((f"x-amz-checksum-{alg}", v))
@@ -91,13 +90,13 @@ def object_headers(obj: dict, req, *, with_checksum: bool | None = None) -> list
     return h
 
 
-def part_checksum(obj: dict, n: int) -> dict:
+def part_checksum(obj: ObjectRecord, n: int) -> dict:
     """The checksum of part n of an object ({alg: value, "type": the object's checksum type}), {} if it has none.
     An object that wasn't uploaded in parts is its own part 1."""
-    cs = obj.get("cs") or {}
-    if not obj.get("ps"):
+    cs = obj.checksum
+    if not obj.part_sizes:
         return cs if n == 1 else {}
-    pcs = obj.get("pcs") or []
+    pcs = obj.part_checksums
     alg = next((a for a in cs if a != "type"), None)
     if alg is None or not 1 <= n <= len(pcs):
         return {}
@@ -116,10 +115,10 @@ def _etag_matches(etag: str, header: str) -> bool:
     return any(x.strip().strip('"') in (e, "*") for x in header.split(","))
 
 
-def check_read_conditions(obj: dict, h: dict, prefix: str = "if-", copy: bool = False) -> None:
+def check_read_conditions(obj: ObjectRecord, h: dict, prefix: str = "if-", copy: bool = False) -> None:
     """RFC 7232 as S3 applies it: If-Match beats If-Unmodified-Since, If-None-Match beats If-Modified-Since."""
-    etag = obj.get("etag", "")
-    mtime = obj.get("mt", 0) // 1_000_000_000
+    etag = obj.etag
+    mtime = obj.mtime // 1_000_000_000
     im, inm = h.get(prefix + "match"), h.get(prefix + "none-match")
     ims, ius = h.get(prefix + "modified-since"), h.get(prefix + "unmodified-since")
     if im is None and inm is None and ims is None and ius is None:
@@ -128,7 +127,7 @@ def check_read_conditions(obj: dict, h: dict, prefix: str = "if-", copy: bool = 
                                  f"{'If-Match' if im is not None else 'If-Unmodified-Since'}")
     not_modified = S3Error("NotModified", "Not Modified", 304)
     if not copy:
-        not_modified.headers = [("etag", etag), ("last-modified", xml.http_date(obj.get("mt", 0)))]
+        not_modified.headers = [("etag", etag), ("last-modified", xml.http_date(obj.mtime))]
     if im is not None:
         if not _etag_matches(etag, im):
             raise failed
@@ -186,16 +185,16 @@ def parse_range(spec: str, size: int) -> tuple[int, int] | None:
     return first, size if last is None else min(last + 1, size)
 
 
-def stat_range(spec: str) -> list | None:
+def stat_range(spec: str) -> tuple[int, int | None] | None:
     """The NameNode stat's `range` for a Range header ([lo, hi), lo < 0: a suffix, hi None: to the end; see
-    namenode/api.only_range), None to stat the whole object (a header that will be ignored or refused)."""
+    namenode/api/objects.only_range), None to stat the whole object (a header that will be ignored or refused)."""
     r = range_spec(spec)
     if r is None:
         return None
     first, last = r
     if first is None:
-        return [-last, None] if last > 0 else None
-    return [first, None if last is None else last + 1]
+        return (-last, None) if last > 0 else None
+    return first, None if last is None else last + 1
 
 
 def _invalid_range(size: int) -> S3Error:
@@ -205,17 +204,16 @@ def _invalid_range(size: int) -> S3Error:
 
 
 async def _stat(ctx, bucket: str, key: str, version_id: str | None = None,
-                rng: list | None = None) -> tuple[dict, dict]:
+                rng: tuple[int, int | None] | None = None) -> tuple[ObjectRecord, dict]:
     """The object's record and its blocks' holders; with `rng` (stat_range) only the blocks of that range."""
-    res = await ctx.cluster.nn("stat", bucket=bucket, key=key, version_id=version_id,
-                               **({"range": rng} if rng is not None else {}))
-    return res["obj"], res["addrs"]
+    res = await ctx.cluster.namenode.stat(bucket, key, version_id, rng)
+    return res.obj, res.addrs
 
 
-def version_headers(res: dict) -> list[tuple[str, str]]:
+def version_headers(version_id: str | None, delete_marker: bool = False) -> list[tuple[str, str]]:
     """x-amz-version-id (and x-amz-delete-marker) for a versioned bucket's answer."""
-    h = [("x-amz-version-id", res["vid"])] if res.get("vid") else []
-    if res.get("dm"):
+    h = [("x-amz-version-id", version_id)] if version_id else []
+    if delete_marker:
         h.append(("x-amz-delete-marker", "true"))
     return h
 
@@ -234,28 +232,28 @@ async def put_object(ctx, req):
                                                   limit=ctx.settings.max_object_size)
     try:
         check.verify(dec.trailers if dec else None)
-        obj = {**attrs, "size": size, "etag": check.etag, "blk": blocks}
         cs = check.checksums()
-        if cs:
-            obj["cs"] = {**cs, "type": "FULL_OBJECT"}
-        res = await ctx.cluster.nn("put_object", bucket=req.bucket, key=req.key, obj=obj,
-                                   if_match=req.headers.get("if-match"), if_none_match=req.headers.get("if-none-match"))
+        obj = msgspec.structs.replace(attrs, size=size, etag=check.etag,
+                                      checksum={**cs, "type": "FULL_OBJECT"} if cs else {})
+        res = await ctx.cluster.commit(req.bucket, ctx.cluster.namenode.put_object(
+            req.bucket, req.key, obj, blocks, if_match=req.headers.get("if-match"),
+            if_none_match=req.headers.get("if-none-match")))
     except BaseException:
         await ctx.abandon(blocks)
         raise
-    headers = [("etag", res["etag"])] + version_headers(res)
+    headers = [("etag", res.etag)] + version_headers(res.version_id)
     for alg, v in check.checksums().items():
         headers.append((f"x-amz-checksum-{alg}", v))
         headers.append(("x-amz-checksum-type", "FULL_OBJECT"))
     return Response(200, headers)
 
 
-def _part_range(obj: dict, req) -> tuple[int, int] | None:
+def _part_range(obj: ObjectRecord, req) -> tuple[int, int] | None:
     pn = req.query.get("partNumber")
     if pn is None:
         return None
     n = args.part_number(pn)
-    sizes = obj.get("ps") or [obj.get("size", 0)]
+    sizes = obj.part_sizes or [obj.size]
     if n > len(sizes):
         raise S3Error("InvalidPart", "The requested partnumber is not satisfiable", 400)
     start = sum(sizes[: n - 1])
@@ -274,12 +272,13 @@ async def get_object(ctx, req, head: bool = False):
         raise
     check_object_read(ctx, req, info, obj)
     check_read_conditions(obj, req.headers)
-    size = obj.get("size", 0)
+    size = obj.size
     rng = _part_range(obj, req)
     whole = rng is None and "range" not in req.headers
     if rng is None and "range" in req.headers:
         rng = parse_range(req.headers["range"], size)
-    headers = object_headers(obj, req, with_checksum=None if whole else False) + version_headers(obj)
+    headers = object_headers(obj, req, with_checksum=None if whole else False) + \
+        version_headers(obj.version_id, obj.delete_marker)
     for q, hname in (("response-content-type", "content-type"), ("response-content-language", "content-language"),
                      ("response-expires", "expires"), ("response-cache-control", "cache-control"),
                      ("response-content-disposition", "content-disposition"),
@@ -295,7 +294,7 @@ async def get_object(ctx, req, head: bool = False):
     n = end - start
     if head or n == 0:
         return Response(status, headers, b"", length=n)
-    blocks, boff = obj.get("blk", []), obj.get("boff", 0)  # a ranged stat's blocks start at boff
+    blocks, boff = obj.blocks, obj.block_offset  # a ranged stat's blocks start at boff
     if n <= (4 << 20):  # small enough to answer in one piece, whatever the bucket's block size
         return Response(status, headers, await ctx.cluster.read_joined(blocks, addrs, start - boff, end - boff))
     return Response(status, headers, ctx.cluster.read_range(blocks, addrs, start - boff, end - boff), length=n)
@@ -335,9 +334,8 @@ async def delete_object(ctx, req):
     h = req.headers
     cond = _delete_conditions(h.get("if-match"), h.get("x-amz-if-match-last-modified-time"),
                               h.get("x-amz-if-match-size"), http_date=True)
-    res = await ctx.cluster.nn("delete_object", bucket=req.bucket, key=req.key,
-                               version_id=req.query.get("versionId"), **cond)
-    return Response(204, version_headers(res))
+    res = await ctx.cluster.namenode.delete_object(req.bucket, req.key, req.query.get("versionId"), **cond)
+    return Response(204, version_headers(res.version_id, res.delete_marker))
 
 
 async def delete_objects(ctx, req):
@@ -368,13 +366,13 @@ async def delete_objects(ctx, req):
             check_key(key)
             cond = _delete_conditions(o.findtext("ETag"), o.findtext("LastModifiedTime"), o.findtext("Size"),
                                       http_date=False)
-            res = await ctx.cluster.nn("delete_object", bucket=req.bucket, key=key, version_id=vid, **cond)
+            res = await ctx.cluster.namenode.delete_object(req.bucket, key, vid, **cond)
             if not quiet:
                 v = f"<VersionId>{xml.esc(vid)}</VersionId>" if vid else ""
-                if res.get("dm"):
+                if res.delete_marker:
                     v += "<DeleteMarker>true</DeleteMarker>"
-                    if vid is None and res.get("vid"):
-                        v += f"<DeleteMarkerVersionId>{xml.esc(res['vid'])}</DeleteMarkerVersionId>"
+                    if vid is None and res.version_id:
+                        v += f"<DeleteMarkerVersionId>{xml.esc(res.version_id)}</DeleteMarkerVersionId>"
                 out.append(f"<Deleted><Key>{xml.esc(key)}</Key>{v}</Deleted>")
         except (S3Error, errors.DomainError) as e:
             from .errors import from_domain
@@ -417,7 +415,7 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
     else:
         obj, addrs = await _stat(ctx, sb, sk, copy_source_version(req))
     check_read_conditions(obj, req.headers, prefix="x-amz-copy-source-if-", copy=True)
-    size = obj.get("size", 0)
+    size = obj.size
     start, end = 0, size
     if rng_header is not None:
         m = _COPY_RANGE.fullmatch(rng_header.strip())
@@ -427,7 +425,7 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
         start, end = args.digits(m[1], canonical=False), args.digits(m[2], canonical=False) + 1
         if start >= size or end > size or end <= start:
             raise S3Error("InvalidRange", "The requested range is not satisfiable", 416)
-    return (sb, sk), obj, ctx.cluster.read_range(obj.get("blk", []), addrs, start, end), end - start
+    return (sb, sk), obj, ctx.cluster.read_range(obj.blocks, addrs, start, end), end - start
 
 
 async def copy_object(ctx, req):
@@ -440,19 +438,19 @@ async def copy_object(ctx, req):
     if directive == "REPLACE":
         attrs = object_attrs(req, info)
     else:
-        attrs = {k: src[k] for k in ("ctype", "meta", "xa", "hdr", "sc") if k in src}
-        attrs["owner"], acl = new_object_acl(req, info)
-        if acl != "private":
-            attrs["acl"] = acl
+        owner, acl = new_object_acl(req, info)
+        sc = src.storage_class
         if "x-amz-storage-class" in req.headers:
-            attrs["sc"] = object_attrs(req, info).get("sc", "STANDARD")
+            sc = object_attrs(req, info).storage_class or "STANDARD"
+        attrs = ObjectRecord(content_type=src.content_type, meta=src.meta, xattrs=src.xattrs, headers=src.headers,
+                             storage_class=sc, owner=owner, acl=None if acl == "private" else acl)
     if (sb, sk) == (req.bucket, req.key) and directive == "COPY" and "x-amz-storage-class" not in req.headers:
         raise invalid_request("This copy request is illegal because it is trying to copy an object to itself "
                               "without changing the object's metadata, storage class, website redirect location or "
                               "encryption attributes.")
     md5 = hashlib.md5()
     alg = req.headers.get("x-amz-checksum-algorithm", "").lower() or \
-        next((a for a in (src.get("cs") or {}) if a != "type"), None)
+        next((a for a in src.checksum if a != "type"), None)
     check = BodyCheck({"x-amz-sdk-checksum-algorithm": alg} if alg else {}, None)
 
     def update(data):
@@ -461,18 +459,19 @@ async def copy_object(ctx, req):
 
     blocks, size = await ctx.cluster.write_stream(req.bucket, stream, update)
     try:
-        obj = {**attrs, "size": size, "etag": f'"{md5.hexdigest()}"', "blk": blocks}
-        if check.checksums():
-            obj["cs"] = {**check.checksums(), "type": "FULL_OBJECT"}
-        res = await ctx.cluster.nn("put_object", bucket=req.bucket, key=req.key, obj=obj,
-                                   if_match=req.headers.get("if-match"), if_none_match=req.headers.get("if-none-match"))
+        cs = check.checksums()
+        obj = msgspec.structs.replace(attrs, size=size, etag=f'"{md5.hexdigest()}"',
+                                      checksum={**cs, "type": "FULL_OBJECT"} if cs else {})
+        res = await ctx.cluster.commit(req.bucket, ctx.cluster.namenode.put_object(
+            req.bucket, req.key, obj, blocks, if_match=req.headers.get("if-match"),
+            if_none_match=req.headers.get("if-none-match")))
     except BaseException:
         await ctx.abandon(blocks)
         raise
     cs = "".join(f"<Checksum{a.upper()}>{v}</Checksum{a.upper()}>" for a, v in check.checksums().items())
-    body = xml.doc("CopyObjectResult", f"<LastModified>{xml.iso8601(res['mt'])}</LastModified>"
-                                       f"<ETag>{xml.esc(res['etag'])}</ETag>{cs}")
-    headers = [("content-type", "application/xml")] + version_headers(res)
+    body = xml.doc("CopyObjectResult", f"<LastModified>{xml.iso8601(res.mtime)}</LastModified>"
+                                       f"<ETag>{xml.esc(res.etag)}</ETag>{cs}")
+    headers = [("content-type", "application/xml")] + version_headers(res.version_id)
     if copy_source_version(req):
         headers.append(("x-amz-copy-source-version-id", copy_source_version(req)))
     return Response(200, headers, body)
@@ -482,9 +481,9 @@ async def get_acl(ctx, req):
     info = await bucket_owned(ctx, req)
     obj, _ = await _stat(ctx, req.bucket, req.key)
     if acls_disabled(info):  # the bucket owner owns every object, with no other grants
-        owner, acl = info.get("owner", ""), None
+        owner, acl = info.owner, None
     else:
-        owner, acl = obj.get("owner") or req.user.owner_id, obj.get("acl")
+        owner, acl = obj.owner or req.user.owner_id, obj.acl
     return Response(200, [("content-type", "application/xml")],
                     acl_xml(acl, owner, ctx.display_name(owner), ctx.display_name))
 
@@ -494,6 +493,6 @@ async def put_acl(ctx, req):
         raise acl_not_supported()
     obj, _ = await _stat(ctx, req.bucket, req.key)
     body = await read_all(req.receive, 1 << 20)
-    acl = acl_from_xml(body, obj.get("owner", "")) if body.strip() else canned_acl(req)
-    await ctx.cluster.nn("object_update", bucket=req.bucket, key=req.key, fields={"acl": acl})
+    acl = acl_from_xml(body, obj.owner) if body.strip() else canned_acl(req)
+    await ctx.cluster.namenode.object_settings(req.bucket, req.key, acl=acl)
     return Response(200)

@@ -22,10 +22,12 @@ from __future__ import annotations
 import errno
 import hashlib
 
+import msgspec
 import orjson
 from prometheus_client import Counter
 
 from epochfs.common import errors, readtoken
+from epochfs.common.messages import ObjectRecord
 
 from ..cluster import plan_range
 from . import args
@@ -68,7 +70,7 @@ def _error(e: errors.DomainError) -> dict:
 
 async def _bucket_ino(ctx, req, perm: str) -> int:
     """The inode of the request's bucket, once the caller's `perm` ("read" or "write") on it is checked."""
-    return (await bucket_access(ctx, req, perm))["ino"]
+    return (await bucket_access(ctx, req, perm)).ino
 
 
 async def _visible_buckets(ctx, req, entries: list) -> list:
@@ -126,18 +128,20 @@ async def fs_read(ctx, req):
     ino, off, n = _int_arg(req, "ino"), _int_arg(req, "off", 0), _int_arg(req, "len")
     info = await bucket_access(ctx, req, "read")
     try:
-        res = await ctx.cluster.nn("fs_blocks", ino=ino, bi=info["ino"])
+        res = await ctx.cluster.nn("fs_blocks", ino=ino, bi=info.ino)
     except errors.Unauthorized:  # an inode of another bucket
         raise access_denied() from None
-    check_object_read(ctx, req, info, res)  # a reader by the bucket's ACL also needs the object's
+    obj = msgspec.convert(res, ObjectRecord)
+    check_object_read(ctx, req, info, obj)  # a reader by the bucket's ACL also needs the object's
     end = min(off + n, res["size"])
     if req.query.get("locate"):
-        pieces = [[blk[0], boff, k, blk[3]] for blk, boff, k in plan_range(res["blk"], off, end)] if end > off else []
+        pieces = [[blk.id, boff, k, blk.nodes] for blk, boff, k in plan_range(obj.blocks, off, end)] \
+            if end > off else []
         grant = readtoken.issue(ctx.settings.cluster_secret, (p[0] for p in pieces))
         return _answer({"etag": res["etag"], "size": res["size"], "p": pieces, "addrs": res["addrs"], "grant": grant})
     if end <= off:
         return Response(200, [("x-epochfs-etag", res["etag"])], b"")
-    pieces = [p async for p in ctx.cluster.read_range(res["blk"], res["addrs"], off, end)]
+    pieces = [p async for p in ctx.cluster.read_range(obj.blocks, res["addrs"], off, end)]
     return Response(200, [("x-epochfs-etag", res["etag"])], pieces[0] if len(pieces) == 1 else b"".join(pieces))
 
 
@@ -215,7 +219,7 @@ async def fs_write(ctx, req):
                 new, _ = await ctx.cluster.write_stream(req.bucket, body.take(v), md5.update,
                                                         limit=ctx.settings.max_object_size)
                 written += new
-                blk += new
+                blk += msgspec.to_builtins(new)
         if any(kind == "k" for kind, _ in segs):
             etag = f'"{hashlib.md5(md5.digest() + orjson.dumps(segs)).hexdigest()}-{len(blk)}"'
         else:

@@ -20,6 +20,7 @@ import re
 from collections import deque
 from urllib.parse import quote
 
+import msgspec
 import orjson
 from python_multipart.multipart import MultipartParser, parse_options_header
 
@@ -262,23 +263,23 @@ async def post_object(ctx, req):
                               ProposedSize=size, MaxSizeAllowed=length_range[1])
             raise S3Error("EntityTooSmall", "Your proposed upload is smaller than the minimum allowed size", 400,
                           ProposedSize=size, MinSizeAllowed=length_range[0])
-        res = await ctx.cluster.nn("put_object", bucket=req.bucket, key=key,
-                                   obj={**attrs, "size": size, "etag": check.etag, "blk": blocks,
-                                        **({"cs": {**check.checksums(), "type": "FULL_OBJECT"}}
-                                           if check.checksums() else {})})
+        cs = check.checksums()
+        obj = msgspec.structs.replace(attrs, size=size, etag=check.etag,
+                                      checksum={**cs, "type": "FULL_OBJECT"} if cs else {})
+        res = await ctx.cluster.commit(req.bucket, ctx.cluster.namenode.put_object(req.bucket, key, obj, blocks))
     except BaseException:
         await ctx.abandon(blocks)
         raise
     location = f"/{req.bucket}/{quote(key)}"
-    out = [("etag", res["etag"])] + version_headers(res)
+    out = [("etag", res.etag)] + version_headers(res.version_id)
     if redirect:
         sep = "&" if "?" in redirect else "?"
-        target = f"{redirect}{sep}bucket={quote(req.bucket)}&key={quote(key)}&etag={quote(res['etag'])}"
+        target = f"{redirect}{sep}bucket={quote(req.bucket)}&key={quote(key)}&etag={quote(res.etag)}"
         return Response(303, out + [("location", target)])
     out.append(("location", location))
     status = fields.get("success_action_status")
     if status == "201":
         body = (f"{xml.HEAD}<PostResponse><Location>{xml.esc(location)}</Location><Bucket>{xml.esc(req.bucket)}"
-                f"</Bucket><Key>{xml.esc(key)}</Key><ETag>{xml.esc(res['etag'])}</ETag></PostResponse>").encode()
+                f"</Bucket><Key>{xml.esc(key)}</Key><ETag>{xml.esc(res.etag)}</ETag></PostResponse>").encode()
         return Response(201, out + [("content-type", "application/xml")], body)
     return Response(200 if status == "200" else 204, out)

@@ -6,6 +6,7 @@ only saves uploading data that would be refused, so it runs only for buckets tha
 from __future__ import annotations
 
 from epochfs.common import errors
+from epochfs.common.messages import BucketRecord
 
 from . import args
 
@@ -15,19 +16,19 @@ def declared_length(req) -> int | None:
     return args.digits(n, canonical=False) if n is not None else None
 
 
-async def precheck(ctx, req, info: dict, replaces_key: bool) -> None:
+async def precheck(ctx, req, info: BucketRecord, replaces_key: bool) -> None:
     """Refuse with QuotaExceeded if the request's declared body cannot fit in the bucket's byte quota.
     replaces_key: the body becomes the object at req.key (a PUT), so an existing object's size is given back."""
-    limit, length = info.get("qb"), declared_length(req)
+    limit, length = info.quota_bytes, declared_length(req)
     if limit is None or length is None:
         return
-    used = (await ctx.cluster.nn("bucket_usage", bucket=req.bucket))["usage"][req.bucket][0]
+    used = (await ctx.cluster.namenode.bucket_usage(req.bucket))[req.bucket][0]
     if used + length <= int(limit):
         return
     if replaces_key:
         try:
-            old = (await ctx.cluster.nn("stat", bucket=req.bucket, key=req.key))["obj"]
-            used -= 0 if old.get("dm") else int(old.get("size", 0))
+            old = (await ctx.cluster.namenode.stat(req.bucket, req.key)).obj
+            used -= 0 if old.delete_marker else old.size
         except errors.NotFound:
             pass
         if used + length <= int(limit):

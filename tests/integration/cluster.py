@@ -16,6 +16,7 @@ import boto3
 import botocore.exceptions
 import httpx
 from botocore.config import Config
+from epochfs.common.clients import NameNodeClient
 from epochfs.common.rpc import RpcClient
 from epochfs.frontends.cli.main import wait_ready
 
@@ -146,6 +147,11 @@ class Cluster:
                             aws_secret_access_key=user[1], region_name="us-east-1",
                             config=Config(retries={"max_attempts": 1}, **cfg))
 
+    @property
+    def nn(self) -> "SyncNameNode":
+        """The NameNode's typed client, for a test's synchronous code: `cluster.nn.stats().garbage`."""
+        return SyncNameNode(self.addr("nn"), self.ports["nn"][1])
+
     def rpc(self, target: str, op: str, **args) -> dict:
         port = self.ports["nn"][1] if target == "nn" else self.ports[target][1]
 
@@ -183,10 +189,10 @@ class Cluster:
 
     def collect_garbage(self, timeout: float = 10.0) -> None:
         """Expire pending allocations now, then wait until every DataNode has applied its delete orders."""
-        self.rpc("nn", "gc_once")
+        self.nn.gc_once()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.rpc("nn", "stats")["garbage"] == 0:
+            if self.nn.stats().garbage == 0:
                 return
             time.sleep(0.1)
         raise TimeoutError("garbage not collected")
@@ -226,3 +232,23 @@ def upload_until(s3, bucket: str, bodies: dict[str, bytes], stop: threading.Even
     for t in ts:
         t.join()
     return acked
+
+
+class SyncNameNode:
+    """NameNodeClient's methods, each run to completion on a connection of its own (tests are synchronous)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+
+    def __getattr__(self, name: str):
+        method = getattr(NameNodeClient, name)
+
+        def call(*args, **kwargs):
+            async def go():
+                client = NameNodeClient(RpcClient(self.host, self.port, SECRET))
+                try:
+                    return await method(client, *args, **kwargs)
+                finally:
+                    await client.close()
+            return asyncio.run(go())
+        return call

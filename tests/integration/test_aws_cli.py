@@ -125,6 +125,6 @@ def test_sync_round_trip(cluster, aws, tmp_path):
 
     # every block of the deleted files is collected
     cluster.collect_garbage()
-    referenced = set(cluster.rpc("nn", "referenced")["blocks"])
+    referenced = set(cluster.nn.referenced())
     for dn, blocks in cluster.datanode_blocks().items():
         assert blocks <= referenced, f"{dn} kept {len(blocks - referenced)} blocks of deleted files"

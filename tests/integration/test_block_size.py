@@ -38,7 +38,7 @@ def create_bucket(s3, name: str, block_size: str | None) -> None:
 
 def block_sizes(cluster, bucket: str, key: str) -> list[int]:
     """The sizes of the blocks the NameNode holds for the object, in order."""
-    return [blk[1] for blk in cluster.rpc("nn", "stat", bucket=bucket, key=key)["obj"]["blk"]]
+    return [blk.size for blk in cluster.nn.stat(bucket, key).obj.blocks]
 
 
 @pytest.fixture(scope="module")

@@ -15,17 +15,17 @@ pytestmark = pytest.mark.integration
 def test_blocks_replicate_to_three_nodes(cluster, s3, bucket):
     data = os.urandom(3 * 4 * 1024 * 1024 + 1000)  # 4 blocks of the default 4 MiB
     s3.put_object(Bucket=bucket, Key="striped", Body=data)
-    obj = cluster.rpc("nn", "stat", bucket=bucket, key="striped")["obj"]
-    assert len(obj["blk"]) == 4
-    primaries = {blk[3][0] for blk in obj["blk"]}
+    obj = cluster.nn.stat(bucket, "striped").obj
+    assert len(obj.blocks) == 4
+    primaries = {blk.nodes[0] for blk in obj.blocks}
     assert len(primaries) >= 2, "blocks of one file are striped over several primaries"
-    for blk in obj["blk"]:
-        assert len(set(blk[3])) == 3, "three distinct replicas"
+    for blk in obj.blocks:
+        assert len(set(blk.nodes)) == 3, "three distinct replicas"
     deadline = time.monotonic() + 10
     while True:
         cluster.replicate_once()
         stored = cluster.datanode_blocks()
-        if all(all(blk[0] in stored[f"dn{n}"] for n in blk[3]) for blk in obj["blk"]):
+        if all(all(blk.id in stored[f"dn{n}"] for n in blk.nodes) for blk in obj.blocks):
             break
         assert time.monotonic() < deadline, "replication did not finish"
         time.sleep(0.1)
@@ -73,19 +73,19 @@ def test_disconnect_mid_upload_leaves_nothing(cluster, s3, bucket):
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
     cluster.collect_garbage()
     after = cluster.datanode_blocks()
-    referenced = set(cluster.rpc("nn", "referenced")["blocks"])
+    referenced = set(cluster.nn.referenced())
     for dn, blocks in after.items():
         assert blocks - before[dn] <= referenced, f"{dn} kept blocks of the cut upload"
 
 
 def test_overwrite_replaces_atomically_and_frees_old_blocks(cluster, s3, bucket):
     s3.put_object(Bucket=bucket, Key="obj", Body=b"a" * 5000)
-    old = cluster.rpc("nn", "stat", bucket=bucket, key="obj")["obj"]["blk"]
+    old = cluster.nn.stat(bucket, "obj").obj.blocks
     s3.put_object(Bucket=bucket, Key="obj", Body=b"b" * 7000)
     assert s3.get_object(Bucket=bucket, Key="obj")["Body"].read() == b"b" * 7000
     cluster.collect_garbage()
     stored = cluster.datanode_blocks()
-    assert all(old[0][0] not in blocks for blocks in stored.values())
+    assert all(old[0].id not in blocks for blocks in stored.values())
 
 
 def test_write_converges_after_secondary_restart(tmp_path):
@@ -97,15 +97,15 @@ def test_write_converges_after_secondary_restart(tmp_path):
         c.stop("dn2")
         data = os.urandom(100_000)
         s3.put_object(Bucket="conv", Key="k", Body=data)
-        blk = c.rpc("nn", "stat", bucket="conv", key="k")["obj"]["blk"][0]
-        assert len(blk[3]) == 3 and 2 in blk[3]
+        blk = c.nn.stat("conv", "k").obj.blocks[0]
+        assert len(blk.nodes) == 3 and 2 in blk.nodes
         assert s3.get_object(Bucket="conv", Key="k")["Body"].read() == data  # served by a live replica
         c.start_datanode(2)
         deadline = time.monotonic() + 10
-        while blk[0] not in c.datanode_blocks()["dn2"]:
+        while blk.id not in c.datanode_blocks()["dn2"]:
             assert time.monotonic() < deadline, "the restarted secondary never got the block"
             c.replicate_once()
             time.sleep(0.1)
-        assert all(blk[0] in blocks for blocks in c.datanode_blocks().values())
+        assert all(blk.id in blocks for blocks in c.datanode_blocks().values())
     finally:
         c.close()

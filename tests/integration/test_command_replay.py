@@ -52,9 +52,9 @@ def test_replayed_command_log_rebuilds_the_namenode_store(tmp_path):
         finally:
             m.close()
         assert s3.get_object(Bucket=b, Key="dir/renamed")["Body"].read() == b"two"
-        c.rpc("nn", "allocate", bucket=b, count=2)                           # an upload that never commits
+        c.nn.allocate(b, count=2)                                            # an upload that never commits
         time.sleep(1.5)
-        assert c.rpc("nn", "gc_once")["expired"] >= 2                        # GC: its blocks expire
+        assert c.nn.gc_once().expired >= 2                                   # GC: its blocks expire
         c.collect_garbage()                                                  # and the DataNodes delete them
         c.stop("nn")
         got = list(cmds.read_log(log_path))

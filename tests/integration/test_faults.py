@@ -45,8 +45,8 @@ def read_or_none(s3, bucket: str, key: str) -> bytes | None:
         return None
 
 
-def block_lists(c: Cluster, bucket: str, keys) -> list[list]:
-    return [b for k in keys for b in c.rpc("nn", "stat", bucket=bucket, key=k)["obj"]["blk"]]
+def block_lists(c: Cluster, bucket: str, keys) -> list:
+    return [b for k in keys for b in c.nn.stat(bucket, k).obj.blocks]
 
 
 def test_async_loss_window_and_sync_policies(tmp_path):
@@ -62,7 +62,7 @@ def test_async_loss_window_and_sync_policies(tmp_path):
         with pytest.raises(botocore.exceptions.ClientError) as bad:
             create_bucket(s3, "bogus", "sync:x")
         assert error_code(bad.value) == (400, "InvalidArgument")
-        assert c.rpc("nn", "bucket_info", bucket="safe")["wp"] == "sync:2"
+        assert c.nn.bucket_info("safe").write_policy == "sync:2"
 
         victim = "dn1"
         results = {}
@@ -139,9 +139,9 @@ def test_datanode_killed_during_concurrent_uploads_and_reads(tmp_path):
         live = set(c.node_ids().values())
         assert dead_id not in live
         wait_for(lambda: fully_replicated(c, block_lists(c, "bkt", acked), live), 90, "full replication", poll=0.5)
-        jobs = {j["id"]: j for j in c.rpc("nn", "jobs")["jobs"]}
+        jobs = {j.id: j for j in c.nn.jobs()}
         job = jobs[f"node-{dead_id}"]
-        assert job["kind"] == "re-replication" and job["node"] == dead_id
+        assert job.kind == "re-replication" and job.node == dead_id
     finally:
         c.close()
 
@@ -197,14 +197,14 @@ def test_full_datanodes_take_no_more_and_writes_fail_cleanly(tmp_path):
             assert read_or_none(s3, "bkt", k) == v
         c.replicate_once()
         for name, info in ((n, c.rpc(n, "blocks")) for n in ("dn1", "dn2", "dn3", "dn4")):
-            used = sum(b[1] for k in acked for b in c.rpc("nn", "stat", bucket="bkt", key=k)["obj"]["blk"]
-                       if c.node_ids()[name] in b[3])
+            used = sum(b.size for k in acked for b in c.nn.stat("bkt", k).obj.blocks
+                       if c.node_ids()[name] in b.nodes)
             assert used <= caps[int(name[2:])], name
         # every block's holders really store it: writes went elsewhere, never half-written
         stored = c.datanode_blocks()
         by_id = {nid: stored[name] for name, nid in c.node_ids().items()}
         for b in block_lists(c, "bkt", acked):
-            assert len(b[3]) == 3 and all(b[0] in by_id[n] for n in b[3])
+            assert len(b.nodes) == 3 and all(b.id in by_id[n] for n in b.nodes)
     finally:
         c.close()
 
@@ -222,30 +222,30 @@ def test_decommission_drains_a_node_without_under_replication(tmp_path):
         wait_for(lambda: c.replicate_once() or fully_replicated(c, block_lists(c, "bkt", bodies), live), 20,
                  "initial replication")
         leaving = c.node_ids()["dn1"]
-        moved = sum(b[1] for b in block_lists(c, "bkt", bodies) if leaving in b[3])
+        moved = sum(b.size for b in block_lists(c, "bkt", bodies) if leaving in b.nodes)
         t0 = time.monotonic()
-        job = c.rpc("nn", "decommission", node=leaving)
-        assert job["kind"] == "decommission" and job["state"] == "running"
+        job = c.nn.decommission(leaving)
+        assert job.kind == "decommission" and job.state == "running"
 
         def state():
-            return next(n for n in c.rpc("nn", "nodes")["nodes"] if n["id"] == leaving)
+            return next(n for n in c.nn.nodes() if n.id == leaving)
 
-        assert state()["state"] == "decommissioning"
-        while state()["state"] != "decommissioned":
+        assert state().state == "decommissioning"
+        while state().state != "decommissioned":
             for b in block_lists(c, "bkt", bodies):  # never a moment with fewer than 3 replicas
-                assert len(set(b[3])) == 3, b
-            assert c.rpc("nn", "stats")["under_replicated"] == 0
+                assert len(set(b.nodes)) == 3, b
+            assert c.nn.stats().under_replicated == 0
             assert time.monotonic() - t0 < 60, "decommission did not finish"
             time.sleep(0.1)
         took = time.monotonic() - t0
         assert took >= (moved - 4 * MiB) / (4 * MiB) * 0.8  # paced by NN_REPAIR_BYTES_PER_S
-        job = next(j for j in c.rpc("nn", "jobs")["jobs"] if j["node"] == leaving)
-        assert job["state"] == "done" and job["progress"] == 1.0 and job["done"] == job["total"] > 0
-        assert all(leaving not in b[3] for b in block_lists(c, "bkt", bodies))
+        job = next(j for j in c.nn.jobs() if j.node == leaving)
+        assert job.state == "done" and job.progress == 1.0 and job.detail["done"] == job.detail["total"] > 0
+        assert all(leaving not in b.nodes for b in block_lists(c, "bkt", bodies))
         wait_for(lambda: not c.datanode_blocks()["dn1"], 15, "the decommissioned node to drop its copies")
         # placement skips it; a block from an allocation the gateway leased before the decommission is moved off
         s3.put_object(Bucket="bkt", Key="new", Body=b"n" * 5000)
-        wait_for(lambda: leaving not in block_lists(c, "bkt", ["new"])[0][3], 15, "the new block to leave dn1")
+        wait_for(lambda: leaving not in block_lists(c, "bkt", ["new"])[0].nodes, 15, "the new block to leave dn1")
         assert read_or_none(s3, "bkt", "new") == b"n" * 5000
         for k, v in bodies.items():
             assert read_or_none(s3, "bkt", k) == v
@@ -262,12 +262,12 @@ def test_returning_node_is_reconciled_and_short_blocks_topped_up(tmp_path):
         s3.create_bucket(Bucket="bkt")
         away = c.node_ids()["dn3"]
         c.stop("dn3")
-        wait_for(lambda: away in c.rpc("nn", "stats")["dead_nodes"], 10, "dn3 to be declared dead")
+        wait_for(lambda: away in c.nn.stats().dead_nodes, 10, "dn3 to be declared dead")
         bodies = {f"k{i}": os.urandom(50_000) for i in range(10)}
         for k, v in bodies.items():
             s3.put_object(Bucket="bkt", Key=k, Body=v)
-        assert all(len(b[3]) == 2 for b in block_lists(c, "bkt", bodies))  # only two nodes were up
-        short = c.rpc("nn", "stats")["short_blocks"]
+        assert all(len(b.nodes) == 2 for b in block_lists(c, "bkt", bodies))  # only two nodes were up
+        short = c.nn.stats().short_blocks
         assert short >= 10  # these and the gateway's other leased allocations (still pending)
         stray = 1 << 40  # a copy no file refers to
         c.start_datanode(3)
@@ -275,9 +275,9 @@ def test_returning_node_is_reconciled_and_short_blocks_topped_up(tmp_path):
         live = set(c.node_ids().values())
         wait_for(lambda: fully_replicated(c, block_lists(c, "bkt", bodies), live), 30, "the top-up to 3 replicas")
         wait_for(lambda: stray not in c.datanode_blocks()["dn3"], 15, "the surplus copy to be deleted")
-        stats = wait_for(lambda: (s := c.rpc("nn", "stats"))["short_blocks"] <= short - 10 and s, 10,
+        stats = wait_for(lambda: (s := c.nn.stats()).short_blocks <= short - 10 and s, 10,
                          "the topped-up blocks' records to go")
-        assert stats["surplus_deleted"] >= 1 and stats["topped_up"] + stats["repaired"] >= 10
+        assert stats.surplus_deleted >= 1 and stats.topped_up + stats.repaired >= 10
         for k, v in bodies.items():
             assert read_or_none(s3, "bkt", k) == v
     finally:

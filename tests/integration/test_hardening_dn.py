@@ -78,20 +78,20 @@ def test_silent_or_oversized_hello_is_closed(cluster, target):
 def test_client_leaving_mid_read_leaves_no_unretrieved_future(cluster, bucket, s3):
     data = os.urandom(4 * MiB)  # one bulk block, read in one 4 MiB reply
     s3.put_object(Bucket=bucket, Key="big", Body=data)
-    blk = cluster.rpc("nn", "stat", bucket=bucket, key="big")["obj"]["blk"][0]
-    holder = next(name for name, nid in cluster.node_ids().items() if nid == blk[3][0])
+    blk = cluster.nn.stat(bucket, "big").obj.blocks[0]
+    holder = next(name for name, nid in cluster.node_ids().items() if nid == blk.nodes[0])
     port = cluster.ports[holder][1]
     for _ in range(20):
         s = socket.create_connection(("127.0.0.1", port))
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.sendall(frame({"op": "hello", "secret": SECRET}))
         s.recv(64)
-        s.sendall(frame({"op": "get", "block_id": blk[0]}))
+        s.sendall(frame({"op": "get", "block_id": blk.id}))
         s.recv(1024)  # the start of the reply, then leave with the rest unread
         time.sleep(0.05)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, as a killed client
         s.close()
-    assert cluster.read_replica(holder, blk[0]) == data  # keeps serving
+    assert cluster.read_replica(holder, blk.id) == data  # keeps serving
     time.sleep(1.0)
     log = (cluster.root / "logs" / f"{holder}.log").read_text()
     assert "Future exception was never retrieved" not in log
@@ -146,23 +146,23 @@ def test_rocksdb_corruption_is_a_bad_replica_read_around_reported_repaired_and_s
         data = {f"k{i:02d}": os.urandom(110 << 10) for i in range(40)}
         for k, v in data.items():
             s3.put_object(Bucket="bkt", Key=k, Body=v)
-        blks = {k: c.rpc("nn", "stat", bucket="bkt", key=k)["obj"]["blk"][0] for k in data}
+        blks = {k: c.nn.stat("bkt", k).obj.blocks[0] for k in data}
         _wait(lambda: c.replicate_once() or all(
-            all(b[0] in held for held in c.datanode_blocks().values()) for b in blks.values()), 30, "replication")
+            all(b.id in held for held in c.datanode_blocks().values()) for b in blks.values()), 30, "replication")
         ids = c.node_ids()
         victim = "dn1"
         vid = ids[victim]
         addrs = {str(n): f"127.0.0.1:{c.ports[name][1]}" for name, n in ids.items()}
-        s3_read = [k for k in data if blks[k][3][0] == vid][:3]  # the gateway reads the primary first
+        s3_read = [k for k in data if blks[k].nodes[0] == vid][:3]  # the gateway reads the primary first
         direct = [k for k in data if k not in s3_read and
-                  pick_replica(blks[k][0], blks[k][3], addrs) == addrs[str(vid)]][:2]  # a direct read goes there
+                  pick_replica(blks[k].id, blks[k].nodes, addrs) == addrs[str(vid)]][:2]  # a direct read goes there
         scrubbed = [k for k in data if k not in s3_read + direct][:3]  # nobody reads these
         assert len(s3_read) == 3 and len(direct) == 2 and len(scrubbed) == 3
         c.stop(victim)
         _sst_flip(c, victim, [data[k] for k in s3_read + direct + scrubbed])
         c.start_datanode(1)
         for k in s3_read + direct + scrubbed:
-            assert not _replica_ok(c, victim, blks[k][0], data[k])  # RocksDB refuses it: the corruption is real
+            assert not _replica_ok(c, victim, blks[k].id, data[k])  # RocksDB refuses it: the corruption is real
 
         for k in s3_read:
             assert s3.get_object(Bucket="bkt", Key=k)["Body"].read() == data[k]
@@ -176,9 +176,9 @@ def test_rocksdb_corruption_is_a_bad_replica_read_around_reported_repaired_and_s
         assert asyncio.run(direct_reads()) == [data[k] for k in direct]
 
         for k in s3_read + direct:  # reported (by the gateway; by the DataNode for direct reads) and repaired
-            _wait(lambda: _replica_ok(c, victim, blks[k][0], data[k]), 30, f"the repair of {k}")
+            _wait(lambda: _replica_ok(c, victim, blks[k].id, data[k]), 30, f"the repair of {k}")
         for k in scrubbed:
-            assert not _replica_ok(c, victim, blks[k][0], data[k])  # nobody read these: still bad
+            assert not _replica_ok(c, victim, blks[k].id, data[k])  # nobody read these: still bad
 
         admin = AdminClient(c.endpoint, MAIN[0], MAIN[1])
         started = admin.call("POST", "/jobs", {"kind": "scrub"})
@@ -189,13 +189,13 @@ def test_rocksdb_corruption_is_a_bad_replica_read_around_reported_repaired_and_s
         assert part["blocks"] == len(data) and part["bad"] == len(scrubbed), part
         assert done["detail"]["blocks"] == 3 * len(data) and done["detail"]["bad"] == len(scrubbed), done["detail"]
         for k in scrubbed:
-            _wait(lambda: _replica_ok(c, victim, blks[k][0], data[k]), 30, f"the scrub's repair of {k}")
+            _wait(lambda: _replica_ok(c, victim, blks[k].id, data[k]), 30, f"the scrub's repair of {k}")
         for k, v in data.items():  # three good copies of everything, in the same replica sets
-            blk = c.rpc("nn", "stat", bucket="bkt", key=k)["obj"]["blk"][0]
-            assert len(set(blk[3])) == 3
+            blk = c.nn.stat("bkt", k).obj.blocks[0]
+            assert len(set(blk.nodes)) == 3
             for name, nid in ids.items():
-                if nid in blk[3]:
-                    assert _replica_ok(c, name, blk[0], v), (k, name)
+                if nid in blk.nodes:
+                    assert _replica_ok(c, name, blk.id, v), (k, name)
             assert s3.get_object(Bucket="bkt", Key=k)["Body"].read() == v
     finally:
         c.close()

@@ -50,8 +50,8 @@ def test_datanode_whose_store_refuses_writes_is_read_only(tmp_path):
         for i in range(24):  # until dn4 holds a few blocks
             before[f"old{i}"] = os.urandom(3 << 20)
             s3.put_object(Bucket="bkt", Key=f"old{i}", Body=before[f"old{i}"])
-        blk = {k: c.rpc("nn", "stat", bucket="bkt", key=k)["obj"]["blk"][0] for k in before}
-        on_ro = [k for k in before if blk[k][3][0] == ro]
+        blk = {k: c.nn.stat("bkt", k).obj.blocks[0] for k in before}
+        on_ro = [k for k in before if blk[k].nodes[0] == ro]
         assert on_ro
 
         _fill(mnt / "filler")
@@ -69,11 +69,11 @@ def test_datanode_whose_store_refuses_writes_is_read_only(tmp_path):
         for i in range(16):
             new[f"new{i}"] = os.urandom(3 << 20)
             s3.put_object(Bucket="bkt", Key=f"new{i}", Body=new[f"new{i}"])
-        placed = {k: c.rpc("nn", "stat", bucket="bkt", key=k)["obj"]["blk"][0][3] for k in new}
+        placed = {k: c.nn.stat("bkt", k).obj.blocks[0].nodes for k in new}
         assert all(ro not in nodes for nodes in placed.values()), placed
 
         for k in on_ro:  # reads from it keep working
-            assert c.read_replica("dn4", blk[k][0]) == before[k]
+            assert c.read_replica("dn4", blk[k].id) == before[k]
             assert s3.get_object(Bucket="bkt", Key=k)["Body"].read() == before[k]
 
         # dn1 dies: its blocks' repair copies go to the other live node, never to dn4
@@ -83,7 +83,7 @@ def test_datanode_whose_store_refuses_writes_is_read_only(tmp_path):
         assert hit
 
         def repaired():
-            got = {k: c.rpc("nn", "stat", bucket="bkt", key=k)["obj"]["blk"][0][3] for k in hit}
+            got = {k: c.nn.stat("bkt", k).obj.blocks[0].nodes for k in hit}
             return got if all(dead not in n and len(n) == 2 for n in got.values()) else None
         got = _wait(repaired, 60, "repairs of dn1's blocks")
         assert all(ro not in n for n in got.values()), got
@@ -135,8 +135,8 @@ def test_sync_bucket_is_not_acknowledged_from_stale_leases_of_another_gateway(tm
         for i in range(4):
             body = os.urandom(1000)
             s3.put_object(Bucket="bkt", Key=f"ok{i}", Body=body)
-            blk = c.rpc("nn", "stat", bucket="bkt", key=f"ok{i}")["obj"]["blk"][0]
-            held = [name for name, blocks in c.datanode_blocks().items() if blk[0] in blocks]
+            blk = c.nn.stat("bkt", f"ok{i}").obj.blocks[0]
+            held = [name for name, blocks in c.datanode_blocks().items() if blk.id in blocks]
             assert len(held) == 3, held  # three copies on disk when the PUT returned, no replicator pass asked
             assert s3.get_object(Bucket="bkt", Key=f"ok{i}")["Body"].read() == body
     finally:

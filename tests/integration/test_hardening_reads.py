@@ -39,7 +39,7 @@ def _deletes_delivered(c: Cluster) -> None:
     """Wait until the NameNode has handed every due delete order to the DataNodes and they have applied it (a few
     heartbeats), so that a block freed without grace would be gone by now."""
     deadline = time.monotonic() + 20
-    while c.rpc("nn", "stats")["garbage"] and time.monotonic() < deadline:
+    while c.nn.stats().garbage and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1.0)  # the orders of the last heartbeat are applied on the DataNodes
 
@@ -123,16 +123,16 @@ def test_freed_blocks_are_deleted_once_the_grace_is_over(tmp_path):
         s3 = c.s3()
         s3.create_bucket(Bucket="short")
         s3.put_object(Bucket="short", Key="k", Body=os.urandom(3 * MiB))
-        ids = {b[0] for b in c.rpc("nn", "stat", bucket="short", key="k")["obj"]["blk"]}
+        ids = {b.id for b in c.nn.stat("short", "k").obj.blocks}
         s3.delete_object(Bucket="short", Key="k")
         _deletes_delivered(c)
         assert all(ids <= have for have in c.datanode_blocks().values())  # still there within the grace
-        assert c.rpc("nn", "stats")["freed"] == 3 * len(ids)
+        assert c.nn.stats().freed == 3 * len(ids)
         deadline = time.monotonic() + 30
         while any(ids & have for have in c.datanode_blocks().values()):
             assert time.monotonic() < deadline, "the freed blocks were never deleted"
             time.sleep(0.2)
-        assert c.rpc("nn", "stats")["freed"] == 0
+        assert c.nn.stats().freed == 0
     finally:
         c.close()
 
@@ -145,10 +145,9 @@ T_AT, T_MT = 1_500_000_000_123_456_789, 1_600_000_000_987_654_321
 
 def _times_kept(cluster, mnt, bucket, name: str, at: int = T_AT, mt: int = T_MT) -> None:
     time.sleep(0.6)  # past the mount's --attr-timeout: the kernel asks again
-    st = os.stat(mnt.path / name)
+    st = os.stat(mnt.path / name)  # the stored times, from the NameNode's getattr
     assert (st.st_mtime_ns, st.st_atime_ns) == (mt, at)
-    rec = cluster.rpc("nn", "stat", bucket=bucket, key=name)["obj"]
-    assert (rec["mt"], rec["at"]) == (mt, at)
+    assert cluster.nn.stat(bucket, name).obj.mtime == mt  # what S3 shows as Last-Modified
 
 
 @needs_fuse

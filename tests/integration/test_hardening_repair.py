@@ -31,12 +31,12 @@ def test_near_capacity_missing_copies_back_off_and_show_in_the_summary(tmp_path)
         acked = upload_until(s3, "async", {f"k{i}": os.urandom(200_000) for i in range(120)}, threading.Event(), 8)
         assert len(acked) == 120  # async: the primary's copy suffices to acknowledge
         time.sleep(3)  # past the first retries
-        f0 = c.rpc("nn", "stats")["failed"]
+        f0 = c.nn.stats().failed
         time.sleep(10)
-        st = c.rpc("nn", "stats")
-        retries = st["failed"] - f0
+        st = c.nn.stats()
+        retries = st.failed - f0
         assert retries < 40, f"{retries} failed copy orders in 10 s: the NameNode retries without a pause"
-        assert st["under_replicated"] > 0 and st["waiting"].get("no_space", 0) > 0
+        assert st.under_replicated > 0 and st.waiting.get("no_space", 0) > 0
         log = (c.root / "logs" / "nn.log").read_text()
         assert "no space on the target" in log
         s = AdminClient(c.endpoint, MAIN[0], MAIN[1]).call("GET", "/summary")
@@ -45,7 +45,7 @@ def test_near_capacity_missing_copies_back_off_and_show_in_the_summary(tmp_path)
             assert s3.get_object(Bucket="async", Key=k)["Body"].read() == v
 
         s3.create_bucket(Bucket="sync2")
-        c.rpc("nn", "bucket_update", bucket="sync2", fields={"wp": "sync:2"})
+        c.nn.bucket_settings("sync2", write_policy="sync:2")
         refused = []
         for i in range(40):
             try:
@@ -60,8 +60,8 @@ def test_near_capacity_missing_copies_back_off_and_show_in_the_summary(tmp_path)
                 with pytest.raises(botocore.exceptions.ClientError):
                     s3.head_object(Bucket="sync2", Key=f"s{i}")
                 continue
-            for blk in c.rpc("nn", "stat", bucket="sync2", key=f"s{i}")["obj"]["blk"]:
-                assert sum(blk[0] in b for b in stored.values()) >= 2, f"s{i} acknowledged with one copy"
+            for blk in c.nn.stat("sync2", f"s{i}").obj.blocks:
+                assert sum(blk.id in b for b in stored.values()) >= 2, f"s{i} acknowledged with one copy"
     finally:
         c.close()
 
@@ -77,26 +77,26 @@ def test_under_replicated_and_lost_are_counted_while_copies_are_out(tmp_path):
         s3 = c.s3()
         s3.create_bucket(Bucket="three")
         s3.create_bucket(Bucket="one")
-        c.rpc("nn", "bucket_update", bucket="one", fields={"rf": 1})
+        c.nn.bucket_settings("one", replication=1)
         for i in range(120):
             s3.put_object(Bucket="three", Key=f"k{i}", Body=os.urandom(30_000))
         for i in range(12):
             s3.put_object(Bucket="one", Key=f"k{i}", Body=os.urandom(30_000))
         c.replicate_once()
-        wait_for(lambda: all(n["replication_lag"]["queued"] == 0 for n in c.rpc("nn", "nodes")["nodes"]), 30,
+        wait_for(lambda: all(n.replication_lag.queued == 0 for n in c.nn.nodes()), 30,
                  "replication")
         ids = c.node_ids()
-        alone = [c.rpc("nn", "stat", bucket="one", key=f"k{i}")["obj"]["blk"][0][3][0] for i in range(12)]
+        alone = [c.nn.stat("one", f"k{i}").obj.blocks[0].nodes[0] for i in range(12)]
         victim = max(ids, key=lambda name: alone.count(ids[name]))
         dead = ids[victim]
-        on_victim = sum(dead in c.rpc("nn", "stat", bucket="three", key=f"k{i}")["obj"]["blk"][0][3]
+        on_victim = sum(dead in c.nn.stat("three", f"k{i}").obj.blocks[0].nodes
                         for i in range(120))
         c.kill(victim)
-        wait_for(lambda: dead in c.rpc("nn", "stats")["dead_nodes"], 15, "the node to be declared dead")
-        st = wait_for(lambda: (s := c.rpc("nn", "stats"))["under_replicated"] and s, 5, "a live count")
-        job = next(j for j in c.rpc("nn", "jobs")["jobs"] if j["node"] == dead)
-        assert job["state"] == "running"  # the copies are still being made
-        assert st["lost"] == alone.count(dead)
-        assert st["under_replicated"] >= on_victim + alone.count(dead) - st["repaired"] - 2
+        wait_for(lambda: dead in c.nn.stats().dead_nodes, 15, "the node to be declared dead")
+        st = wait_for(lambda: (s := c.nn.stats()).under_replicated and s, 5, "a live count")
+        job = next(j for j in c.nn.jobs() if j.node == dead)
+        assert job.state == "running"  # the copies are still being made
+        assert st.lost == alone.count(dead)
+        assert st.under_replicated >= on_victim + alone.count(dead) - st.repaired - 2
     finally:
         c.close()

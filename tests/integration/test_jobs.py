@@ -47,7 +47,7 @@ def test_scrub_job_finds_a_flipped_byte_and_reaches_done(jobs_cluster):
         s3.put_object(Bucket="scrub", Key=k, Body=v)
     blk, holder = corrupt_replica(c, "scrub", "k2", 1, chunk=0, at=10)
     time.sleep(1.0)
-    assert c.rpc("nn", "stats")["read_repairs"] == 0  # nobody read it and the background scrubber is off
+    assert c.nn.stats().read_repairs == 0  # nobody read it and the background scrubber is off
 
     started = admin.call("POST", "/jobs", {"kind": "scrub"})
     assert started["kind"] == "scrub" and started["state"] == "running"
@@ -58,8 +58,8 @@ def test_scrub_job_finds_a_flipped_byte_and_reaches_done(jobs_cluster):
     assert detail["bad"] == 1 and detail["blocks"] >= 3 * len(data), detail
     assert sorted(detail["parts"]) == sorted(str(n) for n in c.node_ids().values())
     assert all(p["state"] == "done" for p in detail["parts"].values())
-    wait_for(lambda: _reads_back(c, holder, blk[0]) == data["k2"], 20, "the scrub job's repair")
-    assert c.rpc("nn", "stats")["read_repairs"] == 1
+    wait_for(lambda: _reads_back(c, holder, blk.id) == data["k2"], 20, "the scrub job's repair")
+    assert c.nn.stats().read_repairs == 1
     for k, v in data.items():
         assert s3.get_object(Bucket="scrub", Key=k)["Body"].read() == v
 
@@ -73,8 +73,8 @@ def test_rebalance_job_moves_replicas_onto_a_new_datanode(jobs_cluster):
     for k, v in data.items():
         s3.put_object(Bucket="rebalance", Key=k, Body=v)
 
-    def blocks() -> list[list]:
-        return [b for k in data for b in c.rpc("nn", "stat", bucket="rebalance", key=k)["obj"]["blk"]]
+    def blocks() -> list:
+        return [b for k in data for b in c.nn.stat("rebalance", k).obj.blocks]
 
     settle_replication(c, blocks())
     c.start_datanode(4)
@@ -84,31 +84,31 @@ def test_rebalance_job_moves_replicas_onto_a_new_datanode(jobs_cluster):
     deadline = time.monotonic() + 60
     while (j := job(admin, started["id"]))["state"] == "running":
         for b in blocks():  # copy first, then drop the old replica: never fewer than 3
-            assert len(set(b[3])) == 3, b
-        stats = c.rpc("nn", "stats")
-        assert stats["under_replicated"] == 0 and stats["copy_orders"] <= 4  # NN_REPAIR_MAX_INFLIGHT, of many blocks each
+            assert len(set(b.nodes)) == 3, b
+        stats = c.nn.stats()
+        assert stats.under_replicated == 0 and stats.copy_orders <= 4  # NN_REPAIR_MAX_INFLIGHT, of many blocks each
         k = f"r{int(time.monotonic() * 10) % len(data)}"
         assert s3.get_object(Bucket="rebalance", Key=k)["Body"].read() == data[k]
         assert time.monotonic() < deadline, f"rebalance did not finish: {j}"
         time.sleep(0.05)
     assert j["state"] == "done" and j["progress"] == 1.0 and j["detail"]["done"] == j["detail"]["total"] > 0, j
-    on_new = [b for b in blocks() if new in b[3]]
+    on_new = [b for b in blocks() if new in b.nodes]
     assert len(on_new) >= 6 and j["detail"]["bytes_moved"] > 0
     load = {nid: 0 for nid in c.node_ids().values()}
     for b in every_block(c):
-        for n in b[3]:
-            load[n] += b[1]
+        for n in b.nodes:
+            load[n] += b.size
     assert max(load.values()) - min(load.values()) <= 2 * MiB, load
     c.collect_garbage()  # the old copies are deleted: every node stores exactly what the metadata says
     stored = {c.node_ids()[name]: have for name, have in c.datanode_blocks().items()}
     for b in blocks():
-        assert {n for n in stored if b[0] in stored[n]} == set(b[3]), b
+        assert {n for n in stored if b.id in stored[n]} == set(b.nodes), b
     for k, v in data.items():
         assert s3.get_object(Bucket="rebalance", Key=k)["Body"].read() == v
 
 
-def every_block(c: Cluster) -> list[list]:
+def every_block(c: Cluster) -> list:
     s3 = c.s3()
     return [b for bucket in s3.list_buckets()["Buckets"]
             for o in s3.list_objects_v2(Bucket=bucket["Name"]).get("Contents", [])
-            for b in c.rpc("nn", "stat", bucket=bucket["Name"], key=o["Key"])["obj"]["blk"]]
+            for b in c.nn.stat(bucket["Name"], o["Key"]).obj.blocks]

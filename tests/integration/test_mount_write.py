@@ -16,11 +16,11 @@ pytestmark = [pytest.mark.integration, needs_fuse]
 
 
 def _block_ids(cluster, bucket: str, key: str) -> list[int]:
-    return [b[0] for b in cluster.rpc("nn", "stat", bucket=bucket, key=key)["obj"]["blk"]]
+    return [b.id for b in cluster.nn.stat(bucket, key).obj.blocks]
 
 
 def _block_sizes(cluster, bucket: str, key: str) -> list[int]:
-    return [b[1] for b in cluster.rpc("nn", "stat", bucket=bucket, key=key)["obj"]["blk"]]
+    return [b.size for b in cluster.nn.stat(bucket, key).obj.blocks]
 
 
 def test_a_write_into_a_large_file_stores_only_the_blocks_it_changes(cluster, mnt, s3, bucket):

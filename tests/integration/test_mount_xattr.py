@@ -150,7 +150,7 @@ def test_s3_delete_of_one_hard_link_keeps_the_others(mnt, s3, bucket, cluster):
     os.link(mnt.path / "a", mnt.path / "b")
     os.link(mnt.path / "a", mnt.path / "c")
     ino = os.stat(mnt.path / "a").st_ino
-    blocks = [blk[0] for blk in cluster.rpc("nn", "stat", bucket=bucket, key="a")["obj"]["blk"]]
+    blocks = [blk.id for blk in cluster.nn.stat(bucket, "a").obj.blocks]
 
     s3.delete_object(Bucket=bucket, Key="a")
     assert s3.get_object(Bucket=bucket, Key="b")["Body"].read() == data

@@ -41,22 +41,22 @@ def test_partitioned_datanode_is_replaced_and_reconciled_when_the_partition_heal
             s3.put_object(Bucket="bkt", Key=k, Body=v)
         ids = c.node_ids()
         away, others = ids["dn4"], {ids[n]: n for n in ("dn1", "dn2", "dn3")}
-        assert node(c, away)["host"] == hosts.addr("dn4") and node(c, ids["dn1"])["host"] == hosts.bridge_addr
+        assert node(c, away).host == hosts.addr("dn4") and node(c, ids["dn1"]).host == hosts.bridge_addr
         settle_replication(c, blocks(c, bodies))
-        on_away = [k for k in bodies if any(away in b[3] for b in blocks(c, [k]))]
+        on_away = [k for k in bodies if any(away in b.nodes for b in blocks(c, [k]))]
         assert on_away
 
         hosts.cut("dn4")
         t0 = time.monotonic()
-        primary_away = next((k for k in on_away if blocks(c, [k])[0][3][0] == away), on_away[0])
+        primary_away = next((k for k in on_away if blocks(c, [k])[0].nodes[0] == away), on_away[0])
         assert s3.get_object(Bucket="bkt", Key=primary_away)["Body"].read() == bodies[primary_away]  # failover
-        wait_for(lambda: away in c.rpc("nn", "stats")["dead_nodes"], 20, "dn4 to be declared dead")
+        wait_for(lambda: away in c.nn.stats().dead_nodes, 20, "dn4 to be declared dead")
         detected = time.monotonic() - t0
-        assert node(c, away)["state"] == "dead"
+        assert node(c, away).state == "dead"
         wait_for(lambda: replicated_on(c, blocks(c, bodies), others), 30, "re-replication onto dn1-dn3")
-        job = next(j for j in c.rpc("nn", "jobs")["jobs"] if j["id"] == f"node-{away}")
-        assert job["kind"] == "re-replication" and job["done"] >= len(on_away)
-        assert c.rpc("nn", "stats")["lost"] == 0
+        job = next(j for j in c.nn.jobs() if j.id == f"node-{away}")
+        assert job.kind == "re-replication" and job.detail["done"] >= len(on_away)
+        assert c.nn.stats().lost == 0
         during = {f"p{i}": os.urandom(50_000) for i in range(4)}  # writes go on without the cut-off node
         for k, v in during.items():
             s3.put_object(Bucket="bkt", Key=k, Body=v)
@@ -67,10 +67,10 @@ def test_partitioned_datanode_is_replaced_and_reconciled_when_the_partition_heal
 
         hosts.heal("dn4")
         t1 = time.monotonic()
-        wait_for(lambda: node(c, away)["state"] == "alive", 30, "dn4 to be alive again")
+        wait_for(lambda: node(c, away).state == "alive", 30, "dn4 to be alive again")
         back = time.monotonic() - t1
         wait_for(lambda: converged(c, blocks(c, bodies)), 30, "convergence after the partition healed")
-        assert c.rpc("nn", "stats")["under_replicated"] == 0
+        assert c.nn.stats().under_replicated == 0
         for k, v in bodies.items():
             assert s3.get_object(Bucket="bkt", Key=k)["Body"].read() == v, k
         print(f"\npartition: dn4 seen dead {detected:.2f}s after its link went down (a failover read of up to 3 s "
@@ -80,23 +80,23 @@ def test_partitioned_datanode_is_replaced_and_reconciled_when_the_partition_heal
         c.close()
 
 
-def blocks(c: Cluster, keys) -> list[list]:
-    return [b for k in keys for b in c.rpc("nn", "stat", bucket="bkt", key=k)["obj"]["blk"]]
+def blocks(c: Cluster, keys) -> list:
+    return [b for k in keys for b in c.nn.stat("bkt", k).obj.blocks]
 
 
-def node(c: Cluster, node_id: int) -> dict:
-    return next(n for n in c.rpc("nn", "nodes")["nodes"] if n["id"] == node_id)
+def node(c: Cluster, node_id: int):
+    return next(n for n in c.nn.nodes() if n.id == node_id)
 
 
-def replicated_on(c: Cluster, block_lists: list[list], nodes: dict[int, str]) -> bool:
+def replicated_on(c: Cluster, block_lists: list, nodes: dict[int, str]) -> bool:
     """Every block has 3 distinct holders among `nodes` (id -> name) in the metadata, and each stores it."""
     stored = {nid: set(c.rpc(name, "blocks")["blocks"]) for nid, name in nodes.items()}
-    return all(len(set(b[3])) == 3 and all(n in stored and b[0] in stored[n] for n in b[3]) for b in block_lists)
+    return all(len(set(b.nodes)) == 3 and all(n in stored and b.id in stored[n] for n in b.nodes) for b in block_lists)
 
 
-def converged(c: Cluster, block_lists: list[list]) -> bool:
+def converged(c: Cluster, block_lists: list) -> bool:
     """Every block is stored on exactly its 3 holders, no more (surplus copies removed) and no fewer."""
     have = c.datanode_blocks()
     stored = {nid: have[name] for name, nid in c.node_ids().items()}
-    return all(len(set(b[3])) == 3 and {n for n, on in stored.items() if b[0] in on} == set(b[3])
+    return all(len(set(b.nodes)) == 3 and {n for n, on in stored.items() if b.id in on} == set(b.nodes)
                for b in block_lists)

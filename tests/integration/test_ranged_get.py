@@ -58,13 +58,13 @@ def test_head_with_range(cluster, obj):
 def test_ranged_stat_carries_only_the_blocks_of_the_range(cluster, obj):
     """The NameNode's answer for a ranged GET does not grow with the object: the blocks of the range, where the first
     starts, and the holders of just those."""
-    whole = cluster.rpc("nn", "stat", bucket="ranges", key="big")["obj"]
-    assert len(whole["blk"]) == 3
-    for rng, boff, idx in (([B - 1, B + 1], 0, [0, 1]), ([2 * B, None], 2 * B, [2]), ([-1, None], 2 * B, [2]),
-                           ([0, 1], 0, [0]), ([SIZE + 5, None], None, [])):
-        res = cluster.rpc("nn", "stat", bucket="ranges", key="big", range=rng)
-        assert res["obj"]["blk"] == [whole["blk"][i] for i in idx], rng
+    whole = cluster.nn.stat("ranges", "big").obj
+    assert len(whole.blocks) == 3
+    for rng, boff, idx in (((B - 1, B + 1), 0, [0, 1]), ((2 * B, None), 2 * B, [2]), ((-1, None), 2 * B, [2]),
+                           ((0, 1), 0, [0]), ((SIZE + 5, None), None, [])):
+        res = cluster.nn.stat("ranges", "big", range=rng)
+        assert list(res.obj.blocks) == [whole.blocks[i] for i in idx], rng
         if boff is not None:
-            assert res["obj"]["boff"] == boff
-        assert set(map(int, res["addrs"])) == {n for i in idx for n in whole["blk"][i][3]}
-        assert res["obj"]["etag"] == whole["etag"] and res["obj"]["size"] == SIZE
+            assert res.obj.block_offset == boff
+        assert set(map(int, res.addrs)) == {n for i in idx for n in whole.blocks[i].nodes}
+        assert res.obj.etag == whole.etag and res.obj.size == SIZE

@@ -26,19 +26,19 @@ def wait_for(cond, timeout: float, what: str, poll: float = 0.1):
         time.sleep(poll)
 
 
-def fully_replicated(c: Cluster, block_lists: list[list], live: set[int]) -> bool:
+def fully_replicated(c: Cluster, block_lists: list, live: set[int]) -> bool:
     """Every block has 3 distinct live holders in the metadata, and each of them stores it."""
     stored = c.datanode_blocks()
     by_id = {nid: stored[name] for name, nid in c.node_ids().items()}
     for blk in block_lists:
-        if len(set(blk[3])) != 3 or not set(blk[3]) <= live:
+        if len(set(blk.nodes)) != 3 or not set(blk.nodes) <= live:
             return False
-        if any(blk[0] not in by_id[n] for n in blk[3]):
+        if any(blk.id not in by_id[n] for n in blk.nodes):
             return False
     return True
 
 
-def settle_replication(c: Cluster, block_lists: list[list]) -> None:
+def settle_replication(c: Cluster, block_lists: list) -> None:
     live = set(c.node_ids().values())
     wait_for(lambda: c.replicate_once() or fully_replicated(c, block_lists, live), 20, "initial replication")
 
@@ -66,15 +66,15 @@ def corrupt_replica(c: Cluster, bucket: str, key: str, replica: int, chunk: int,
     """Flip a byte in one stored replica (0: the primary, read first) of the first block of `bucket/key`, once all
     its copies are in place; returns the block and the DataNode that holds the bad copy, which is up again (and,
     with `check`, known to fail its CRC check)."""
-    blk = c.rpc("nn", "stat", bucket=bucket, key=key)["obj"]["blk"][0]
+    blk = c.nn.stat(bucket, key).obj.blocks[0]
     settle_replication(c, [blk])
-    holder = next(name for name, nid in c.node_ids().items() if nid == blk[3][replica])
+    holder = next(name for name, nid in c.node_ids().items() if nid == blk.nodes[replica])
     c.stop(holder)
-    flip_byte(c, holder, blk[0], chunk=chunk, at=at)
+    flip_byte(c, holder, blk.id, chunk=chunk, at=at)
     c.start_datanode(int(holder[2:]))
     if check:
         with pytest.raises(errors.CorruptBlock):
-            c.read_replica(holder, blk[0])
+            c.read_replica(holder, blk.id)
     return blk, holder
 
 
@@ -102,9 +102,9 @@ def test_killed_datanode_is_declared_dead_and_its_blocks_re_replicated(tmp_path)
         total = sum(map(len, objects.values())) + len(old) + len(new) + len(part1)
 
         def block_lists():
-            out = [b for k in objects for b in c.rpc("nn", "stat", bucket="data", key=k)["obj"]["blk"]]
-            out += c.rpc("nn", "stat", bucket="ver", key="k")["obj"]["blk"]
-            out += c.rpc("nn", "stat", bucket="ver", key="k", version_id=v_old)["obj"]["blk"]
+            out = [b for k in objects for b in c.nn.stat("data", k).obj.blocks]
+            out += c.nn.stat("ver", "k").obj.blocks
+            out += c.nn.stat("ver", "k", v_old).obj.blocks
             return out
 
         before = block_lists()
@@ -112,20 +112,20 @@ def test_killed_datanode_is_declared_dead_and_its_blocks_re_replicated(tmp_path)
         ids = c.node_ids()
         victim = "dn2"
         dead_id = ids[victim]
-        on_victim = sum(dead_id in b[3] for b in before)
+        on_victim = sum(dead_id in b.nodes for b in before)
         assert on_victim > 0
 
         t0 = time.monotonic()
         c.kill(victim)
-        wait_for(lambda: not next(n for n in c.rpc("nn", "nodes")["nodes"] if n["id"] == dead_id)["alive"], 10,
+        wait_for(lambda: not next(n for n in c.nn.nodes() if n.id == dead_id).alive, 10,
                  "the dead node to be declared dead", poll=0.05)
         t_detect = time.monotonic() - t0
         live = set(ids.values()) - {dead_id}
         wait_for(lambda: fully_replicated(c, block_lists(), live), 60, "full replication", poll=0.2)
         t_restore = time.monotonic() - t0
-        stats = wait_for(lambda: (s := c.rpc("nn", "stats"))["under_replicated"] == 0 and
-                         s["repairs_in_flight"] == 0 and s, 10, "the repair worker to see no under-replicated block")
-        assert stats["dead_nodes"] == [dead_id] and stats["lost"] == 0 and stats["repaired"] >= on_victim
+        stats = wait_for(lambda: (s := c.nn.stats()).under_replicated == 0 and
+                         s.repairs_in_flight == 0 and s, 10, "the repair worker to see no under-replicated block")
+        assert stats.dead_nodes == [dead_id] and stats.lost == 0 and stats.repaired >= on_victim
         print(f"\nrecovery: {total / MiB:.1f} MiB in {len(before)} blocks, {on_victim} on the killed node; "
               f"declared dead after {t_detect:.2f}s, full replication after {t_restore:.2f}s")
 
@@ -138,12 +138,12 @@ def test_killed_datanode_is_declared_dead_and_its_blocks_re_replicated(tmp_path)
         s3.complete_multipart_upload(Bucket="data", Key="mpu", UploadId=up, MultipartUpload={"Parts": [
             {"PartNumber": 1, "ETag": e1}, {"PartNumber": 2, "ETag": e2}]})
         assert s3.get_object(Bucket="data", Key="mpu")["Body"].read() == part1 + part2
-        mpu_blocks = c.rpc("nn", "stat", bucket="data", key="mpu")["obj"]["blk"]
-        assert all(dead_id not in b[3] for b in mpu_blocks[:2])
+        mpu_blocks = c.nn.stat("data", "mpu").obj.blocks
+        assert all(dead_id not in b.nodes for b in mpu_blocks[:2])
 
         # the dead node comes back: its replaced copies are garbage and get deleted
         c.start_datanode(2)
-        replaced = {b[0] for b in before if dead_id in b[3]}
+        replaced = {b.id for b in before if dead_id in b.nodes}
         wait_for(lambda: not (replaced & c.datanode_blocks()[victim]), 15, "the returning node to drop stale copies")
     finally:
         c.close()
@@ -160,10 +160,10 @@ def test_read_of_a_corrupt_replica_succeeds_and_repairs_it(tmp_path, size):
         blk, primary = corrupt_replica(c, "bkt", "k", 0, chunk=1)  # the primary: the replica read first
 
         assert s3.get_object(Bucket="bkt", Key="k")["Body"].read() == data  # served by another replica
-        wait_for(lambda: _reads_back(c, primary, blk[0]) == data, 10, "the bad replica to be repaired")
-        stats = c.rpc("nn", "stats")
-        assert stats["read_repairs"] == 1 and stats["under_replicated"] == 0
-        assert c.rpc("nn", "stat", bucket="bkt", key="k")["obj"]["blk"][0][3] == blk[3]  # same replica set
+        wait_for(lambda: _reads_back(c, primary, blk.id) == data, 10, "the bad replica to be repaired")
+        stats = c.nn.stats()
+        assert stats.read_repairs == 1 and stats.under_replicated == 0
+        assert c.nn.stat("bkt", "k").obj.blocks[0].nodes == blk.nodes  # same replica set
     finally:
         c.close()
 
@@ -187,14 +187,14 @@ def test_ranged_read_through_a_corrupt_chunk_is_served_and_repairs_it(tmp_path, 
             bad_chunk, lo, hi = 15, 4 * MiB - 300_000, 5 * MiB - 300_000
         blk, holder = corrupt_replica(c, "bkt", "k", 0, chunk=bad_chunk)  # the primary, which is read first
 
-        c.rpc(holder, "get", block_id=blk[0], offset=chunk * (bad_chunk - 1), length=chunk)  # a good chunk reads
+        c.rpc(holder, "get", block_id=blk.id, offset=chunk * (bad_chunk - 1), length=chunk)  # a good chunk reads
         with pytest.raises(errors.CorruptBlock):
-            c.rpc(holder, "get", block_id=blk[0], offset=chunk * bad_chunk + 5, length=10)
+            c.rpc(holder, "get", block_id=blk.id, offset=chunk * bad_chunk + 5, length=10)
         r = s3.get_object(Bucket="bkt", Key="k", Range=f"bytes={lo}-{hi - 1}")
         assert r["Body"].read() == data[lo:hi]
-        wait_for(lambda: _reads_back(c, holder, blk[0]) == data[:4 * MiB], 10, "the bad replica to be repaired")
-        stats = c.rpc("nn", "stats")
-        assert stats["read_repairs"] == 1 and stats["under_replicated"] == 0
+        wait_for(lambda: _reads_back(c, holder, blk.id) == data[:4 * MiB], 10, "the bad replica to be repaired")
+        stats = c.nn.stats()
+        assert stats.read_repairs == 1 and stats.under_replicated == 0
         assert s3.get_object(Bucket="bkt", Key="k")["Body"].read() == data
     finally:
         c.close()
@@ -212,9 +212,9 @@ def test_scrubber_finds_a_flipped_byte_nobody_reads(tmp_path):
         # the scrubber may repair it before anyone could look: no check here
         blk, secondary = corrupt_replica(c, "bkt", "k3", 2, chunk=1, at=10, check=False)
         t0 = time.monotonic()
-        wait_for(lambda: _reads_back(c, secondary, blk[0]) == data["k3"], 20, "the scrubber's repair")
+        wait_for(lambda: _reads_back(c, secondary, blk.id) == data["k3"], 20, "the scrubber's repair")
         print(f"\nscrubber: corrupt replica repaired {time.monotonic() - t0:.2f}s after the node was up")
-        assert c.rpc("nn", "stats")["read_repairs"] == 1
+        assert c.nn.stats().read_repairs == 1
         for k, v in data.items():
             assert s3.get_object(Bucket="bkt", Key=k)["Body"].read() == v
     finally:

@@ -72,8 +72,8 @@ def nothing_stored(cluster, bucket: str):
     yield
     assert all_keys(s3, bucket) == keys, "a rejected request changed the bucket"
     cluster.collect_garbage()
-    referenced = set(cluster.rpc("nn", "referenced")["blocks"])
-    pending = set(cluster.rpc("nn", "pending")["blocks"])
+    referenced = set(cluster.nn.referenced())
+    pending = set(cluster.nn.pending())
     for dn, now in cluster.datanode_blocks().items():
         assert now - blocks[dn] <= referenced, f"{dn} kept blocks of a rejected upload"
         assert not now & pending, f"{dn} holds data of a rejected upload's allocation"
@@ -316,7 +316,7 @@ def test_delete_bucket_with_only_an_upload_in_progress(cluster, s3, bucket):
     s3.upload_part(Bucket=bucket, Key="mpu", UploadId=uid, PartNumber=1, Body=b"p" * 100_000)
     s3.delete_bucket(Bucket=bucket)
     cluster.collect_garbage()
-    referenced = set(cluster.rpc("nn", "referenced")["blocks"])
+    referenced = set(cluster.nn.referenced())
     for dn, now in cluster.datanode_blocks().items():
         assert now - before[dn] <= referenced, f"{dn} kept the parts of a dropped upload"
 

@@ -46,7 +46,7 @@ def test_versions_delete_markers_and_restore(cluster, s3, bucket):
         s3.delete_object(Bucket=bucket, Key="k", VersionId=v)
     assert s3.list_object_versions(Bucket=bucket).get("Versions") is None
     cluster.collect_garbage()
-    referenced = set(cluster.rpc("nn", "referenced")["blocks"])
+    referenced = set(cluster.nn.referenced())
     obj_blocks = set().union(*cluster.datanode_blocks().values())
     assert obj_blocks <= referenced  # nothing of the deleted versions is left on the DataNodes
     s3.delete_bucket(Bucket=bucket)

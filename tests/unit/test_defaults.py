@@ -8,8 +8,10 @@ import pydantic
 import pytest
 
 from epochfs.common import defaults, errors, rpc
+from epochfs.common import messages as m
 from epochfs.common.blocks import DEFAULT_BLOCK_SIZE
 from epochfs.common.client import MIN_PART
+from epochfs.common.messages import op_name
 from epochfs.datanode.config import DataNodeSettings
 from epochfs.gateway import cluster as gw_cluster
 from epochfs.gateway.admin.models import BucketCreate, BucketPatch
@@ -72,22 +74,23 @@ def test_admin_models_check_the_block_size():
 
 
 class FakeNameNode:
-    """The NameNode as the gateway's Cluster sees it: bucket info and allocations, with a block size to change."""
+    """The NameNode's RPC as the gateway's NameNodeClient sees it: bucket info and allocations, with a block size to
+    change."""
 
     def __init__(self, bs: int) -> None:
         self.bs, self.calls, self.next_id = bs, [], 1
 
-    async def call(self, op: str, **a):
-        self.calls.append(op)
-        if op == "bucket_info":
-            return {"bs": self.bs}, b""
-        if op == "allocate":
-            ids = range(self.next_id, self.next_id + a.get("count", 1))
+    async def request(self, req, payload=b"", *, timeout=None):
+        self.calls.append(op_name(type(req)))
+        if isinstance(req, m.BucketInfo):
+            return m.BucketRecord(name=req.bucket, block_size=self.bs), b""
+        if isinstance(req, m.Allocate):
+            ids = range(self.next_id, self.next_id + req.count)
             self.next_id += len(ids)
-            return {"block_size": self.bs, "blocks": [[i, [1]] for i in ids], "addrs": {"1": "x:1"}}, b""
-        if op == "abandon":
-            return {}, b""
-        raise AssertionError(op)
+            return m.Allocation(block_size=self.bs, blocks=[m.Placed(i, (1,)) for i in ids], addrs={"1": "x:1"}), b""
+        if isinstance(req, m.Abandon):
+            return m.Done(), b""
+        raise AssertionError(req)
 
     async def close(self) -> None:
         pass
@@ -96,7 +99,7 @@ class FakeNameNode:
 def test_gateway_block_size_follows_the_namenode():
     async def main():
         c = gw_cluster.Cluster("127.0.0.1:1", "s")
-        nn = c._nn = FakeNameNode(MiB)
+        nn = c.namenode.rpc = FakeNameNode(MiB)
         assert await c.block_size("b") == MiB
         assert await c.block_size("b") == MiB and nn.calls == ["bucket_info"]  # cached
         nn.bs = 2 * MiB  # changed through another gateway: the next allocate reply tells this one

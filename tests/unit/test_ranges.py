@@ -3,12 +3,13 @@ NameNode's stat cut to the blocks of the range, and the pieces planned from that
 import pytest
 
 from epochfs.common.blocks import covering
+from epochfs.common.messages import BlockRef
 from epochfs.gateway.cluster import plan_range
 from epochfs.gateway.s3.errors import S3Error
 from epochfs.gateway.s3.objects import parse_range, range_spec, stat_range
 from epochfs.gateway.s3.sigv4 import parse_amz_date
 from epochfs.gateway.s3.xml import http_date
-from epochfs.namenode.api import only_range
+from epochfs.namenode.api.objects import only_range
 
 B = 4 << 20
 SIZE = 2 * B + 1000
@@ -33,9 +34,9 @@ def test_range_spec_needs_no_size_and_parse_range_keeps_s3_semantics():
 
 
 def test_stat_range_asks_for_what_parse_range_will_serve():
-    assert stat_range("bytes=5-9") == [5, 10]
-    assert stat_range("bytes=5-") == [5, None]
-    assert stat_range("bytes=-7") == [-7, None]
+    assert stat_range("bytes=5-9") == (5, 10)
+    assert stat_range("bytes=5-") == (5, None)
+    assert stat_range("bytes=-7") == (-7, None)
     assert stat_range("bytes=-0") is None and stat_range("bytes=abc") is None  # refused or ignored: whole stat
 
 
@@ -58,7 +59,9 @@ def test_a_cut_stat_plans_the_same_pieces_as_the_whole_one(spec):
     cut = only_range(rec, stat_range(spec))
     assert "ps" not in cut and "pcs" not in cut and cut["size"] == SIZE and cut["etag"] == '"e"'
     assert len(cut["blk"]) <= 2 or end - start > B
-    assert plan_range(cut["blk"], start - cut["boff"], end - cut["boff"]) == plan_range(BLOCKS, start, end)
+    refs = [BlockRef(*b) for b in BLOCKS]
+    assert plan_range([BlockRef(*b) for b in cut["blk"]], start - cut["boff"], end - cut["boff"]) == \
+        plan_range(refs, start, end)
     assert rec["blk"] == BLOCKS  # the record itself is left alone
 
 

@@ -1,0 +1,102 @@
+"""Buckets: create, delete, settings, listing and usage. A bucket's record ("bkt" in its directory inode) changes only
+through these, each setting validated here."""
+from __future__ import annotations
+
+from epochfs.common import defaults, errors, write_policy
+from epochfs.common import messages as m
+
+from .services import Services, fields, record
+
+MAX_REPLICATION = defaults.MAX_REPLICATION
+OWNERSHIP = ("BucketOwnerEnforced", "BucketOwnerPreferred", "ObjectWriter")
+VERSIONING = ("Enabled", "Suspended")
+CANNED_ACLS = ("private", "public-read", "public-read-write", "authenticated-read")
+ACL_PERMISSIONS = ("READ", "WRITE", "READ_ACP", "WRITE_ACP", "FULL_CONTROL")
+
+
+def check_acl(acl) -> None:
+    """A stored ACL: a canned name, or grants [grantee ("id:..." or "uri:..."), permission]."""
+    if isinstance(acl, str):
+        if acl not in CANNED_ACLS:
+            raise errors.InvalidInput(f"unknown canned ACL {acl!r}")
+        return
+    for grantee, perm in acl:
+        if not grantee.startswith(("id:", "uri:")) or perm not in ACL_PERMISSIONS:
+            raise errors.InvalidInput(f"invalid grant {grantee!r} {perm!r}")
+
+
+def _one_of(value: str, allowed: tuple, what: str) -> str:
+    if value not in allowed:
+        raise errors.InvalidInput(f"invalid {what} {value!r}: one of {', '.join(allowed)}")
+    return value
+
+
+def _count(value: int, what: str, lo: int = 0, hi: int = 2 ** 63 - 1) -> int:
+    if not lo <= value <= hi:
+        raise errors.InvalidInput(f"{what} must be between {lo} and {hi}")
+    return value
+
+
+def changes(req: m.BucketSettings) -> dict:
+    """The stored fields a settings change writes (None removes one), each validated: all or nothing."""
+    out: dict = {}
+    if req.block_size is not None:  # new writes are cut into blocks of this size; existing objects keep theirs
+        out["bs"] = defaults.check_block_size(req.block_size)
+    if req.replication is not None:
+        out["rf"] = _count(req.replication, "replication", 1, MAX_REPLICATION)
+    if req.write_policy is not None:
+        out["wp"] = write_policy.validate(req.write_policy)
+    for name, short in (("quota_bytes", "qb"), ("quota_objects", "qo")):
+        v = getattr(req, name)
+        if v is not None:
+            out[short] = None if isinstance(v, m.Unset) else _count(v, name)
+    if req.versioning is not None:
+        out["ver"] = _one_of(req.versioning, VERSIONING, "versioning status")
+    if req.acl is not None:
+        check_acl(req.acl)
+        out["acl"] = req.acl
+    if req.ownership is not None:
+        out["own"] = None if isinstance(req.ownership, m.Unset) else _one_of(req.ownership, OWNERSHIP,
+                                                                             "object ownership")
+    if req.cors is not None:
+        out["cors"] = None if isinstance(req.cors, m.Unset) else fields(req.cors)
+    return out
+
+
+def handlers(s: Services) -> dict:
+    meta, settings = s.meta, s.settings
+
+    async def bucket_create(req: m.BucketCreate, _) -> m.BucketRecord:
+        check_acl(req.acl)
+        rec = {"bs": defaults.check_block_size(req.block_size or settings.block_size),
+               "rf": _count(req.replication or settings.replication, "replication", 1, MAX_REPLICATION),
+               "acl": req.acl, "loc": req.location}
+        if req.write_policy:
+            rec["wp"] = write_policy.validate(req.write_policy)
+        if req.ownership:
+            rec["own"] = _one_of(req.ownership, OWNERSHIP, "object ownership")
+        return record(meta.create_bucket(req.bucket, req.owner, rec), m.BucketRecord)
+
+    async def bucket_delete(req: m.BucketDelete, _) -> m.Done:
+        meta.delete_bucket(req.bucket)
+        s.access_keys.forget_bucket(req.bucket)
+        return m.Done()
+
+    async def bucket_info(req: m.BucketInfo, _) -> m.BucketRecord:
+        return record(meta.bucket_info(req.bucket), m.BucketRecord)
+
+    async def bucket_list(req: m.BucketList, _) -> m.Buckets:
+        return m.Buckets(buckets=[record(b, m.BucketRecord) for b in meta.list_buckets()])
+
+    async def bucket_settings(req: m.BucketSettings, _) -> m.BucketRecord:
+        new = changes(req)
+        return record(meta.update_bucket(req.bucket, new) if new else meta.bucket_info(req.bucket),
+                      m.BucketRecord)
+
+    async def bucket_usage(req: m.BucketUsage, _) -> m.Usage:
+        if req.bucket:
+            return m.Usage(usage={req.bucket: tuple(meta.usage(meta.bucket_ino(req.bucket)))})
+        return m.Usage(usage={b: tuple(u) for b, u in meta.bucket_usage().items()})
+
+    return {m.BucketCreate: bucket_create, m.BucketDelete: bucket_delete, m.BucketInfo: bucket_info,
+            m.BucketList: bucket_list, m.BucketSettings: bucket_settings, m.BucketUsage: bucket_usage}

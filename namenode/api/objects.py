@@ -1,0 +1,77 @@
+"""Objects: commit, stat, delete, settings, and the listings of keys and versions."""
+from __future__ import annotations
+
+from epochfs.common import messages as m
+from epochfs.common.blocks import covering
+
+from .buckets import check_acl
+from .services import Services, fields, record, written
+
+# what the NameNode itself decides of a committed object: a writer's values for them are ignored
+_SET_BY_COMMIT = ("ino", "mt", "blk", "boff", "vid", "dm", "mpu", "ps", "pcs")
+
+
+def handlers(s: Services) -> dict:
+    meta, members, repair = s.meta, s.members, s.repair
+
+    async def put_object(req: m.PutObject, _) -> m.Committed:
+        obj = {k: v for k, v in fields(req.obj).items() if k not in _SET_BY_COMMIT}
+        obj["blk"] = s.admit(req.bucket, written(req.blocks))
+        res = meta.put_object(req.bucket, req.key, obj, if_match=req.if_match, if_none_match=req.if_none_match)
+        repair.check_commit(obj["blk"])
+        return record(res, m.Committed)
+
+    async def stat(req: m.Stat, _) -> m.Located:
+        rec = meta.stat(req.bucket, req.key, req.version_id)
+        if req.range is not None:
+            rec = only_range(rec, req.range)
+        ids = {n for blk in rec.get("blk", ()) for n in blk[3]}
+        return m.Located(obj=record(rec, m.ObjectRecord), addrs=members.addrs(ids))
+
+    async def delete_object(req: m.DeleteObject, _) -> m.Deleted:
+        return record(meta.delete_object(req.bucket, req.key, version_id=req.version_id, if_match=req.if_match,
+                                         if_mtime=req.if_mtime, if_size=req.if_size), m.Deleted)
+
+    async def object_settings(req: m.ObjectSettings, _) -> m.Done:
+        new = {}
+        if req.acl is not None:
+            check_acl(req.acl)
+            new["acl"] = req.acl
+        if new:
+            meta.update_object(req.bucket, req.key, new)
+        else:
+            meta.stat(req.bucket, req.key)  # NoSuchKey all the same
+        return m.Done()
+
+    # A page's entries come from the MetaStore already in their wire form (ListEntry's array ["k", key, ...]), and
+    # are sent as they are: converting 1,000 of them into Structs only to encode them again cost 1.5 ms of NameNode
+    # CPU per page (+50% of a LIST's NameNode CPU); the caller decodes them into the typed entries.
+    async def list_objects(req: m.ListObjects, _) -> m.Listing:
+        page = meta.list_objects(req.bucket, req.prefix, req.delimiter, req.after, req.max_keys)
+        return m.Listing(items=page["items"], truncated=page["truncated"])
+
+    async def list_versions(req: m.ListVersions, _) -> m.VersionListing:
+        page = meta.list_versions(req.bucket, req.prefix, req.delimiter, req.key_marker, req.vid_marker,
+                                  req.max_keys)
+        return m.VersionListing(items=page["items"], truncated=page["truncated"])
+
+    return {m.PutObject: put_object, m.Stat: stat, m.DeleteObject: delete_object,
+            m.ObjectSettings: object_settings, m.ListObjects: list_objects, m.ListVersions: list_versions}
+
+
+def only_range(rec: dict, rng) -> dict:
+    """A stat answer for a ranged read of bytes rng = [lo, hi) (lo < 0: the last -lo bytes; hi None: to the end):
+    only the blocks holding them, "boff" the offset of the first in the file, and no per-part lists ("ps", "pcs";
+    a partNumber read asks for the whole record), so the answer does not grow with the object. A 1 MiB range of a
+    512 MiB object (128 blocks): 497 bytes instead of 4,968, 115-135 us of NameNode CPU per stat instead of 150-160,
+    and the gateway no longer decodes (and garbage-collects) 128 block entries per ranged GET. The record itself is
+    still decoded whole here: 26 us at 128 blocks, 0.34 ms at 1,024 (orjson)."""
+    size = rec.get("size", 0)
+    lo, hi = rng
+    if lo < 0:
+        lo, hi = max(size + lo, 0), size
+    hi = size if hi is None else min(hi, size)
+    boff, blk = covering(rec.get("blk", []), lo, hi)
+    out = {k: v for k, v in rec.items() if k not in ("blk", "ps", "pcs")}
+    out["blk"], out["boff"] = blk, boff
+    return out
