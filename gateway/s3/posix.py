@@ -1,6 +1,6 @@
 """The mount's API: POSIX operations by inode at /_epochfs/fs[/<bucket>] (see namenode/posix.py).
 
-  POST /_epochfs/fs/<bucket>   {"op": "lookup", "args": {...}} -> {"r": result} or {"err": class, "msg", "errno"}
+  POST /_epochfs/fs/<bucket>   {"op": "lookup", "args": {...}} -> {"r": result} or {"err": class, "msg"}
   GET  /_epochfs/fs/<bucket>?ino=&off=&len=   bytes [off, off+len) of the file (short at its end)
   GET  /_epochfs/fs/<bucket>?ino=&off=&len=&locate=1   where those bytes are instead: {"etag", "size", "p": [[block
                                      id, offset in it, length, [node, ...]], ...], "addrs": {node: rpc address},
@@ -11,15 +11,15 @@
   POST /_epochfs/fs with op "statfs" -> capacity, used and inode counts
   POST /_epochfs/fs (no bucket) getattr and readdir of the root, the tree of the buckets the caller may list
 
-Namespace errors travel as JSON with their errno (a POSIX answer, not an S3 failure); the data calls answer S3 error
-XML like any S3 request. Requests are SigV4-signed and name the bucket they touch: reading needs read permission on
+Namespace errors travel as JSON with their domain error's class name (a POSIX answer, not an S3 failure; the mount
+turns the class into its errno with frontends/errmap.py, the one table for that); the data calls, a NameNode that
+can't be reached and internal errors answer S3 error XML like any S3 request. Requests are SigV4-signed and name the bucket they touch: reading needs read permission on
 it, changing needs write (ownership, the key's own permissions, ACLs: access.py), and the NameNode refuses any
 inode outside that bucket. Permissions inside the tree are POSIX's, checked by the kernel from mode/uid/gid (the
 mount runs with default_permissions).
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 
 import orjson
@@ -62,8 +62,14 @@ def _answer(res: dict) -> Response:
     return Response(200, JSON, orjson.dumps(res))
 
 
+def _posix_answer(e: errors.DomainError) -> bool:
+    """A failure of the namespace operation itself, answered as JSON: not an unreachable service, not a bug (the
+    bare DomainError an internal error arrives as)."""
+    return type(e) is not errors.DomainError and not isinstance(e, errors.Unavailable)
+
+
 def _error(e: errors.DomainError) -> dict:
-    return {"err": type(e).__name__, "msg": e.message, "errno": e.details.get("errno")}
+    return {"err": type(e).__name__, "msg": e.message}
 
 
 async def _bucket_ino(ctx, req, perm: str) -> int:
@@ -111,9 +117,9 @@ async def fs_op(ctx, req):
     except S3Error as e:
         if e.code != "AccessDenied":
             raise
-        return _answer({"err": "Unauthorized", "msg": e.message, "errno": errno.EACCES})
+        return _answer({"err": "Unauthorized", "msg": e.message})
     except errors.DomainError as e:
-        if e.details.get("errno") is None:
+        if not _posix_answer(e):
             raise
         return _answer(_error(e))
 
@@ -207,6 +213,7 @@ async def fs_write(ctx, req):
     md5 = hashlib.md5()
     blk: list = []
     written: list = []
+    committing = False
     try:
         for kind, v in segs:
             if kind == "k":
@@ -220,11 +227,12 @@ async def fs_write(ctx, req):
             etag = f'"{hashlib.md5(md5.digest() + orjson.dumps(segs)).hexdigest()}-{len(blk)}"'
         else:
             etag = f'"{md5.hexdigest()}"'
+        committing = True
         attr = await ctx.cluster.nn("fs_commit", ino=ino, blk=blk, size=size, etag=etag, bucket=req.bucket, bi=bi,
                                     base=base, **({} if mt is None else {"mt": mt}))
     except errors.DomainError as e:
         await ctx.abandon(written)
-        if e.details.get("errno") is None:
+        if not (committing and _posix_answer(e)):
             raise
         return _answer(_error(e))
     except BaseException:
