@@ -4,13 +4,14 @@ Handlers raise domain errors (common/errors.py) wherever one has the meaning: a 
 invalid argument, a failed precondition, a bad digest, a method not allowed, a denied permission. S3Error stays for
 what only the S3 protocol knows, with no meaning outside it:
   - authentication and signing: SignatureDoesNotMatch, InvalidAccessKeyId, AuthorizationHeaderMalformed,
-    AuthorizationQueryParametersError, RequestTimeTooSkewed, and AccessDenied for an expired or unsigned request
-    (sigv4.py, post.py's policy; admin/auth.py turns these into its own 401);
+    AuthorizationQueryParametersError, RequestTimeTooSkewed, an unsupported Authorization type (InvalidArgument),
+    and AccessDenied for an expired or unsigned request or a POST policy's refusal (sigv4.py, ext.py, post.py;
+    admin/auth.py turns the verifier's into its own 401);
   - the HTTP and body encoding: InvalidURI, IncompleteBody, MissingContentLength, InvalidDigest (a malformed
-    Content-MD5), XAmzContentSHA256Mismatch, aws-chunked framing, InvalidRequest for header combinations, request
-    body too large, NotModified (a 304 without a body), InvalidRange (416 with the object's size);
+    Content-MD5), XAmzContentSHA256Mismatch, InvalidRequest for header combinations, request body too large, NotModified (a 304 without a body), InvalidRange (416 with the object's size);
   - document syntax: MalformedXML, MalformedJSON, MalformedACLError, MalformedPOSTRequest, InvalidPolicyDocument,
-    MaxPostPreDataLengthExceeded;
+    MaxPostPreDataLengthExceeded, and a browser POST that is not multipart/form-data (PreconditionFailed naming
+    the encoding, not a condition on the object);
   - S3 features as such: NotImplemented, NoSuchCORSConfiguration, OwnershipControlsNotFoundError, CORS preflight
     answers (BadRequest, AccessForbidden), ACL codes (AccessControlListNotSupported,
     InvalidBucketAclWithObjectOwnership), InvalidStorageClass, MetadataTooLarge, EntityTooLarge/EntityTooSmall of a
@@ -88,10 +89,6 @@ def error_xml(err: S3Error, resource: str, request_id: str) -> bytes:
 # shorthands for errors raised by the S3 layer itself
 def access_denied(msg: str = "Access Denied") -> S3Error:
     return S3Error("AccessDenied", msg, 403)
-
-
-def invalid_argument(msg: str, **extra) -> S3Error:
-    return S3Error("InvalidArgument", msg, 400, **extra)
 
 
 def invalid_request(msg: str) -> S3Error:

@@ -31,7 +31,7 @@ from ..cluster import plan_range
 from . import args
 from .access import bucket_access, check_object_read, may_list
 from .body import body_stream, raw_body, read_all
-from .errors import S3Error, access_denied, invalid_argument
+from .errors import S3Error
 from .ext import extension
 from .http import Response
 
@@ -45,17 +45,17 @@ QUOTA_OPS = frozenset(("mknod", "link", "unlink", "rename", "setattr"))  # take 
 def _int_arg(req, name: str, default: int | None = None) -> int:
     v = req.query.get(name)
     if v is None and default is None:
-        raise invalid_argument(f"{name} must be an integer", ArgumentName=name)
+        raise errors.InvalidInput(f"{name} must be an integer", argument=name)
     return args.int_arg(v, name, default, hi=args.MAX_INT, msg=f"{name} must be an integer from 0 to 2^63-1")
 
 
 def _check_numbers(op_args: dict) -> None:
     """Every number fits the NameNode's 64-bit messages, and an inode number is one (an integer from 0)."""
     if not args.json_ints_in_range(op_args):
-        raise invalid_argument("A number in args is out of the 64-bit range")
+        raise errors.InvalidInput("A number in args is out of the 64-bit range")
     for k in INODE_ARGS:
         if k in op_args and not (type(op_args[k]) is int and op_args[k] >= 0):
-            raise invalid_argument(f"{k} must be an inode number", ArgumentName=k)
+            raise errors.InvalidInput(f"{k} must be an inode number", argument=k)
 
 
 def _answer(res: dict) -> Response:
@@ -114,10 +114,6 @@ async def fs_op(ctx, req):
         if bi is None and op == "readdir" and "r" in res:
             res["r"]["entries"] = await _visible_buckets(ctx, req, res["r"]["entries"])
         return _answer(res)
-    except S3Error as e:
-        if e.code != "AccessDenied":
-            raise
-        return _answer({"err": "Unauthorized", "msg": e.message})
     except errors.DomainError as e:
         if not _posix_answer(e):
             raise
@@ -128,13 +124,13 @@ async def fs_op(ctx, req):
 async def fs_read(ctx, req):
     FS_REQUESTS.labels("locate" if req.query.get("locate") else "read").inc()
     if req.bucket is None:
-        raise invalid_argument("GET /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
+        raise errors.InvalidInput("GET /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     ino, off, n = _int_arg(req, "ino"), _int_arg(req, "off", 0), _int_arg(req, "len")
     info = await bucket_access(ctx, req, "read")
     try:
         res = await ctx.cluster.nn("fs_blocks", ino=ino, bi=info["ino"])
-    except errors.Unauthorized:  # an inode of another bucket
-        raise access_denied() from None
+    except errors.OutsideBucket:  # an inode of another bucket: no more said than for any denied request
+        raise errors.PermissionDenied("Access Denied") from None
     check_object_read(ctx, req, info, res)  # a reader by the bucket's ACL also needs the object's
     end = min(off + n, res["size"])
     if req.query.get("locate"):
@@ -169,7 +165,7 @@ class _Body:
                 try:
                     self._left = memoryview(await self._it.__anext__())
                 except StopAsyncIteration:
-                    raise invalid_argument("the body ends before the layout's extents do") from None
+                    raise errors.InvalidInput("the body ends before the layout's extents do") from None
                 continue
             piece, self._left = self._left[:n], self._left[n:]
             n -= len(piece)
@@ -191,10 +187,10 @@ async def fs_write(ctx, req):
     after the last write."""
     FS_REQUESTS.labels("write").inc()
     if req.bucket is None:
-        raise invalid_argument("PUT /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
+        raise errors.InvalidInput("PUT /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     try:
         bi = await _bucket_ino(ctx, req, "write")
-    except S3Error:
+    except (S3Error, errors.PermissionDenied):
         await _discard(req.receive, 1 << 20)
         raise
     ino = _int_arg(req, "ino")
