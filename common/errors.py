@@ -126,7 +126,7 @@ class NoSuchBlock(NotFound):
 
 
 class Unauthorized(DomainError):
-    """Internal RPC caller did not present the cluster secret."""
+    """Internal RPC caller did not present the cluster secret (PermissionDenied: a caller without the right)."""
 
 
 class QuotaExceeded(DomainError):

@@ -11,10 +11,11 @@
   POST /_epochfs/fs with op "statfs" -> capacity, used and inode counts
   POST /_epochfs/fs (no bucket) getattr and readdir of the root, the tree of the buckets the caller may list
 
-Namespace errors travel as JSON with their domain error's class name (a POSIX answer, not an S3 failure; the mount
-turns the class into its errno with frontends/errmap.py, the one table for that); the data calls, a NameNode that
-can't be reached and internal errors answer S3 error XML like any S3 request. Requests are SigV4-signed and name the bucket they touch: reading needs read permission on
-it, changing needs write (ownership, the key's own permissions, ACLs: access.py), and the NameNode refuses any
+Namespace errors (the bucket's and the NameNode operation's) travel as JSON with their domain error's class name, a
+POSIX answer rather than an S3 failure: the mount turns the class into its errno with frontends/errmap.py, the one
+table for that. The data calls, a NameNode that can't be reached and internal errors answer S3 error XML like any S3
+request. Requests are SigV4-signed and name the bucket they touch: reading needs read permission on it, changing
+needs write (ownership, the key's own permissions, ACLs: access.py), and the NameNode refuses any
 inode outside that bucket. Permissions inside the tree are POSIX's, checked by the kernel from mode/uid/gid (the
 mount runs with default_permissions).
 """
