@@ -332,12 +332,12 @@ class S3Client:
 
     async def fs(self, op: str, bucket: str | None = None, **args):
         """One namespace operation by inode (lookup, getattr, readdir, mkdir, rename, ...) in `bucket` (None: on the
-        root, the tree of buckets). A POSIX failure raises its domain error with details["errno"] set."""
+        root, the tree of buckets). A POSIX failure raises its domain error (frontends/errmap.py gives its errno)."""
         r = await self._fs_send("POST", f"fs/{bucket}" if bucket else "fs",
                                 content=orjson.dumps({"op": op, "args": args}))
         res = orjson.loads(r.content)
         if "err" in res:
-            raise errors.by_name(res["err"])(res.get("msg", ""), errno=res.get("errno"))
+            raise errors.by_name(res["err"])(res.get("msg", ""))
         return res["r"]
 
     async def fs_read(self, bucket: str, ino: int, offset: int, length: int) -> bytes:
@@ -368,7 +368,7 @@ class S3Client:
                                 headers={"content-length": str(4 + len(head) + new)}, content=body())
         res = orjson.loads(r.content)
         if "err" in res:
-            raise errors.by_name(res["err"])(res.get("msg", ""), errno=res.get("errno"))
+            raise errors.by_name(res["err"])(res.get("msg", ""))
         return res["r"]
 
     # ---------------------------------------------------------------- loaders (gateway/s3/batch.py)

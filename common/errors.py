@@ -126,11 +126,77 @@ class NoSuchBlock(NotFound):
 
 
 class Unauthorized(DomainError):
-    """Internal RPC caller did not present the cluster secret."""
+    """Internal RPC caller did not present the cluster secret (PermissionDenied: a caller without the right)."""
 
 
 class QuotaExceeded(DomainError):
     """The request would take the bucket over its quota (bytes or objects)."""
+
+
+# ---- finer meanings: each edge maps them (gateway/s3/errors.py to S3 codes, frontends/errmap.py to errnos); what a
+# ---- class adds over its parent is a distinct answer at some edge, never an S3 code or an errno carried as a detail
+class PermissionDenied(Unauthorized):
+    """The caller may not do this to this resource."""
+
+
+class OutsideBucket(PermissionDenied):
+    """The operation reaches outside the bucket the request named."""
+
+
+class NameTooLong(KeyTooLong):
+    """A name in the path is longer than 255 bytes."""
+
+
+class InvalidName(InvalidInput):
+    """The name is not a valid directory entry name."""
+
+
+class NotASymlink(InvalidInput):
+    """The inode is not a symbolic link."""
+
+
+class NotARegularFile(InvalidInput):
+    """The inode is not a regular file."""
+
+
+class EmptyPartList(InvalidInput):
+    """A multipart upload was completed without naming any part."""
+
+
+class EntityTooLarge(InvalidInput):
+    """The upload exceeds the maximum allowed size."""
+
+
+class ChecksumMismatch(InvalidInput):
+    """The checksum given with the data does not match the data."""
+
+
+class ChecksumModeMismatch(InvalidInput):
+    """The checksum algorithm or type differs from the one the upload was created with."""
+
+
+class FileChanged(PreconditionFailed):
+    """The file was replaced since the writer opened it."""
+
+
+class InvalidAttributeName(InvalidInput):
+    """The extended attribute name is empty or longer than 255 bytes."""
+
+
+class UnsupportedAttributeNamespace(MethodNotAllowed):
+    """The extended attribute namespace is not supported."""
+
+
+class NoSuchAttribute(NotFound):
+    """The extended attribute does not exist."""
+
+
+class AttributeTooLarge(InvalidInput):
+    """The extended attribute value is larger than 64 KiB."""
+
+
+class NoRoomForAttributes(InvalidInput):
+    """The inode has no room for more extended attributes."""
 
 
 def by_name(name: str) -> type[DomainError]:

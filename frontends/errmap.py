@@ -22,6 +22,13 @@ ERRNO: dict[type[errors.DomainError], int] = {
     errors.NotADirectory: errno.ENOTDIR,
     errors.IsADirectory: errno.EISDIR,
     errors.KeyTooLong: errno.ENAMETOOLONG,
+    errors.NoSuchAttribute: errno.ENODATA,
+    errors.InvalidAttributeName: errno.ERANGE,
+    errors.AttributeTooLarge: errno.E2BIG,
+    errors.NoRoomForAttributes: errno.ENOSPC,
+    errors.UnsupportedAttributeNamespace: errno.EOPNOTSUPP,
+    errors.FileChanged: errno.ESTALE,
+    errors.EntityTooLarge: errno.EFBIG,
     errors.InvalidInput: errno.EINVAL,
     errors.Unauthorized: errno.EACCES,
     errors.MethodNotAllowed: errno.EPERM,
@@ -33,11 +40,8 @@ ERRNO: dict[type[errors.DomainError], int] = {
 
 
 def to_errno(exc: errors.DomainError) -> int:
-    """The errno for `exc`. An answer of the NameNode's POSIX namespace may name its own (details["errno"]: ENODATA
-    for a missing extended attribute, E2BIG, ERANGE, ...) where the class alone can't say; that one wins."""
-    code = exc.details.get("errno")
-    if code:
-        return code
+    """The errno for `exc`, by its class alone (ENODATA for a missing extended attribute, E2BIG, ERANGE, ... have
+    classes of their own)."""
     for cls in type(exc).__mro__:
         if cls in ERRNO:
             return ERRNO[cls]

@@ -182,8 +182,7 @@ class Cluster:
             async for piece in stream:
                 size += len(piece)
                 if limit is not None and size > limit:
-                    raise errors.InvalidInput("Your proposed upload exceeds the maximum allowed size",
-                                              code="EntityTooLarge")
+                    raise errors.EntityTooLarge("Your proposed upload exceeds the maximum allowed size")
                 while have + len(piece) >= bs:
                     mv = memoryview(piece)
                     pending.append(mv[:bs - have])

@@ -22,7 +22,6 @@ must lie in that bucket (in_bucket), so a key allowed into one bucket can't reac
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import stat as st
 
@@ -48,16 +47,12 @@ S3_META_MAX = 2048                # the x-amz-meta-* bytes S3 takes in one reque
 _S3_META_NAME = frozenset("abcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~")  # lowercase HTTP token
 
 
-def _fail(cls: type[errors.DomainError], code: int, what: str) -> errors.DomainError:
-    return cls(what, errno=code)
-
-
 def _latin1(text: str) -> bytes:
     """The bytes an attribute name or value sent as latin-1 text stands for."""
     try:
         return text.encode("latin-1")
     except UnicodeEncodeError:
-        raise _fail(errors.InvalidInput, errno.EINVAL, "attribute names and values travel as latin-1 text") from None
+        raise errors.InvalidInput("attribute names and values travel as latin-1 text") from None
 
 
 class Posix:
@@ -81,11 +76,11 @@ class Posix:
         the root itself may be read) and make `bi` the bucket inodes written from now on are stamped with."""
         self.bi = bi
         if bi is None and op not in ("getattr", "readdir"):  # the gateway filters the root's listing itself
-            raise _fail(errors.Unauthorized, errno.EACCES, f"{op} needs a bucket")
+            raise errors.OutsideBucket(f"{op} needs a bucket")
         if op == "lookup" and args.get("parent") == ROOT_INO and bi is not None:
             found = self._child(ROOT_INO, str(args.get("name", "")))
             if found is None or found[0] != bi:
-                raise _fail(errors.Unauthorized, errno.EACCES, "lookup outside the request's bucket")
+                raise errors.OutsideBucket("lookup outside the request's bucket")
             return
         for k in ("ino", "parent", "newparent"):
             if k in args:
@@ -99,10 +94,10 @@ class Posix:
             return
         rec = self.meta.get_inode(ino)
         if rec is None:  # gone (an S3 DELETE, say): a handle the mount holds open still knows it, see its getattr
-            raise _fail(errors.NotFound, errno.ENOENT, f"no inode {ino}")
+            raise errors.NotFound(f"no inode {ino}")
         if self.bi is not None and self._rec_in_bucket(rec):
             return
-        raise _fail(errors.Unauthorized, errno.EACCES, f"inode {ino} is not in the request's bucket")
+        raise errors.OutsideBucket(f"inode {ino} is not in the request's bucket")
 
     def _rec_in_bucket(self, rec: dict) -> bool:
         if "b" in rec:
@@ -123,21 +118,21 @@ class Posix:
     def _inode(self, ino: int) -> dict:
         rec = self.meta.get_inode(ino)
         if rec is None:
-            raise _fail(errors.NotFound, errno.ENOENT, f"no inode {ino}")
+            raise errors.NotFound(f"no inode {ino}")
         return rec
 
     def _dir(self, ino: int) -> dict:
         rec = self._inode(ino)
         if rec.get("t") != "d":
-            raise _fail(errors.NotADirectory, errno.ENOTDIR, f"inode {ino} is not a directory")
+            raise errors.NotADirectory(f"inode {ino} is not a directory")
         return rec
 
     @staticmethod
     def _check_name(name: str) -> None:
         if len(name.encode()) > NAME_MAX:
-            raise _fail(errors.KeyTooLong, errno.ENAMETOOLONG, "name longer than 255 bytes")
+            raise errors.NameTooLong("name longer than 255 bytes")
         if not name or "/" in name or "\0" in name or name in (".", ".."):
-            raise _fail(errors.InvalidInput, errno.EINVAL, f"invalid name {name!r}")
+            raise errors.InvalidName(f"invalid name {name!r}")
 
     def _child(self, parent: int, name: str) -> tuple[int, bool] | None:
         """(ino, is a directory) of the entry `name` in `parent`; a directory wins over a file of the same name
@@ -182,10 +177,10 @@ class Posix:
         self._dir(parent)
         found = self._child(parent, name)
         if found is None:
-            raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r} in {parent}")
+            raise errors.NotFound(f"no entry {name!r} in {parent}")
         rec = self.meta.get_inode(found[0])
         if rec is None:  # a name whose inode went (S3 deletes of one hard link once took the inode with them)
-            raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r} in {parent}")
+            raise errors.NotFound(f"no entry {name!r} in {parent}")
         if found[1] and rec.get("t") == "d" and "b" not in rec and parent != ROOT_INO and self.bi is not None \
                 and found[0] != self.bi:
             self.meta.execute(cmds.StampDirs(bi=self.bi, inos=[found[0]]))
@@ -224,20 +219,20 @@ class Posix:
     def readlink(self, ino: int) -> str:
         rec = self._inode(ino)
         if rec.get("t") != "l":
-            raise _fail(errors.InvalidInput, errno.EINVAL, f"inode {ino} is not a symlink")
+            raise errors.NotASymlink(f"inode {ino} is not a symlink")
         return rec["tg"]
 
     def blocks(self, ino: int) -> dict:
         rec = self._inode(ino)
         if rec.get("t") == "d":
-            raise _fail(errors.IsADirectory, errno.EISDIR, f"inode {ino} is a directory")
+            raise errors.IsADirectory(f"inode {ino} is a directory")
         return {"blk": rec.get("blk", []), "size": rec.get("size", 0), "etag": rec.get("etag", ""),
                 "acl": rec.get("acl")}
 
     # ---------------------------------------------------------------- writing helpers
     def _writable_dir(self, parent: int) -> dict:
         if parent == ROOT_INO:
-            raise _fail(errors.MethodNotAllowed, errno.EPERM, "buckets are made through S3, not mkdir")
+            raise errors.MethodNotAllowed("buckets are made through S3, not mkdir")
         return self._dir(parent)
 
     def _touch_dir(self, b, ino: int, rec: dict, t: int) -> None:
@@ -282,7 +277,7 @@ class Posix:
         for i, (field, d) in enumerate((("qb", dbytes), ("qo", dobjects))):
             limit = info.get(field)
             if limit is not None and d > 0 and used[i] + d > int(limit):
-                raise _fail(errors.QuotaExceeded, errno.EDQUOT, f"bucket {bucket} would exceed its quota")
+                raise errors.QuotaExceeded(f"bucket {bucket} would exceed its quota")
         return lambda b: self.meta.add_usage(b, info["ino"], dbytes, dobjects)
 
     def _drop_link(self, b, parent: int, name: str, ino: int, rec: dict, t: int) -> None:
@@ -312,7 +307,7 @@ class Posix:
         self._check_name(name)
         prec = self._writable_dir(parent)
         if self._child(parent, name) is not None:
-            raise _fail(errors.AlreadyExists, errno.EEXIST, f"{name!r} exists")
+            raise errors.AlreadyExists(f"{name!r} exists")
         if prec.get("mode", 0) & st.S_ISGID:  # BSD group semantics in a set-group-ID directory, as Linux does
             rec["gid"] = prec.get("gid", 0)
             if rec["t"] == "d":
@@ -353,7 +348,7 @@ class Posix:
         elif fmt in (st.S_IFIFO, st.S_IFSOCK, st.S_IFCHR, st.S_IFBLK):
             rec = {"t": "s", "rdev": c.rdev}
         else:
-            raise _fail(errors.InvalidInput, errno.EINVAL, f"cannot mknod type {fmt:o}")
+            raise errors.InvalidInput(f"cannot mknod type {fmt:o}")
         return self._new(b, c.parent, c.name, {**rec, "mode": fmt | (mode & 0o7777), "uid": c.uid, "gid": c.gid},
                          c.t, self._charge(c.bucket, 0, 1) if fmt == S_IFREG else None)
 
@@ -375,9 +370,9 @@ class Posix:
         prec = self._writable_dir(parent)
         rec = self._inode(ino)
         if rec.get("t") == "d":
-            raise _fail(errors.MethodNotAllowed, errno.EPERM, "hard links to directories are not allowed")
+            raise errors.MethodNotAllowed("hard links to directories are not allowed")
         if self._child(parent, name) is not None:
-            raise _fail(errors.AlreadyExists, errno.EEXIST, f"{name!r} exists")
+            raise errors.AlreadyExists(f"{name!r} exists")
         charge = self._charge(bucket, *self._visible(rec))
         rec["ln"] = rec.get("ln", []) + [[parent, name]]
         rec["ct"] = t
@@ -394,9 +389,9 @@ class Posix:
         prec = self._writable_dir(parent)
         found = self._child(parent, name)
         if found is None:
-            raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r}")
+            raise errors.NotFound(f"no entry {name!r}")
         if found[1]:
-            raise _fail(errors.IsADirectory, errno.EISDIR, f"{name!r} is a directory")
+            raise errors.IsADirectory(f"{name!r} is a directory")
         rec = self.meta.get_inode(found[0]) or {}
         size, n = self._visible(rec)
         charge = self._charge(bucket, -size, -n)
@@ -412,11 +407,11 @@ class Posix:
         prec = self._writable_dir(parent)
         found = self._child(parent, name)
         if found is None:
-            raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r}")
+            raise errors.NotFound(f"no entry {name!r}")
         if not found[1]:
-            raise _fail(errors.NotADirectory, errno.ENOTDIR, f"{name!r} is not a directory")
+            raise errors.NotADirectory(f"{name!r} is not a directory")
         if not self.meta.is_empty(found[0]):
-            raise _fail(errors.DirectoryNotEmpty, errno.ENOTEMPTY, f"{name!r} is not empty")
+            raise errors.DirectoryNotEmpty(f"{name!r} is not empty")
         b.delete(keys.entry(parent, name, True))
         b.delete(keys.inode(found[0]))
         self._touch_dir(b, parent, prec, c.t)
@@ -434,29 +429,29 @@ class Posix:
         parent, name, newparent, newname, flags, bucket, t = \
             c.parent, c.name, c.newparent, c.newname, c.flags, c.bucket, c.t
         if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) or flags == RENAME_NOREPLACE | RENAME_EXCHANGE:
-            raise _fail(errors.InvalidInput, errno.EINVAL, f"rename flags {flags:#x} not supported")
+            raise errors.InvalidInput(f"rename flags {flags:#x} not supported")
         self._check_name(newname)
         src_dir = self._writable_dir(parent)
         dst_dir = src_dir if newparent == parent else self._writable_dir(newparent)
         src = self._child(parent, name)
         if src is None:
-            raise _fail(errors.NotFound, errno.ENOENT, f"no entry {name!r}")
+            raise errors.NotFound(f"no entry {name!r}")
         dst = self._child(newparent, newname)
         if dst is not None and flags & RENAME_NOREPLACE:
-            raise _fail(errors.AlreadyExists, errno.EEXIST, f"{newname!r} exists")
+            raise errors.AlreadyExists(f"{newname!r} exists")
         if flags & RENAME_EXCHANGE:
             if dst is None:
-                raise _fail(errors.NotFound, errno.ENOENT, f"no entry {newname!r}")
+                raise errors.NotFound(f"no entry {newname!r}")
             return self._exchange(b, t, parent, name, src, newparent, newname, dst, src_dir, dst_dir)
         if dst is not None:
             if dst[0] == src[0]:
                 return None  # two names of one file: POSIX says do nothing
             if src[1] and not dst[1]:
-                raise _fail(errors.NotADirectory, errno.ENOTDIR, f"{newname!r} is not a directory")
+                raise errors.NotADirectory(f"{newname!r} is not a directory")
             if dst[1] and not src[1]:
-                raise _fail(errors.IsADirectory, errno.EISDIR, f"{newname!r} is a directory")
+                raise errors.IsADirectory(f"{newname!r} is a directory")
             if dst[1] and not self.meta.is_empty(dst[0]):
-                raise _fail(errors.DirectoryNotEmpty, errno.ENOTEMPTY, f"{newname!r} is not empty")
+                raise errors.DirectoryNotEmpty(f"{newname!r} is not empty")
         rec = self._inode(src[0])
         drec = (self.meta.get_inode(dst[0]) or {}) if dst is not None else {}
         size, n = self._visible(drec)
@@ -513,9 +508,9 @@ class Posix:
                 rec[k] = int(fields[k])
         if "size" in fields:
             if rec.get("t") != "f":
-                raise _fail(errors.InvalidInput, errno.EINVAL, "only regular files have a size to set")
+                raise errors.NotARegularFile("only regular files have a size to set")
             if int(fields["size"]) != 0:
-                raise _fail(errors.InvalidInput, errno.EINVAL, "only truncation to zero is done in place")
+                raise errors.InvalidInput("only truncation to zero is done in place")
             if rec.get("size", 0) != 0 or rec.get("blk"):
                 charge = self._charge(bucket, -self._visible(rec)[0] * len(rec.get("ln", [1])), 0)
                 charge(b)
@@ -535,7 +530,7 @@ class Posix:
         """What a writer needs to change part of a file: its blocks' ids and sizes, in order, and its version."""
         rec = self._inode(ino)
         if rec.get("t") != "f":
-            raise _fail(errors.InvalidInput, errno.EINVAL, f"inode {ino} is not a regular file")
+            raise errors.NotARegularFile(f"inode {ino} is not a regular file")
         return {"blk": [[x[0], x[1]] for x in rec.get("blk", [])], "size": rec.get("size", 0),
                 "etag": rec.get("etag", "")}
 
@@ -558,20 +553,20 @@ class Posix:
         ino, blk, size, etag, bucket, base, mt, t = c.ino, c.blk, c.size, c.etag, c.bucket, c.base, c.mt, c.t
         rec = self._inode(ino)
         if rec.get("t") != "f":
-            raise _fail(errors.InvalidInput, errno.EINVAL, f"inode {ino} is not a regular file")
+            raise errors.NotARegularFile(f"inode {ino} is not a regular file")
         old = rec.get("blk", [])
         if base is not None and base != rec.get("etag", ""):
-            raise _fail(errors.PreconditionFailed, errno.ESTALE, f"inode {ino} changed since it was opened")
+            raise errors.FileChanged(f"inode {ino} changed since it was opened")
         have = {x[0]: x for x in old} if base is not None else {}
         try:
             blk = [have[x] if isinstance(x, int) else x for x in blk]
         except KeyError as e:
-            raise _fail(errors.InvalidInput, errno.EINVAL, f"block {e} is not one of inode {ino}'s") from None
+            raise errors.InvalidInput(f"block {e} is not one of inode {ino}'s") from None
         if sum(x[1] for x in blk) != size:
-            raise _fail(errors.InvalidInput, errno.EINVAL, f"the blocks of inode {ino} don't add up to {size} bytes")
+            raise errors.InvalidInput(f"the blocks of inode {ino} don't add up to {size} bytes")
         kept = {x[0] for x in blk}
         if len(kept) != len(blk):
-            raise _fail(errors.InvalidInput, errno.EINVAL, f"a block is named twice in the new content of {ino}")
+            raise errors.InvalidInput(f"a block is named twice in the new content of {ino}")
         charge = self._charge(bucket, (size - int(rec.get("size", 0))) * len(rec.get("ln", [1])), 0)
         charge(b)
         self.meta.free_blocks(b, [x for x in old if x[0] not in kept], t)
@@ -610,23 +605,23 @@ class Posix:
         here (security.*, system.* ACLs), EINVAL for a bare prefix; user.* only on files and directories (EPERM
         to set on a symlink or device, ENODATA to read)."""
         if not name or len(_latin1(name)) > XATTR_NAME_MAX:
-            raise _fail(errors.InvalidInput, errno.ERANGE, "attribute name empty or longer than 255 bytes")
+            raise errors.InvalidAttributeName("attribute name empty or longer than 255 bytes")
         ns = next((p for p in XATTR_NAMESPACES if name.startswith(p)), None)
         if ns is None:
-            raise _fail(errors.MethodNotAllowed, errno.EOPNOTSUPP, f"attribute namespace of {name!r} not supported")
+            raise errors.UnsupportedAttributeNamespace(f"attribute namespace of {name!r} not supported")
         if name == ns:
-            raise _fail(errors.InvalidInput, errno.EINVAL, f"attribute name {name!r} is only a namespace")
+            raise errors.InvalidInput(f"attribute name {name!r} is only a namespace")
         if ns == "user." and rec.get("t") not in ("f", "d"):
             if write:
-                raise _fail(errors.MethodNotAllowed, errno.EPERM, "user attributes are for files and directories")
-            raise _fail(errors.NotFound, errno.ENODATA, f"no attribute {name!r}")
+                raise errors.MethodNotAllowed("user attributes are for files and directories")
+            raise errors.NoSuchAttribute(f"no attribute {name!r}")
 
     def getxattr(self, ino: int, name: str) -> str:
         rec = self._inode(ino)
         self._xattr_name(rec, name, write=False)
         value = self._xattrs(rec).get(name)
         if value is None:
-            raise _fail(errors.NotFound, errno.ENODATA, f"no attribute {name!r}")
+            raise errors.NoSuchAttribute(f"no attribute {name!r}")
         return value
 
     def listxattr(self, ino: int) -> list[str]:
@@ -644,15 +639,15 @@ class Posix:
         self._xattr_name(rec, name, write=True)
         raw = _latin1(value)
         if len(raw) > XATTR_SIZE_MAX:
-            raise _fail(errors.InvalidInput, errno.E2BIG, "attribute value larger than 64 KiB")
+            raise errors.AttributeTooLarge("attribute value larger than 64 KiB")
         have = self._xattrs(rec)
         if flags & XATTR_CREATE and name in have:
-            raise _fail(errors.AlreadyExists, errno.EEXIST, f"attribute {name!r} exists")
+            raise errors.AlreadyExists(f"attribute {name!r} exists")
         if flags & XATTR_REPLACE and name not in have:
-            raise _fail(errors.NotFound, errno.ENODATA, f"no attribute {name!r}")
+            raise errors.NoSuchAttribute(f"no attribute {name!r}")
         have.pop(name, None)
         if sum(len(n) + len(v) for n, v in have.items()) + len(name) + len(value) > XATTR_TOTAL_MAX:
-            raise _fail(errors.InvalidInput, errno.ENOSPC, f"no room for more attributes on inode {ino}")
+            raise errors.NoRoomForAttributes(f"no room for more attributes on inode {ino}")
         self._drop_xattr(rec, name)
         meta = self._s3_meta(rec)
         key = name[5:]
@@ -672,7 +667,7 @@ class Posix:
         rec = self._inode(ino)
         self._xattr_name(rec, name, write=True)
         if not self._drop_xattr(rec, name):
-            raise _fail(errors.NotFound, errno.ENODATA, f"no attribute {name!r}")
+            raise errors.NoSuchAttribute(f"no attribute {name!r}")
         self._save_xattrs(b, ino, rec, c.t)
 
     def _drop_xattr(self, rec: dict, name: str) -> bool:

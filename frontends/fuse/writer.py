@@ -7,7 +7,6 @@ S3. Consistency is close-to-open.
 from __future__ import annotations
 
 import bisect
-import errno
 import itertools
 import logging
 import os
@@ -37,7 +36,7 @@ def _replaced(ino: int) -> errors.DomainError:
     logged, rather than a whole upload over the other writer's content: that would lose its update silently, and
     merging ours onto it could mix two files."""
     log.error("inode %s: changes not saved: the file was replaced since this mount began writing it", ino)
-    return errors.PreconditionFailed(f"inode {ino} was replaced while being written", errno=errno.EIO)
+    return errors.PreconditionFailed(f"inode {ino} was replaced while being written")  # EIO (errmap)
 
 
 

@@ -19,7 +19,7 @@ from epochfs.common import errors
 from epochfs.common.messages import BucketRecord, ObjectRecord
 
 from . import xml
-from .errors import S3Error, access_denied, not_implemented
+from .errors import S3Error, not_implemented
 from .sigv4 import User
 
 ANONYMOUS = User(access_key="", secret_key="", owner_id="", display_name="anonymous")
@@ -48,7 +48,7 @@ def acl_not_supported() -> S3Error:
 def check_ownership(own: str, bucket_acl) -> None:
     """Is `own` an object ownership setting that a bucket with ACL `bucket_acl` may take?"""
     if own not in OWNERSHIP:
-        raise S3Error("InvalidArgument", f"Invalid x-amz-object-ownership value {own!r}", 400)
+        raise errors.InvalidInput(f"Invalid x-amz-object-ownership value {own!r}")
     if own == "BucketOwnerEnforced" and _grant_list(bucket_acl):
         raise S3Error("InvalidBucketAclWithObjectOwnership",
                       "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting", 400)
@@ -96,9 +96,9 @@ def canned_acl(req):
             if kind == "emailaddress" and val:
                 raise not_implemented("grants by e-mail address")
             if kind not in ("id", "uri") or not val:
-                raise S3Error("InvalidArgument", f"Invalid grant in {h}: use id=\"<canonical id>\", "
-                              "uri=\"<group URI>\" or emailAddress=\"<address>\"", 400, ArgumentName=h,
-                              ArgumentValue=req.headers[h])
+                raise errors.InvalidInput(f"Invalid grant in {h}: use id=\"<canonical id>\", "
+                                          "uri=\"<group URI>\" or emailAddress=\"<address>\"", argument=h,
+                                          value=req.headers[h])
             header_grants.append([f"{kind}:{val}", perm])
     if header_grants:
         if "x-amz-acl" in req.headers:
@@ -108,7 +108,7 @@ def canned_acl(req):
     if acl in ("aws-exec-read", "bucket-owner-read", "bucket-owner-full-control", "log-delivery-write"):
         return "private"  # grants to the bucket owner or AWS services only: the owner has them anyway
     if acl not in CANNED:
-        raise S3Error("InvalidArgument", f"unknown canned ACL {acl!r}", 400)
+        raise errors.InvalidInput(f"unknown canned ACL {acl!r}")
     return acl
 
 
@@ -156,7 +156,7 @@ async def bucket_access(ctx, req, perm: str | None = None) -> BucketRecord:
         return info
     if perm is not None and req.auth is not None and key_allows(req.user, req.bucket, perm):
         return info
-    raise access_denied()
+    raise errors.PermissionDenied("Access Denied")
 
 
 def check_object_read(ctx, req, info: BucketRecord, obj: ObjectRecord | None) -> None:
@@ -165,9 +165,9 @@ def check_object_read(ctx, req, info: BucketRecord, obj: ObjectRecord | None) ->
     if obj is None:  # missing key: say so only to those who may list the bucket
         if grants(_acl(info, info.acl), "read", req):
             raise errors.NoSuchKey("The specified key does not exist.")
-        raise access_denied()
+        raise errors.PermissionDenied("Access Denied")
     if not grants(_acl(info, obj.acl), "read", req):
-        raise access_denied()
+        raise errors.PermissionDenied("Access Denied")
 
 
 def acl_xml(acl, owner_id: str, display: str, names=lambda i: i) -> bytes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import S3Error, invalid_argument
+from epochfs.common import errors
 
 MAX_INT = (1 << 63) - 1
 INT32 = (1 << 31) - 1
@@ -34,8 +34,8 @@ def int_arg(value: str | None, name: str, default: int, lo: int = 0, hi: int = I
         return default
     n = digits(value)
     if n is None or not lo <= n <= hi:
-        raise invalid_argument(msg or f"Provided {name} not an integer or within integer range",
-                               ArgumentName=name, ArgumentValue=value)
+        raise errors.InvalidInput(msg or f"Provided {name} not an integer or within integer range",
+                                  argument=name, value=value)
     return n
 
 
@@ -61,6 +61,6 @@ def header_value(value: str, name: str) -> str:
     """`value` as a response header's value, if it is one: InvalidArgument for a control character (CR or LF would
     end the header; the server refuses to send any of them and drops the connection)."""
     if _CTL.search(value):
-        raise S3Error("InvalidArgument", f"Header value of {name} contains a character not allowed in HTTP headers",
-                      400, ArgumentName=name)
+        raise errors.InvalidInput(f"Header value of {name} contains a character not allowed in HTTP headers",
+                                  argument=name)
     return value

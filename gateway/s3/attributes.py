@@ -6,7 +6,7 @@ from epochfs.common.messages import ObjectRecord
 
 from . import args, xml
 from .access import bucket_access, check_object_read
-from .errors import S3Error, invalid_argument, invalid_request
+from .errors import invalid_request
 from .objects import check_key, part_checksum
 from .http import Response
 
@@ -20,8 +20,8 @@ def _wanted(req) -> set[str]:
                               "either missing or empty")
     unknown = names - set(ATTRIBUTES)
     if unknown:
-        raise invalid_argument("Invalid attribute name specified.", ArgumentName="x-amz-object-attributes",
-                               ArgumentValue=sorted(unknown)[0])
+        raise errors.InvalidInput("Invalid attribute name specified.", argument="x-amz-object-attributes",
+                                  value=sorted(unknown)[0])
     return names
 
 
@@ -55,7 +55,7 @@ async def get_object_attributes(ctx, req):
     marker = _int_header(req, "x-amz-part-number-marker", 0)
     vid = req.query.get("versionId")
     if vid not in (None, "", "null"):
-        raise S3Error("NoSuchVersion", "The specified version does not exist.", 404)
+        raise errors.NoSuchVersion("The specified version does not exist.")
     try:
         obj = (await ctx.cluster.namenode.stat(req.bucket, req.key)).obj
     except errors.NoSuchKey:

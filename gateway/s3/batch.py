@@ -33,7 +33,7 @@ from epochfs.common.blocks import pick_replica
 from ..cluster import plan_range
 from .access import bucket_access, check_object_read
 from .body import read_all
-from .errors import S3Error, from_domain, invalid_argument
+from .errors import S3Error, from_domain
 from .ext import extension
 from .http import Response
 from .objects import check_key
@@ -69,12 +69,12 @@ def _parse(body: bytes, default_bucket: str | None) -> list[_Item]:
         raise S3Error("MalformedJSON", 'The body must be {"items": [{"bucket", "key", "start", "end"}, ...]}.',
                       400) from None
     if len(items) > MAX_ITEMS:
-        raise invalid_argument(f"A batch holds at most {MAX_ITEMS} items.")
+        raise errors.InvalidInput(f"A batch holds at most {MAX_ITEMS} items.")
     for it in items:
         if not isinstance(it.bucket, str) or not isinstance(it.key, str) or not it.key:
-            raise invalid_argument("Every item needs a bucket and a non-empty key.")
+            raise errors.InvalidInput("Every item needs a bucket and a non-empty key.")
         if not all(v is None or type(v) is int for v in (it.start, it.end)):
-            raise invalid_argument("start and end must be integers.")
+            raise errors.InvalidInput("start and end must be integers.")
     return items
 
 
@@ -100,7 +100,7 @@ async def _stat_items(ctx, req, items: list[_Item]) -> dict:
             continue
         try:
             check_key(it.key)
-        except S3Error as e:
+        except errors.KeyTooLong as e:
             it.fail(e)
             continue
         todo.append(it)
@@ -228,7 +228,7 @@ async def batch_locate(ctx, req):
 @extension("GET", "manifest")
 async def manifest(ctx, req):
     if req.bucket is None:
-        raise invalid_argument("GET /_epochfs/manifest/<bucket>[/<prefix>]: the bucket is missing")
+        raise errors.InvalidInput("GET /_epochfs/manifest/<bucket>[/<prefix>]: the bucket is missing")
     await bucket_access(ctx, req, "read")  # the same right as ListObjects
     prefix, after = req.key or "", req.query.get("after", "")
     first = await ctx.cluster.nn("manifest", bucket=req.bucket, prefix=prefix, after=after, limit=MANIFEST_PAGE)

@@ -6,10 +6,11 @@ import binascii
 import hashlib
 from typing import AsyncIterator
 
+from epochfs.common import errors
 from epochfs.common.checksums import ALGORITHMS, Hasher, new_hasher
 
 from . import args
-from .errors import S3Error, invalid_argument, invalid_request
+from .errors import S3Error, invalid_request
 from .sigv4 import (STREAMING_SIGNED, STREAMING_SIGNED_TRAILER, STREAMING_UNSIGNED_TRAILER, UNSIGNED, AuthResult,
                     ChunkSigner)
 
@@ -74,7 +75,7 @@ class AwsChunkedDecoder:
                 del self._buf[:i + 2]
                 return line
             if len(self._buf) > 8192:
-                raise invalid_argument("aws-chunked: chunk header too long")
+                raise errors.InvalidInput("aws-chunked: chunk header too long")
             await self._more()
 
     async def __aiter__(self):
@@ -84,7 +85,7 @@ class AwsChunkedDecoder:
             try:
                 size = int(size_s, 16)
             except ValueError:
-                raise invalid_argument("aws-chunked: bad chunk size") from None
+                raise errors.InvalidInput("aws-chunked: bad chunk size") from None
             sig = None
             if ext.startswith(b"chunk-signature="):
                 sig = ext[len(b"chunk-signature="):].decode()
@@ -107,13 +108,13 @@ class AwsChunkedDecoder:
             if size == 0:
                 break
             if await self._line() != b"":
-                raise invalid_argument("aws-chunked: chunk data not followed by CRLF")
+                raise errors.InvalidInput("aws-chunked: chunk data not followed by CRLF")
         raw_trailer = bytearray()
         trailer_sig = None
         while True:
             try:
                 line = await self._line()
-            except S3Error:
+            except (S3Error, errors.InvalidInput):
                 break  # no trailer and no final CRLF: tolerated
             if line == b"":
                 break
@@ -157,8 +158,8 @@ class BodyCheck:
         if payload_hash and payload_hash not in (UNSIGNED, STREAMING_SIGNED, STREAMING_SIGNED_TRAILER,
                                                  STREAMING_UNSIGNED_TRAILER, "STREAMING-AWS4-ECDSA-P256-SHA256-PAYLOAD"):
             if len(payload_hash) != 64:
-                raise S3Error("InvalidArgument", "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, a STREAMING value "
-                              "or a SHA-256 hex digest", 400)
+                raise errors.InvalidInput("x-amz-content-sha256 must be UNSIGNED-PAYLOAD, a STREAMING value "
+                                          "or a SHA-256 hex digest")
             self.sha256 = hashlib.sha256()
             self.want_sha256 = payload_hash
         self.want_md5 = None
@@ -206,7 +207,7 @@ class BodyCheck:
     def verify(self, trailers: dict[str, str] | None = None) -> None:
         md5 = self.md5.digest()
         if self.want_md5 is not None and md5 != self.want_md5:
-            raise S3Error("BadDigest", "The Content-MD5 you specified did not match what we received.", 400)
+            raise errors.ChecksumMismatch("The Content-MD5 you specified did not match what we received.")
         if self.sha256 is not None and self.sha256.hexdigest() != self.want_sha256:
             raise S3Error("XAmzContentSHA256Mismatch", "The provided 'x-amz-content-sha256' header does not match "
                           "what was computed.", 400)
@@ -216,8 +217,8 @@ class BodyCheck:
                 raise invalid_request(f"The trailer {self.trailer_name} was declared but not sent")
             _checksum_value(self.alg, self.want_cs, "trailing header")
         if self.cs is not None and self.want_cs is not None and self.cs.b64() != self.want_cs:
-            raise S3Error("BadDigest", f"The {self.alg.upper()} you specified did not match the calculated "
-                          "checksum.", 400)
+            raise errors.ChecksumMismatch(f"The {self.alg.upper()} you specified did not match the calculated "
+                                          "checksum.")
 
     @property
     def etag(self) -> str:

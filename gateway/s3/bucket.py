@@ -12,7 +12,7 @@ from . import args, xml
 from .body import read_all
 from .access import (OWNERSHIP, acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bucket_access, canned_acl,
                      check_ownership, key_allows)
-from .errors import S3Error, access_denied, malformed_xml
+from .errors import S3Error, malformed_xml
 from .http import Response
 
 WRITE_POLICY_HEADER = "x-epochfs-write-policy"
@@ -30,7 +30,7 @@ def validate_bucket_name(name: str) -> None:
         except ValueError:
             pass
     if bad:
-        raise S3Error("InvalidBucketName", "The specified bucket is not valid.", 400, BucketName=name)
+        raise errors.InvalidBucketName("The specified bucket is not valid.", bucket_name=name)
 
 
 async def bucket_owned(ctx, req) -> BucketRecord:
@@ -63,7 +63,7 @@ async def list_buckets(ctx, req):
 
 async def create_bucket(ctx, req):
     if req.auth is None:
-        raise access_denied()
+        raise errors.PermissionDenied("Access Denied")
     validate_bucket_name(req.bucket)
     body = await read_all(req.receive, 1 << 20)
     loc = ""

@@ -1,4 +1,22 @@
-"""S3 errors: one table maps domain errors to S3 codes and statuses; S3Error carries codes only the S3 API knows."""
+"""S3 errors: one table maps domain errors to S3 codes and statuses; S3Error carries codes only the S3 API knows.
+
+Handlers raise domain errors (common/errors.py) wherever one has the meaning: a missing bucket, key or version, an
+invalid argument, a failed precondition, a bad digest, a method not allowed, a denied permission. S3Error stays for
+what only the S3 protocol knows, with no meaning outside it:
+  - authentication and signing: SignatureDoesNotMatch, InvalidAccessKeyId, AuthorizationHeaderMalformed,
+    AuthorizationQueryParametersError, RequestTimeTooSkewed, an unsupported Authorization type (InvalidArgument),
+    and AccessDenied for an expired or unsigned request or a POST policy's refusal (sigv4.py, ext.py, post.py;
+    admin/auth.py turns the verifier's into its own 401);
+  - the HTTP and body encoding: InvalidURI, IncompleteBody, MissingContentLength, InvalidDigest (a malformed
+    Content-MD5), XAmzContentSHA256Mismatch, InvalidRequest for header combinations, request body too large, NotModified (a 304 without a body), InvalidRange (416 with the object's size);
+  - document syntax: MalformedXML, MalformedJSON, MalformedACLError, MalformedPOSTRequest, InvalidPolicyDocument,
+    MaxPostPreDataLengthExceeded, and a browser POST that is not multipart/form-data (PreconditionFailed naming
+    the encoding, not a condition on the object);
+  - S3 features as such: NotImplemented, NoSuchCORSConfiguration, OwnershipControlsNotFoundError, CORS preflight
+    answers (BadRequest, AccessForbidden), ACL codes (AccessControlListNotSupported,
+    InvalidBucketAclWithObjectOwnership), InvalidStorageClass, MetadataTooLarge, EntityTooLarge/EntityTooSmall of a
+    POST policy's content-length-range (they name the policy's bounds).
+"""
 from __future__ import annotations
 
 from xml.sax.saxutils import escape
@@ -35,6 +53,17 @@ S3_ERRORS: dict[type[errors.DomainError], tuple[str, int]] = {
     errors.InvalidInput: ("InvalidArgument", 400),
     errors.Conflict: ("OperationAborted", 409),
     errors.QuotaExceeded: ("QuotaExceeded", 403),  # no standard S3 code; other S3 stores answer this
+    errors.PermissionDenied: ("AccessDenied", 403),
+    errors.EmptyPartList: ("MalformedXML", 400),
+    errors.ChecksumMismatch: ("BadDigest", 400),
+    errors.ChecksumModeMismatch: ("InvalidRequest", 400),
+    errors.EntityTooLarge: ("EntityTooLarge", 400),
+}
+# details of a domain error that S3 shows as fields of the error document, in the order they were given
+S3_FIELDS: dict[str, str] = {
+    "condition": "Condition",            # the header whose condition failed (s3fs: If-None-Match -> exists)
+    "argument": "ArgumentName", "value": "ArgumentValue",
+    "bucket_name": "BucketName", "key_size": "Size", "max_size": "MaxSizeAllowed",
 }
 
 
@@ -42,10 +71,8 @@ def from_domain(exc: errors.DomainError) -> S3Error:
     for cls in type(exc).__mro__:
         if cls in S3_ERRORS:
             code, status = S3_ERRORS[cls]
-            code = exc.details.get("code", code)
             err = S3Error(code, exc.message, status)
-            if exc.details.get("condition"):  # the header whose condition failed (s3fs: If-None-Match -> exists)
-                err.extra["Condition"] = exc.details["condition"]
+            err.extra = {S3_FIELDS[k]: v for k, v in exc.details.items() if k in S3_FIELDS and v is not None}
             if exc.details.get("dm"):  # reading a key whose current version is a delete marker
                 err.headers = [("x-amz-delete-marker", "true"), ("x-amz-version-id", exc.details.get("vid", ""))]
             return err
@@ -62,10 +89,6 @@ def error_xml(err: S3Error, resource: str, request_id: str) -> bytes:
 # shorthands for errors raised by the S3 layer itself
 def access_denied(msg: str = "Access Denied") -> S3Error:
     return S3Error("AccessDenied", msg, 403)
-
-
-def invalid_argument(msg: str, **extra) -> S3Error:
-    return S3Error("InvalidArgument", msg, 400, **extra)
 
 
 def invalid_request(msg: str) -> S3Error:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
+from epochfs.common import errors
+
 from .errors import S3Error
 
 EXT_BUCKET = "_epochfs"
@@ -32,7 +34,7 @@ def resolve(req) -> Handler:
     handler = _HANDLERS.get((req.method, name))
     if handler is None:
         if any(n == name for _, n in _HANDLERS):
-            raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.", 405)
+            raise errors.MethodNotAllowed("The specified method is not allowed against this resource.")
         raise S3Error("InvalidRequest", f"Unknown epochfs extension {name!r}.", 400)
     bucket, _, key = rest.partition("/")
     req.bucket, req.key = bucket or None, key or None

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import base64
 
+from epochfs.common import errors
 from epochfs.common.messages import ListEntry, Listing, ListPrefix, VersionEntry, VersionListing
 
 from . import args, xml
 from .access import bucket_access
-from .errors import S3Error, invalid_argument
 from .http import Response
 
 
@@ -15,12 +15,12 @@ def _params(req) -> tuple[str, str, int, bool]:
     q = req.query
     enc = q.get("encoding-type")
     if enc is not None and enc.lower() != "url":
-        raise invalid_argument("Invalid Encoding Method specified in Request", ArgumentName="encoding-type",
-                               ArgumentValue=enc)
+        raise errors.InvalidInput("Invalid Encoding Method specified in Request", argument="encoding-type",
+                                  value=enc)
     max_keys = args.int_arg(q.get("max-keys"), "max-keys", 1000)
     if q.get("allow-unordered", "").lower() == "true" and q.get("delimiter"):
         # Ceph RGW's extension; listings here are always ordered, but the combination is refused as RGW does
-        raise invalid_argument("allow-unordered cannot be used with a delimiter", ArgumentName="allow-unordered")
+        raise errors.InvalidInput("allow-unordered cannot be used with a delimiter", argument="allow-unordered")
     return q.get("prefix", ""), q.get("delimiter", ""), min(max_keys, 1000), enc is not None
 
 
@@ -78,7 +78,7 @@ def _untoken(tok: str) -> str:
     try:
         return base64.urlsafe_b64decode(tok.encode()).decode()
     except Exception:
-        raise invalid_argument("The continuation token provided is incorrect", ArgumentName="continuation-token") \
+        raise errors.InvalidInput("The continuation token provided is incorrect", argument="continuation-token") \
             from None
 
 
@@ -108,8 +108,8 @@ async def list_versions(ctx, req):
     prefix, delimiter, max_keys, url = _params(req)
     marker, vid_marker = req.query.get("key-marker", ""), req.query.get("version-id-marker", "")
     if vid_marker and not marker:
-        raise invalid_argument("A version-id marker cannot be specified without a key marker.",
-                               ArgumentName="version-id-marker")
+        raise errors.InvalidInput("A version-id marker cannot be specified without a key marker.",
+                                  argument="version-id-marker")
     res = VersionListing(items=[], truncated=False) if max_keys == 0 else \
         await ctx.cluster.namenode.list_versions(req.bucket, prefix, delimiter, marker, vid_marker, max_keys)
     parts = []

@@ -2,16 +2,16 @@
 NameNode batch (no data is copied), so the object appears whole, or not at all."""
 from __future__ import annotations
 
-import hashlib
 import time
 
+from epochfs.common import errors
 from epochfs.common.checksums import ALGORITHMS, multipart_types
 from epochfs.common.messages import PartChoice, PartRecord, UploadAttrs
 
 from . import args, quota, xml
 from .access import bucket_access
 from .body import BodyCheck, body_stream, read_all
-from .errors import S3Error, invalid_argument, invalid_request, malformed_xml
+from .errors import invalid_request, malformed_xml
 from .http import Response
 from .objects import check_key, object_attrs, read_copy_source
 
@@ -26,7 +26,7 @@ def _checksum_choice(req) -> tuple[str | None, str | None]:
                                   "header.")
         return None, None
     if alg not in ALGORITHMS:
-        raise invalid_argument(f"Checksum algorithm {alg} is not supported")
+        raise errors.InvalidInput(f"Checksum algorithm {alg} is not supported")
     allowed = multipart_types(alg)
     if ctype and ctype not in allowed:
         raise invalid_request(f"The {ctype} checksum type cannot be used with the {alg} checksum algorithm.")

@@ -21,7 +21,7 @@ from .access import (acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bu
                      check_object_read, may_list, new_object_acl)
 from .body import BodyCheck, body_stream, read_all
 from .bucket import bucket_owned
-from .errors import S3Error, access_denied, invalid_argument, invalid_request, malformed_xml
+from .errors import S3Error, invalid_request, malformed_xml
 from .http import Response
 
 STD_HEADERS = ("cache-control", "content-disposition", "content-encoding", "content-language", "expires")
@@ -36,8 +36,7 @@ def check_key(key: str) -> None:
     try:
         split_key(key)
     except errors.KeyTooLong:
-        raise S3Error("KeyTooLongError", "Your key is too long", 400, Size=len(key.encode()),
-                      MaxSizeAllowed=1024) from None
+        raise errors.KeyTooLong("Your key is too long", key_size=len(key.encode()), max_size=1024) from None
 
 
 def object_attrs(req, info: BucketRecord) -> ObjectRecord:
@@ -45,7 +44,7 @@ def object_attrs(req, info: BucketRecord) -> ObjectRecord:
     h = req.headers
     meta = {k[11:]: args.header_value(v, k) for k, v in h.items() if k.startswith("x-amz-meta-")}
     if not all(_TOKEN.fullmatch(k) for k in meta):  # a POST form's field names need not be header names
-        raise invalid_argument("Metadata names must be valid HTTP header names")
+        raise errors.InvalidInput("Metadata names must be valid HTTP header names")
     if sum(len(k) + len(v) for k, v in meta.items()) > MAX_META_BYTES:
         raise S3Error("MetadataTooLarge", "Your metadata headers exceed the maximum allowed metadata size.", 400)
     hdr = {k: args.header_value(h[k], k) for k in STD_HEADERS if k in h}
@@ -144,10 +143,10 @@ def check_read_conditions(obj: ObjectRecord, h: dict, prefix: str = "if-", copy:
             raise precondition_failed("x-amz-copy-source-If-Modified-Since") if copy else not_modified
 
 
-def precondition_failed(condition: str) -> S3Error:
+def precondition_failed(condition: str) -> errors.PreconditionFailed:
     """412 naming the header whose condition failed, as S3 does (s3fs tells FileExistsError by If-None-Match)."""
-    return S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold", 412,
-                   Condition=condition)
+    return errors.PreconditionFailed("At least one of the pre-conditions you specified did not hold",
+                                     condition=condition)
 
 
 def range_spec(spec: str) -> tuple[int | None, int | None] | None:
@@ -255,7 +254,7 @@ def _part_range(obj: ObjectRecord, req) -> tuple[int, int] | None:
     n = args.part_number(pn)
     sizes = obj.part_sizes or [obj.size]
     if n > len(sizes):
-        raise S3Error("InvalidPart", "The requested partnumber is not satisfiable", 400)
+        raise errors.InvalidPart("The requested partnumber is not satisfiable")
     start = sum(sizes[: n - 1])
     return start, start + sizes[n - 1]
 
@@ -314,7 +313,7 @@ def _delete_conditions(etag: str | None, mtime: str | None, size: str | None, ht
         if t is None and not http_date:
             t = _parse_iso(mtime)
         if t is None:
-            raise invalid_argument("bad last-modified-time condition")
+            raise errors.InvalidInput("bad last-modified-time condition")
         out["if_mtime"] = t
     if size is not None:
         out["if_size"] = args.int_arg(size.strip(), "size condition", 0, hi=args.MAX_INT)
@@ -345,7 +344,7 @@ async def delete_objects(ctx, req):
         raise invalid_request("Missing required header for this request: Content-MD5")  # AWS's words
     if "content-md5" in req.headers:
         if base64.b64encode(hashlib.md5(body).digest()).decode() != req.headers["content-md5"]:
-            raise S3Error("BadDigest", "The Content-MD5 you specified did not match what we received.", 400)
+            raise errors.ChecksumMismatch("The Content-MD5 you specified did not match what we received.")
     check = BodyCheck({k: v for k, v in req.headers.items() if k.startswith("x-amz-checksum-")}, None)
     check.update(body)
     check.verify()
@@ -396,8 +395,8 @@ def parse_copy_source(req) -> tuple[str, str]:
     src = unquote(src).lstrip("/")
     b, _, k = src.partition("/")
     if not b or not k:
-        raise invalid_argument("Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
-                               ArgumentName="x-amz-copy-source")
+        raise errors.InvalidInput("Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
+                                  argument="x-amz-copy-source")
     return b, k
 
 
@@ -420,8 +419,8 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
     if rng_header is not None:
         m = _COPY_RANGE.fullmatch(rng_header.strip())
         if m is None:
-            raise invalid_argument("The x-amz-copy-source-range value must be of the form bytes=first-last where "
-                                   "first and last are the zero-based offsets of the first and last bytes to copy")
+            raise errors.InvalidInput("The x-amz-copy-source-range value must be of the form bytes=first-last where "
+                                      "first and last are the zero-based offsets of the first and last bytes to copy")
         start, end = args.digits(m[1], canonical=False), args.digits(m[2], canonical=False) + 1
         if start >= size or end > size or end <= start:
             raise S3Error("InvalidRange", "The requested range is not satisfiable", 416)
@@ -434,7 +433,7 @@ async def copy_object(ctx, req):
     (sb, sk), src, stream, _ = await read_copy_source(ctx, req)
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
     if directive not in ("COPY", "REPLACE"):
-        raise invalid_argument("Unknown metadata directive.")
+        raise errors.InvalidInput("Unknown metadata directive.")
     if directive == "REPLACE":
         attrs = object_attrs(req, info)
     else:

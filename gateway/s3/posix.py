@@ -1,6 +1,6 @@
 """The mount's API: POSIX operations by inode at /_epochfs/fs[/<bucket>] (see namenode/posix.py).
 
-  POST /_epochfs/fs/<bucket>   {"op": "lookup", "args": {...}} -> {"r": result} or {"err": class, "msg", "errno"}
+  POST /_epochfs/fs/<bucket>   {"op": "lookup", "args": {...}} -> {"r": result} or {"err": class, "msg"}
   GET  /_epochfs/fs/<bucket>?ino=&off=&len=   bytes [off, off+len) of the file (short at its end)
   GET  /_epochfs/fs/<bucket>?ino=&off=&len=&locate=1   where those bytes are instead: {"etag", "size", "p": [[block
                                      id, offset in it, length, [node, ...]], ...], "addrs": {node: rpc address},
@@ -11,15 +11,16 @@
   POST /_epochfs/fs with op "statfs" -> capacity, used and inode counts
   POST /_epochfs/fs (no bucket) getattr and readdir of the root, the tree of the buckets the caller may list
 
-Namespace errors travel as JSON with their errno (a POSIX answer, not an S3 failure); the data calls answer S3 error
-XML like any S3 request. Requests are SigV4-signed and name the bucket they touch: reading needs read permission on
-it, changing needs write (ownership, the key's own permissions, ACLs: access.py), and the NameNode refuses any
+Namespace errors (the bucket's and the NameNode operation's) travel as JSON with their domain error's class name, a
+POSIX answer rather than an S3 failure: the mount turns the class into its errno with frontends/errmap.py, the one
+table for that. The data calls, a NameNode that can't be reached and internal errors answer S3 error XML like any S3
+request. Requests are SigV4-signed and name the bucket they touch: reading needs read permission on it, changing
+needs write (ownership, the key's own permissions, ACLs: access.py), and the NameNode refuses any
 inode outside that bucket. Permissions inside the tree are POSIX's, checked by the kernel from mode/uid/gid (the
 mount runs with default_permissions).
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 
 import msgspec
@@ -33,7 +34,7 @@ from ..cluster import plan_range
 from . import args
 from .access import bucket_access, check_object_read, may_list
 from .body import body_stream, raw_body, read_all
-from .errors import S3Error, access_denied, invalid_argument
+from .errors import S3Error
 from .ext import extension
 from .http import Response
 
@@ -47,25 +48,31 @@ QUOTA_OPS = frozenset(("mknod", "link", "unlink", "rename", "setattr"))  # take 
 def _int_arg(req, name: str, default: int | None = None) -> int:
     v = req.query.get(name)
     if v is None and default is None:
-        raise invalid_argument(f"{name} must be an integer", ArgumentName=name)
+        raise errors.InvalidInput(f"{name} must be an integer", argument=name)
     return args.int_arg(v, name, default, hi=args.MAX_INT, msg=f"{name} must be an integer from 0 to 2^63-1")
 
 
 def _check_numbers(op_args: dict) -> None:
     """Every number fits the NameNode's 64-bit messages, and an inode number is one (an integer from 0)."""
     if not args.json_ints_in_range(op_args):
-        raise invalid_argument("A number in args is out of the 64-bit range")
+        raise errors.InvalidInput("A number in args is out of the 64-bit range")
     for k in INODE_ARGS:
         if k in op_args and not (type(op_args[k]) is int and op_args[k] >= 0):
-            raise invalid_argument(f"{k} must be an inode number", ArgumentName=k)
+            raise errors.InvalidInput(f"{k} must be an inode number", argument=k)
 
 
 def _answer(res: dict) -> Response:
     return Response(200, JSON, orjson.dumps(res))
 
 
+def _posix_answer(e: errors.DomainError) -> bool:
+    """A failure of the namespace operation itself, answered as JSON: not an unreachable service, not a bug (the
+    bare DomainError an internal error arrives as)."""
+    return type(e) is not errors.DomainError and not isinstance(e, errors.Unavailable)
+
+
 def _error(e: errors.DomainError) -> dict:
-    return {"err": type(e).__name__, "msg": e.message, "errno": e.details.get("errno")}
+    return {"err": type(e).__name__, "msg": e.message}
 
 
 async def _bucket_ino(ctx, req, perm: str) -> int:
@@ -110,12 +117,8 @@ async def fs_op(ctx, req):
         if bi is None and op == "readdir" and "r" in res:
             res["r"]["entries"] = await _visible_buckets(ctx, req, res["r"]["entries"])
         return _answer(res)
-    except S3Error as e:
-        if e.code != "AccessDenied":
-            raise
-        return _answer({"err": "Unauthorized", "msg": e.message, "errno": errno.EACCES})
     except errors.DomainError as e:
-        if e.details.get("errno") is None:
+        if not _posix_answer(e):
             raise
         return _answer(_error(e))
 
@@ -124,13 +127,13 @@ async def fs_op(ctx, req):
 async def fs_read(ctx, req):
     FS_REQUESTS.labels("locate" if req.query.get("locate") else "read").inc()
     if req.bucket is None:
-        raise invalid_argument("GET /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
+        raise errors.InvalidInput("GET /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     ino, off, n = _int_arg(req, "ino"), _int_arg(req, "off", 0), _int_arg(req, "len")
     info = await bucket_access(ctx, req, "read")
     try:
         res = await ctx.cluster.nn("fs_blocks", ino=ino, bi=info.ino)
-    except errors.Unauthorized:  # an inode of another bucket
-        raise access_denied() from None
+    except errors.OutsideBucket:  # an inode of another bucket: no more said than for any denied request
+        raise errors.PermissionDenied("Access Denied") from None
     obj = msgspec.convert(res, ObjectRecord)
     check_object_read(ctx, req, info, obj)  # a reader by the bucket's ACL also needs the object's
     end = min(off + n, res["size"])
@@ -167,7 +170,7 @@ class _Body:
                 try:
                     self._left = memoryview(await self._it.__anext__())
                 except StopAsyncIteration:
-                    raise invalid_argument("the body ends before the layout's extents do") from None
+                    raise errors.InvalidInput("the body ends before the layout's extents do") from None
                 continue
             piece, self._left = self._left[:n], self._left[n:]
             n -= len(piece)
@@ -189,10 +192,10 @@ async def fs_write(ctx, req):
     after the last write."""
     FS_REQUESTS.labels("write").inc()
     if req.bucket is None:
-        raise invalid_argument("PUT /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
+        raise errors.InvalidInput("PUT /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     try:
         bi = await _bucket_ino(ctx, req, "write")
-    except S3Error:
+    except (S3Error, errors.PermissionDenied):
         await _discard(req.receive, 1 << 20)
         raise
     ino = _int_arg(req, "ino")
@@ -211,6 +214,7 @@ async def fs_write(ctx, req):
     md5 = hashlib.md5()
     blk: list = []
     written: list = []
+    committing = False
     try:
         for kind, v in segs:
             if kind == "k":
@@ -224,11 +228,12 @@ async def fs_write(ctx, req):
             etag = f'"{hashlib.md5(md5.digest() + orjson.dumps(segs)).hexdigest()}-{len(blk)}"'
         else:
             etag = f'"{md5.hexdigest()}"'
+        committing = True
         attr = await ctx.cluster.nn("fs_commit", ino=ino, blk=blk, size=size, etag=etag, bucket=req.bucket, bi=bi,
                                     base=base, **({} if mt is None else {"mt": mt}))
     except errors.DomainError as e:
         await ctx.abandon(written)
-        if e.details.get("errno") is None:
+        if not (committing and _posix_answer(e)):
             raise
         return _answer(_error(e))
     except BaseException:

@@ -24,12 +24,13 @@ import msgspec
 import orjson
 from python_multipart.multipart import MultipartParser, parse_options_header
 
+from epochfs.common import errors
 from epochfs.common.sigv4 import UNSIGNED, signing_key
 
 from . import args, xml
 from .access import bucket_access
 from .body import BodyCheck
-from .errors import S3Error, access_denied, invalid_argument
+from .errors import S3Error, access_denied
 from .http import Response
 from .objects import check_key, object_attrs, version_headers
 from .sigv4 import AuthResult
@@ -99,7 +100,7 @@ class _Form:
                 if not msg.get("more_body", False):
                     self.done = True
                     self.parser.finalize()
-            except S3Error:
+            except (S3Error, errors.DomainError):
                 raise
             except Exception:  # python-multipart's parse errors
                 raise S3Error("MalformedPOSTRequest", "The body of your POST request is not well-formed "
@@ -129,8 +130,8 @@ async def _fields(form: _Form) -> tuple[dict[str, str], str, dict]:
     while True:
         ev = await form.next()
         if ev[0] == "eof":
-            raise invalid_argument("POST requires exactly one file upload per request.", ArgumentName="file",
-                                   ArgumentValue="0")
+            raise errors.InvalidInput("POST requires exactly one file upload per request.", argument="file",
+                                      value="0")
         _, name, filename, headers = ev
         if name.lower() == "file":
             return fields, filename or "", headers
@@ -147,12 +148,12 @@ def _verify(ctx, fields: dict[str, str]) -> AuthResult:
     policy = fields["policy"]
     if "x-amz-signature" in fields:
         if fields.get("x-amz-algorithm") != "AWS4-HMAC-SHA256":
-            raise invalid_argument("Only AWS4-HMAC-SHA256 is supported for POST policy signatures.",
-                                   ArgumentName="x-amz-algorithm", ArgumentValue=fields.get("x-amz-algorithm", ""))
+            raise errors.InvalidInput("Only AWS4-HMAC-SHA256 is supported for POST policy signatures.",
+                                      argument="x-amz-algorithm", value=fields.get("x-amz-algorithm", ""))
         parts = fields.get("x-amz-credential", "").split("/")
         if len(parts) != 5 or parts[3:] != ["s3", "aws4_request"]:
-            raise invalid_argument("The credential is malformed.", ArgumentName="x-amz-credential",
-                                   ArgumentValue=fields.get("x-amz-credential", ""))
+            raise errors.InvalidInput("The credential is malformed.", argument="x-amz-credential",
+                                      value=fields.get("x-amz-credential", ""))
         user = ctx.s3_verifier._user(parts[0])
         key = signing_key(user.secret_key, parts[1], parts[2], "s3")
         expected = hmac.new(key, policy.encode(), hashlib.sha256).hexdigest()
@@ -162,8 +163,8 @@ def _verify(ctx, fields: dict[str, str]) -> AuthResult:
         expected = base64.b64encode(hmac.new(user.secret_key.encode(), policy.encode(), hashlib.sha1).digest()).decode()
         given = fields["signature"]
     else:
-        raise invalid_argument("Bucket POST must contain a signature with its policy.", ArgumentName="x-amz-signature",
-                               ArgumentValue="")
+        raise errors.InvalidInput("Bucket POST must contain a signature with its policy.", argument="x-amz-signature",
+                                  value="")
     if not hmac.compare_digest(expected, given):
         raise S3Error("SignatureDoesNotMatch", "The request signature we calculated does not match the signature you "
                       "provided. Check your key and signing method.", 403)
@@ -229,8 +230,8 @@ async def post_object(ctx, req):
     form = _Form(req.receive, boundary)
     fields, filename, _ = await _fields(form)
     if "key" not in fields:
-        raise invalid_argument("Bucket POST must contain a field named 'key'.  If it is specified, please check the "
-                               "order of the fields.", ArgumentName="key", ArgumentValue="")
+        raise errors.InvalidInput("Bucket POST must contain a field named 'key'.  If it is specified, please check the "
+                                  "order of the fields.", argument="key", value="")
     fields["key"] = fields["key"].replace("${filename}", filename)
     length_range = None
     if "policy" in fields:

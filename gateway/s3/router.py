@@ -65,7 +65,7 @@ def route(req: S3Request):
     if req.bucket is None:
         if m in ("GET", "HEAD"):
             return bucket.list_buckets
-        raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.", 405)
+        raise errors.MethodNotAllowed("The specified method is not allowed against this resource.")
     if req.key is None:
         if "cors" in q:
             h = {"GET": cors.get_cors, "PUT": cors.put_cors, "DELETE": cors.delete_cors}.get(m)
@@ -102,7 +102,7 @@ def route(req: S3Request):
             if "delete" in q:
                 return objects.delete_objects
             return post.post_object
-        raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.", 405)
+        raise errors.MethodNotAllowed("The specified method is not allowed against this resource.")
     if m == "GET":
         if "uploadId" in q:
             return multipart.list_parts
@@ -133,11 +133,11 @@ def route(req: S3Request):
         if "uploadId" in q:
             return multipart.complete
         raise not_implemented("POST on an object")
-    raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.", 405)
+    raise errors.MethodNotAllowed("The specified method is not allowed against this resource.")
 
 
 def _not_allowed():
-    raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.", 405)
+    raise errors.MethodNotAllowed("The specified method is not allowed against this resource.")
 
 
 def vhost_bucket(host: str | None, domain: str) -> str | None:

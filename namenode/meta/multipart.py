@@ -103,7 +103,7 @@ class Multipart(StoreBase):
         except errors.NoSuchUpload:
             return self._completed_before(bucket, key, upload_id, wanted)
         if not wanted:
-            raise errors.InvalidInput("You must specify at least one part", code="MalformedXML")
+            raise errors.EmptyPartList("You must specify at least one part")
         stored = {}
         p = keys.parts(upload_id)
         for k, v in self.kv.scan(p, prefix_end(p)):
@@ -179,15 +179,14 @@ def _check_expected_checksum(cs: dict, expected: dict) -> None:
     """The whole-object checksum (and type) a client sent with its completion must be the one the parts give."""
     want_type = expected.get("type")
     if want_type is not None and cs and want_type != cs["type"]:
-        raise errors.InvalidInput(f"The upload was created using the {cs['type']} checksum mode. The complete "
-                                  "request must use the same checksum mode.", code="InvalidRequest")
+        raise errors.ChecksumModeMismatch(f"The upload was created using the {cs['type']} checksum mode. The "
+                                          "complete request must use the same checksum mode.")
     for alg, val in expected.items():
         if alg == "type":
             continue
         have = cs.get(alg)
         if have is None:
-            raise errors.InvalidInput(f"The upload was not created with the {alg.upper()} checksum algorithm.",
-                                      code="InvalidRequest")
+            raise errors.ChecksumModeMismatch(f"The upload was not created with the {alg.upper()} checksum "
+                                              "algorithm.")
         if val not in (have, have.split("-")[0]):
-            raise errors.InvalidInput(f"The {alg.upper()} you specified did not match the calculated checksum.",
-                                      code="BadDigest")
+            raise errors.ChecksumMismatch(f"The {alg.upper()} you specified did not match the calculated checksum.")

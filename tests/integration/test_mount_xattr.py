@@ -12,6 +12,7 @@ import pytest
 from cluster import ALT, MAIN
 from epochfs.common import errors
 from epochfs.common.client import S3Client
+from epochfs.frontends import errmap
 from mounting import fs_requests, needs_fuse
 
 pytestmark = [pytest.mark.integration, needs_fuse]
@@ -214,7 +215,7 @@ def test_xattr_calls_need_read_or_write_on_the_bucket(cluster, s3, bucket):
         try:
             run(ALT, op, **calls[op])
         except errors.Unauthorized as e:
-            return e.details.get("errno") == errno.EACCES
+            return errmap.to_errno(e) == errno.EACCES
         return False
 
     assert all(denied(op) for op in calls)

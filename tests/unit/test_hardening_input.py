@@ -12,7 +12,7 @@ import trio
 from epochfs.common import errors
 from epochfs.common.rpc import RpcClient, TrioRpcClient
 from epochfs.gateway.s3 import args
-from epochfs.gateway.s3.errors import S3Error
+from epochfs.gateway.s3.errors import from_domain
 from epochfs.gateway.s3.objects import range_spec, stat_range
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -38,10 +38,11 @@ def test_int_arg_ranges():
     assert args.int_arg(None, "max-keys", 1000) == 1000
     assert args.int_arg("2147483647", "max-keys", 1000) == 2 ** 31 - 1
     for bad in ("2147483648", str(2 ** 64), "-1", "+1"):
-        with pytest.raises(S3Error) as e:
+        with pytest.raises(errors.InvalidInput) as e:
             args.int_arg(bad, "max-keys", 1000)
-        assert (e.value.code, e.value.status, e.value.extra["ArgumentName"]) == ("InvalidArgument", 400, "max-keys")
-    with pytest.raises(S3Error):
+        err = from_domain(e.value)  # what the S3 client sees
+        assert (err.code, err.status, err.extra["ArgumentName"]) == ("InvalidArgument", 400, "max-keys")
+    with pytest.raises(errors.InvalidInput):
         args.part_number("10001")
 
 
@@ -60,9 +61,9 @@ def test_json_ints_in_range():
 
 @pytest.mark.parametrize("v", ["a\r\nb", "a\nb", "a\rb", "a\x00b", "a\x7fb", "a\x1bb"])
 def test_header_values_with_control_characters(v):
-    with pytest.raises(S3Error) as e:
+    with pytest.raises(errors.InvalidInput) as e:
         args.header_value(v, "response-content-type")
-    assert (e.value.code, e.value.status) == ("InvalidArgument", 400)
+    assert (from_domain(e.value).code, from_domain(e.value).status) == ("InvalidArgument", 400)
     assert args.header_value("a\tb é", "x") == "a\tb é"
 
 

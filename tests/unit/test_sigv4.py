@@ -10,8 +10,9 @@ import botocore.awsrequest
 import botocore.credentials
 import pytest
 
+from epochfs.common import errors
 from epochfs.gateway.s3.body import AwsChunkedDecoder, BodyCheck
-from epochfs.gateway.s3.errors import S3Error
+from epochfs.gateway.s3.errors import S3Error, from_domain
 from epochfs.gateway.s3.sigv4 import SigV4Verifier, parse_users
 
 USERS = {u.access_key: u for u in parse_users("AKID:secret1:o1:one,BKID:secret2")}
@@ -95,9 +96,9 @@ def test_unsigned_chunked_with_trailer(step):
     check.verify(trailers)
     bad = BodyCheck({"x-amz-trailer": "x-amz-checksum-crc32"}, None)
     bad.update(out + b"!")
-    with pytest.raises(S3Error) as e:
+    with pytest.raises(errors.ChecksumMismatch) as e:
         bad.verify(trailers)
-    assert e.value.code == "BadDigest"
+    assert from_domain(e.value).code == "BadDigest"
 
 
 def test_truncated_chunked_body_is_incomplete():
@@ -109,9 +110,9 @@ def test_truncated_chunked_body_is_incomplete():
 def test_bad_content_md5():
     check = BodyCheck({"content-md5": base64.b64encode(b"0" * 16).decode()}, None)
     check.update(b"data")
-    with pytest.raises(S3Error) as e:
+    with pytest.raises(errors.ChecksumMismatch) as e:
         check.verify()
-    assert e.value.code == "BadDigest"
+    assert from_domain(e.value).code == "BadDigest"
 
 
 def test_sigv2_header_and_presigned():
