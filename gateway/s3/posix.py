@@ -26,6 +26,7 @@ import orjson
 from prometheus_client import Counter
 
 from epochfs.common import errors, readtoken
+from epochfs.common import messages as m
 
 from ..cluster import plan_range
 from . import args
@@ -132,9 +133,10 @@ async def fs_read(ctx, req):
     check_object_read(ctx, req, info, res)  # a reader by the bucket's ACL also needs the object's
     end = min(off + n, res["size"])
     if req.query.get("locate"):
-        pieces = [[blk[0], boff, k, blk[3]] for blk, boff, k in plan_range(res["blk"], off, end)] if end > off else []
+        pieces = [[b.id, boff, k, b.nodes] for b, boff, k in plan_range(res["blk"], off, end)] if end > off else []
         grant = readtoken.issue(ctx.settings.cluster_secret, (p[0] for p in pieces))
-        return _answer({"etag": res["etag"], "size": res["size"], "p": pieces, "addrs": res["addrs"], "grant": grant})
+        return _answer({"etag": res["etag"], "size": res["size"], "p": pieces, "addrs": res["addrs"],
+                        "grant": m.to_builtins(grant)})
     if end <= off:
         return Response(200, [("x-epochfs-etag", res["etag"])], b"")
     pieces = [p async for p in ctx.cluster.read_range(res["blk"], res["addrs"], off, end)]
