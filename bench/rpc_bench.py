@@ -1,5 +1,6 @@
 """CPU per call of the internal RPC (common/rpc.py): RpcClient against RpcServer in one process on loopback, so
-process CPU covers both ends. Sequential calls on one connection, for request/reply payloads of a few sizes.
+process CPU covers both ends. Sequential calls on one connection, for request/reply payloads of a few sizes, made
+with the DataNode's typed messages (has, put with two secondaries, get).
 
     python bench/rpc_bench.py [--calls 5000] [--rounds 3]
 
@@ -15,35 +16,55 @@ import time
 
 import uvloop
 
+from epochfs.common import messages as m
+from epochfs.common.clients import DataNodeClient
 from epochfs.common.rpc import RpcClient, RpcServer
 
 SECRET = "bench-secret"
+# (name, request payload bytes, reply payload bytes): puts are a primary's put with two secondaries, gets a whole block
 SHAPES = [("small call, no payload", 0, 0), ("put 128 KiB", 128 << 10, 0), ("get 128 KiB", 0, 128 << 10),
           ("put 4 MiB", 4 << 20, 0), ("get 4 MiB", 0, 4 << 20)]
+SECONDARIES = [m.Secondary(2, "127.0.0.1:7002"), m.Secondary(3, "127.0.0.1:7003")]
 
 
 async def run(calls: int, rounds: int) -> None:
+    """The DataNode's own messages and client (common/messages.py, common/clients.py) against handlers that do no
+    storage work: what is measured is the RPC and the typed messages, both ends."""
     blobs = {n: bytes(n) for _, a, b in SHAPES for n in (a, b)}
+    done = m.Done()
 
-    async def op(a, payload):
-        return {"n": len(payload)}, blobs[a["reply"]]
+    async def has(req: m.Has, _):
+        return m.HasBlocks(has=[True for _ in req.blocks])
+
+    async def put(req: m.Put, payload):
+        return done
+
+    async def get(req: m.Get, _):
+        return done, blobs[req.length]
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = RpcServer({"op": op}, SECRET)
+    server = RpcServer({m.Has: has, m.Put: put, m.Get: get}, SECRET)
     await server.start("127.0.0.1", port)
-    client = RpcClient("127.0.0.1", port, SECRET)
+    client = DataNodeClient(RpcClient("127.0.0.1", port, SECRET))
+
+    def one(req: int, reply: int):
+        if req:
+            return client.put(1 << 40, 0x1234ABCD, blobs[req], SECONDARIES)
+        if reply:
+            return client.get(1 << 40, 0, reply)
+        return client.has([1 << 40])
+
     try:
         for name, req, reply in SHAPES:
             n = calls if req + reply < (1 << 20) else max(calls // 20, 50)
-            payload = blobs[req]
-            await client.call("op", payload, reply=reply)
+            await one(req, reply)
             per = []
             for _ in range(rounds):
                 t0 = time.process_time()
                 for _ in range(n):
-                    await client.call("op", payload, reply=reply)
+                    await one(req, reply)
                 per.append((time.process_time() - t0) / n * 1e6)
             print(f"{name:24s} {statistics.median(per):8.1f} us CPU/call  (rounds: "
                   f"{', '.join(f'{p:.1f}' for p in per)}; {n} calls each)")

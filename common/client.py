@@ -19,11 +19,14 @@ from xml.sax.saxutils import escape
 
 import anyio
 import httpx
+import msgspec
 import orjson
 import sniffio
 
 from . import defaults, errors, sigv4
+from . import messages as m
 from .blocks import pick_replica, pieces_within
+from .clients import DataNodeClient
 from .config import parse_addr
 from .rpc import RpcClient, TrioRpcClient
 
@@ -109,7 +112,7 @@ class S3Client:
                                        limits=httpx.Limits(max_connections=max_connections,
                                                            max_keepalive_connections=max_connections))
         self._direct_after = 0.0 if direct_reads else float("inf")  # monotonic time from which to try direct reads
-        self._datanodes: dict[str, RpcClient] = {}
+        self._datanodes: dict[str, DataNodeClient] = {}
         self._dn_down: dict[str, float] = {}  # DataNodes that could not be reached -> monotonic time to try again
 
     async def close(self) -> None:
@@ -350,7 +353,7 @@ class S3Client:
         pieces to give read_pieces (gateway/s3/posix.py)."""
         r = await self._fs_send("GET", f"fs/{bucket}", query=[("ino", ino), ("off", offset), ("len", length),
                                                              ("locate", 1)])
-        return orjson.loads(r.content)
+        return _with_grant(orjson.loads(r.content))
 
     async def fs_write(self, bucket: str, ino: int, layout: dict, chunks: AsyncIterator[bytes]) -> dict:
         """New content of file `ino` (in `bucket`): `layout` {"base", "size", "segs"} says which blocks of version
@@ -389,17 +392,17 @@ class S3Client:
                 pass  # a refused token, a bad replica: the gateway's path sorts it out
         return await self._batch_proxy(items, body)
 
-    def _datanode(self, addr: str) -> RpcClient | TrioRpcClient:
-        """The RPC client of a DataNode, for the event loop this client runs on (asyncio, or the mount's trio)."""
+    def _datanode(self, addr: str) -> DataNodeClient:
+        """The client of a DataNode, for the event loop this client runs on (asyncio, or the mount's trio)."""
         dn = self._datanodes.get(addr)
         if dn is None:
             host, port = parse_addr(addr)
             kind = TrioRpcClient if sniffio.current_async_library() == "trio" else RpcClient
-            dn = self._datanodes[addr] = kind(host, port, "", timeout=self._http.timeout.read or 60.0,
-                                              connect_timeout=1.0)
+            dn = self._datanodes[addr] = DataNodeClient(kind(host, port, "", timeout=self._http.timeout.read or 60.0,
+                                                             connect_timeout=1.0))
         return dn
 
-    async def read_pieces(self, pieces: list, addrs: dict, grant: dict) -> list[memoryview]:
+    async def read_pieces(self, pieces: list, addrs: dict, grant: m.ReadGrant) -> list[memoryview]:
         """Block pieces [[block id, offset, length, [node, ...]], ...] as a locate answer lists them, read straight
         from the DataNodes with its read token: one call per node for all the pieces it holds, the nodes in
         parallel. A piece a node can't serve (a bad or missing copy; the DataNode reports it for repair) or a node
@@ -429,8 +432,8 @@ class S3Client:
 
             async def node_reads(addr: str, refs: list[int]) -> None:
                 try:
-                    head, payload = await self._datanode(addr).call(
-                        "read_tokened", reads=[pieces[i][:3] for i in refs], grant=grant)
+                    head, payload = await self._datanode(addr).read_tokened(
+                        [m.BlockRead(*pieces[i][:3]) for i in refs], grant)
                 except errors.Unauthorized as e:  # the token: every holder refuses it alike
                     refused.append(e)
                     return
@@ -441,9 +444,9 @@ class S3Client:
                     todo.extend(refs)
                     return
                 view, pos = memoryview(payload), 0
-                for i, n in zip(refs, head["lens"]):
+                for i, n in zip(refs, head.lens):
                     if n < 0:
-                        last.append(PieceFailed(f"{addr}: {head['errs']}"))
+                        last.append(PieceFailed(f"{addr}: {head.errs}"))
                         todo.append(i)
                         continue
                     out[i] = view[pos:pos + n]
@@ -465,7 +468,7 @@ class S3Client:
         return await self._locate(_batch_body(items))
 
     async def _locate(self, body: bytes) -> dict:
-        return orjson.loads((await self._fs_send("POST", "locate", content=body)).content)
+        return _with_grant(orjson.loads((await self._fs_send("POST", "locate", content=body)).content))
 
     async def _batch_direct(self, items: list, body: bytes) -> list[bytes | errors.DomainError]:
         plan = await self._locate(body)
@@ -514,6 +517,12 @@ class S3Client:
             await resp.aclose()
 
 
+def _with_grant(plan: dict) -> dict:
+    """A locate answer with its read token ("grant") typed, as read_pieces sends it to the DataNodes."""
+    plan["grant"] = msgspec.convert(plan["grant"], m.ReadGrant)
+    return plan
+
+
 class PinnedReader:
     """Ranges of one version of one object (ETag `etag`), as a file opened on it reads them: a change of the key
     after the first read doesn't show. The first read locates the whole object (its blocks and a read token, one
@@ -524,7 +533,7 @@ class PinnedReader:
 
     def __init__(self, client: S3Client, bucket: str, key: str, etag: str, size: int) -> None:
         self.c, self.bucket, self.key, self.etag, self.size = client, bucket, key, etag.strip('"'), size
-        self._plan: tuple[list, list[int], dict, dict] | None = None  # pieces, their file offsets, addrs, grant
+        self._plan: tuple[list, list[int], dict, m.ReadGrant] | None = None  # pieces, their offsets, addrs, grant
 
     async def read(self, start: int, end: int) -> bytes:
         end = min(end, self.size)
@@ -535,7 +544,7 @@ class PinnedReader:
             return await self._get(start, end)  # all of it in one read: one GET is as atomic, and one request
         if time.monotonic() >= c._direct_after:
             try:
-                if self._plan is None or time.time() >= self._plan[3]["exp"] - 5:
+                if self._plan is None or time.time() >= self._plan[3].exp - 5:
                     self._plan = await self._locate()
                 if self._plan is not None:
                     pieces, starts, addrs, grant = self._plan
@@ -554,7 +563,7 @@ class PinnedReader:
             raise errors.PreconditionFailed(f"{self.bucket}/{self.key} changed since it was opened (it was ETag "
                                             f"{self.etag}); open it again to read the new version") from None
 
-    async def _locate(self) -> tuple[list, list[int], dict, dict] | None:
+    async def _locate(self) -> tuple[list, list[int], dict, m.ReadGrant] | None:
         """The object's pieces, if the key still holds this version (else None: the If-Match GET says why)."""
         plan = await self.c.locate([(self.bucket, self.key, None, None)])
         item = plan["items"][0]

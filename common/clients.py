@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 from . import errors
 from . import messages as m
@@ -26,10 +27,51 @@ class DataNodeClient:
     async def close(self) -> None:
         await self.rpc.close()
 
+    async def put(self, block_id: int, crc: int, data, secondaries: Sequence[m.Secondary] = (), acks: int = 1) -> None:
+        """Store `data` (bytes-like, or a list of them sent without joining) as the block's primary; it replicates
+        to `secondaries` and returns once `acks` copies, its own included, are on disk."""
+        await self.rpc.request(m.Put(block_id=block_id, crc=crc, secondaries=list(secondaries), acks=acks), data)
+
+    async def put_replica(self, block_id: int, crc: int, data, *, fresh: bool = False) -> None:
+        """Store a replica: from its primary (fresh, the write's own replication) or a repair copy."""
+        await self.rpc.request(m.PutReplica(block_id=block_id, crc=crc, fresh=fresh), data)
+
+    async def put_replicas(self, heads: list[m.ReplicaHead], data) -> dict[int, str]:
+        """Store several repair copies, their bytes back to back in `data`: the error class of each one (by index in
+        `heads`) that was not stored."""
+        reply, _ = await self.rpc.request(m.PutReplicas(blocks=heads), data)
+        return reply.errs
+
+    async def get(self, block_id: int, offset: int = 0, length: int = -1, *, timeout: float | None = None):
+        """Bytes [offset, offset + length) of a block (length -1: to its end)."""
+        _, data = await self.rpc.request(m.Get(block_id=block_id, offset=offset, length=length), timeout=timeout)
+        return data
+
+    async def get_many(self, reads: list[m.BlockRead]) -> tuple[m.Pieces, bytes]:
+        """Several pieces in one round trip: (their sizes and errors, the pieces back to back)."""
+        return await self.rpc.request(m.GetMany(reads=reads))
+
+    async def read_tokened(self, reads: list[m.BlockRead], grant: m.ReadGrant) -> tuple[m.Pieces, bytes]:
+        """get_many on a connection without the cluster secret, with a gateway's read token."""
+        return await self.rpc.request(m.ReadTokened(reads=reads, grant=grant))
+
+    async def delete(self, blocks: list[int]) -> None:
+        await self.rpc.request(m.Delete(blocks=blocks))
+
+    async def blocks(self) -> list[int]:
+        """Every block id the node stores."""
+        reply, _ = await self.rpc.request(m.Blocks())
+        return reply.blocks
+
     async def has(self, blocks: list[int]) -> list[bool]:
         """Which of `blocks` the node stores."""
         reply, _ = await self.rpc.request(m.Has(blocks=blocks))
         return reply.has
+
+    async def replicate_once(self) -> m.ReplicationPass:
+        """One replication pass over every queued job, now."""
+        reply, _ = await self.rpc.request(m.ReplicateOnce())
+        return reply
 
     # (end of DataNodeClient)
 

@@ -56,14 +56,130 @@ def to_builtins(msg: Any) -> Any:
 # DataNode protocol: block I/O (datanode/api.py). Called through DataNodeClient.
 # ---------------------------------------------------------------------------------------------------------------------
 
+class Secondary(Msg, array_like=True):
+    """A secondary a primary replicates a block to: on the wire [node id, "host:port"]."""
+    node: int
+    addr: str
+
+
+class ReplicaHead(Msg, array_like=True):
+    """One block of a put_replicas batch: on the wire [id, crc, size]; its bytes are `size` bytes of the payload."""
+    id: int
+    crc: int
+    size: int
+
+
+class BlockRead(Msg, array_like=True):
+    """A piece of a block to read: on the wire [id, offset, length] (length -1: to the block's end)."""
+    id: int
+    offset: int = 0
+    length: int = -1
+
+
+class ReadGrant(Msg):
+    """A gateway's read token (common/readtoken.py): it lets a client without the cluster secret read `blocks`
+    until `exp` (unix seconds); `tok` is the MAC of both under a key derived from the cluster secret."""
+    blocks: list[int]
+    exp: int
+    tok: str
+
+
+class PieceError(Msg, array_like=True):
+    """Why one piece of a batch read failed: on the wire [error class, message]."""
+    err: str
+    msg: str
+
+
+class Pieces(Msg):
+    """The reply of a batch read: the pieces back to back in the payload, `lens` their sizes in request order; a
+    piece that failed has length -1 and its error in `errs` (by index), so the caller reads it from another
+    replica."""
+    lens: list[int]
+    errs: dict[int, PieceError] = {}
+
+
+class Stored(Msg):
+    """The reply of put_replicas: the error class of each block (by index) that was not stored."""
+    errs: dict[int, str] = {}
+
+
+class BlockIds(Msg):
+    blocks: list[int]
+
+
 class HasBlocks(Msg):
     has: list[bool]
+
+
+class ReplicationPass(Msg):
+    ok: int
+    failed: int
+
+
+class Put(Request, tag="put"):
+    """Store a block (the payload) as its primary; replicate it to `secondaries`; acknowledge once `acks` copies,
+    this one included, are on disk (the write policy: 1 async, N > 1 sync:N)."""
+    block_id: int
+    crc: int
+    secondaries: list[Secondary] = []
+    acks: int = 1
+    Reply = Done
+
+
+class PutReplica(Request, tag="put_replica"):
+    """Store a replica (the payload) from its primary (fresh: the write's own replication) or a repair copy."""
+    block_id: int
+    crc: int
+    fresh: bool = False
+    Reply = Done
+
+
+class PutReplicas(Request, tag="put_replicas"):
+    """Store several repair copies at once (a NameNode copy order): their bytes back to back in the payload."""
+    blocks: list[ReplicaHead]
+    Reply = Stored
+
+
+class Get(Request, tag="get"):
+    """Bytes [offset, offset + length) of a block (length -1: to its end), in the reply's payload."""
+    block_id: int
+    offset: int = 0
+    length: int = -1
+    Reply = Done
+
+
+class GetMany(Request, tag="get_many"):
+    """Several pieces in one round trip (the gateway's batch and multi-block reads)."""
+    reads: list[BlockRead]
+    Reply = Pieces
+
+
+class ReadTokened(Request, tag="read_tokened"):
+    """GetMany for a native client without the cluster secret: `grant` must cover every block read."""
+    reads: list[BlockRead]
+    grant: ReadGrant
+    Reply = Pieces
+
+
+class Delete(Request, tag="delete"):
+    blocks: list[int]
+    Reply = Done
+
+
+class Blocks(Request, tag="blocks"):
+    """Every block id this DataNode stores."""
+    Reply = BlockIds
 
 
 class Has(Request, tag="has"):
     """Which of `blocks` this DataNode stores."""
     blocks: list[int]
     Reply = HasBlocks
+
+
+class ReplicateOnce(Request, tag="replicate_once"):
+    """Run one replication pass over every queued job now (tests and operators)."""
+    Reply = ReplicationPass
 
 
 # (end of the DataNode protocol)

@@ -14,6 +14,7 @@ import time
 from typing import Iterable
 
 from . import errors
+from .messages import ReadGrant
 
 TTL_S = 60
 
@@ -29,23 +30,23 @@ def _mac(secret: str, blocks: Iterable[int], expires: int) -> str:
     return hmac.new(_key(secret), msg, hashlib.sha256).hexdigest()
 
 
-def issue(secret: str, blocks: Iterable[int], ttl_s: float = TTL_S) -> dict:
-    """{"blocks": [...], "exp": unix seconds, "tok": hex}: what a client shows a DataNode with its reads."""
+def issue(secret: str, blocks: Iterable[int], ttl_s: float = TTL_S) -> ReadGrant:
+    """What a client shows a DataNode with its reads: the blocks, their expiry (unix seconds) and the MAC."""
     ids = sorted({int(b) for b in blocks})
     exp = int(time.time() + ttl_s)
-    return {"blocks": ids, "exp": exp, "tok": _mac(secret, ids, exp)}
+    return ReadGrant(blocks=ids, exp=exp, tok=_mac(secret, ids, exp))
 
 
-def check(secret: str, grant: dict, wanted: Iterable[int]) -> None:
+def check(secret: str, grant: ReadGrant, wanted: Iterable[int]) -> None:
     """Raise Unauthorized unless `grant` is a live token of ours covering every block in `wanted`."""
-    try:
-        blocks, exp, tok = [int(b) for b in grant["blocks"]], int(grant["exp"]), str(grant["tok"])
-    except (KeyError, TypeError, ValueError):
-        raise errors.Unauthorized("a tokened read needs blocks, exp and tok") from None
-    if exp < time.time():
+    if grant.exp < time.time():
         raise errors.Unauthorized("read token expired")
-    if not hmac.compare_digest(_mac(secret, blocks, exp), tok):
+    try:
+        good = hmac.compare_digest(_mac(secret, grant.blocks, grant.exp).encode(), grant.tok.encode())
+    except struct.error:  # an id or expiry out of range: not one of ours
+        good = False
+    if not good:
         raise errors.Unauthorized("bad read token")
-    missing = set(wanted) - set(blocks)
+    missing = set(wanted) - set(grant.blocks)
     if missing:
         raise errors.Unauthorized(f"the read token does not cover block(s) {sorted(missing)[:5]}")

@@ -12,7 +12,8 @@ from .replicator import FAST_PATH_GRACE_S
 
 
 # ops a native client may call on a connection without the cluster secret (each checks its own token)
-OPEN_OPS = frozenset({"read_tokened"})
+OPEN_OPS = frozenset({m.op_name(m.ReadTokened)})
+DONE = m.Done()
 
 
 def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secret: str = "") -> dict:
@@ -22,17 +23,16 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         if capacity and store.used + size > capacity and not store.has(block_id):
             raise errors.NodeFull(f"block {block_id}: node full ({store.used} of {capacity} bytes used)")
 
-    async def put(a, payload):
-        """Store a block as its primary and acknowledge; replication to a["secondaries"] ([[node_id, addr], ...])
-        follows in the background: pushed from memory at once, with durable jobs queued in the same batch.
+    async def put(req: m.Put, payload) -> m.Done:
+        """Store a block as its primary and acknowledge; replication to req.secondaries follows in the background:
+        pushed from memory at once, with durable jobs queued in the same batch.
 
-        a["acks"] = N > 1 (write policy sync:N) acknowledges only once N replicas, this one included, are durable;
+        req.acks = N > 1 (write policy sync:N) acknowledges only once N replicas, this one included, are durable;
         if fewer can be written this copy is dropped again and NotEnoughReplicas tells the gateway to give up.
         Durable means on disk: each copy's WAL is fsynced (group commit, common/kv.WalSync) before it counts, and
         with `async` too this copy is on disk before the acknowledgement."""
-        bid, crc = int(a["block_id"]), int(a["crc"])
-        targets = [(int(t), addr) for t, addr in a.get("secondaries", [])]
-        acks = int(a.get("acks", 1))
+        bid, crc, acks = req.block_id, req.crc, req.acks
+        targets = [(t.node, t.addr) for t in req.secondaries]
         if acks > 1 + len(targets):
             raise errors.NotEnoughReplicas(f"block {bid}: the write policy requires {acks} replicas and only "
                                            f"{1 + len(targets)} nodes were placed")
@@ -44,84 +44,84 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
             except errors.NotEnoughReplicas:
                 store.delete([bid])
                 raise
-            return {}
+            return DONE
         if targets:
             spawn(replicator.push_now(bid, payload, crc, targets))
         await store.synced()  # async: this copy is on disk before the acknowledgement, the secondaries' follow
-        return {}
+        return DONE
 
-    async def put_replica(a, payload):
-        """A replica from the primary (fresh=True: the write's own replication) or a repair copy ordered by the
+    async def put_replica(req: m.PutReplica, payload) -> m.Done:
+        """A replica from the primary (fresh: the write's own replication) or a repair copy ordered by the
         NameNode. A fresh push that lost the race with a delete order is dropped instead of becoming an orphan."""
-        bid = int(a["block_id"])
-        if not (a.get("fresh") and store.recently_deleted(bid)):
+        bid = req.block_id
+        if not (req.fresh and store.recently_deleted(bid)):
             check_room(bid, len(payload))
-            store.store(bid, payload, int(a["crc"]))
+            store.store(bid, payload, req.crc)
             await store.synced()  # on disk before the primary counts it (sync:N) or completes its job
-        return {}
+        return DONE
 
-    async def put_replicas(a, payload):
+    async def put_replicas(req: m.PutReplicas, payload) -> m.Stored:
         """Several blocks in one call (a NameNode copy order: re-replication, read repair, rebalance), each stored
-        like a repair copy of put_replica: a["blocks"] = [[block_id, crc, size], ...], their bytes back to back in the
-        payload. Answers "errs" {index: error class} for the blocks not stored (no room, CRC mismatch)."""
-        heads = a.get("blocks")
-        if not isinstance(heads, list) or sum(int(h[2]) for h in heads) != len(payload):
+        like a repair copy of put_replica, their bytes back to back in the payload. Answers the error class of each
+        block not stored (no room, CRC mismatch)."""
+        if sum(h.size for h in req.blocks) != len(payload) or any(h.size < 0 for h in req.blocks):
             raise errors.InvalidInput("put_replicas: the block sizes do not add up to the payload")
         mv, off, errs = memoryview(payload), 0, {}
-        for i, (bid, crc, n) in enumerate(heads):
-            data, off = mv[off:off + int(n)], off + int(n)
+        for i, h in enumerate(req.blocks):
+            data, off = mv[off:off + h.size], off + h.size
             try:
-                check_room(int(bid), int(n))
-                store.store(int(bid), data, int(crc))
+                check_room(h.id, h.size)
+                store.store(h.id, data, h.crc)
             except errors.DomainError as e:
-                errs[str(i)] = type(e).__name__
-        return {"errs": errs}
+                errs[i] = type(e).__name__
+        return m.Stored(errs=errs)
 
-    async def get(a, _):
-        return {}, store.read(int(a["block_id"]), int(a.get("offset", 0)), int(a.get("length", -1)))
+    async def get(req: m.Get, _):
+        return DONE, store.read(req.block_id, req.offset, req.length)
 
-    async def get_many(a, _):
+    async def get_many(req: m.GetMany | m.ReadTokened, _):
         """Several (block_id, offset, length) reads in one round trip, for the gateway's batch read: the reply
-        payload is the pieces back to back, "lens" their sizes; a piece that failed has length -1 and its error
-        in "errs" ({str(index): [class, message]}), so the caller retries just that one on another replica."""
+        payload is the pieces back to back, `lens` their sizes; a piece that failed has length -1 and its error
+        in `errs`, so the caller retries just that one on another replica."""
         lens, errs, out = [], {}, []
-        for i, (bid, off, n) in enumerate(a["reads"]):
+        for i, r in enumerate(req.reads):
             try:
-                bufs = store.read(int(bid), int(off), int(n))
+                bufs = store.read(r.id, r.offset, r.length)
             except errors.DomainError as e:
                 lens.append(-1)
-                errs[str(i)] = [type(e).__name__, e.message]  # JSON keys are strings (orjson refuses ints)
+                errs[i] = m.PieceError(type(e).__name__, e.message)
                 continue
             lens.append(sum(len(b) for b in bufs))
             out += bufs
-        return {"lens": lens, "errs": errs}, out
+        return m.Pieces(lens=lens, errs=errs), out
 
-    async def read_tokened(a, _):
-        """get_many for a native client (a loader reading straight from the DataNodes): a["grant"] is the gateway's
+    async def read_tokened(req: m.ReadTokened, _):
+        """get_many for a native client (a loader reading straight from the DataNodes): req.grant is the gateway's
         read token (common/readtoken.py), which must cover every block read. The client reads a piece this node
         fails from another replica, but can't tell the NameNode: blocks whose copy here is bad are noted for the
         heartbeat to report."""
-        readtoken.check(secret, a.get("grant") or {}, {int(r[0]) for r in a["reads"]})
-        head, out = await get_many(a, _)
-        for i, (cls, _msg) in head["errs"].items():
-            bid = int(a["reads"][int(i)][0])
-            if cls == "CorruptBlock" or (cls == "NoSuchBlock" and store.has(bid)):
+        readtoken.check(secret, req.grant, {r.id for r in req.reads})
+        head, out = await get_many(req, _)
+        for i, e in head.errs.items():
+            bid = req.reads[i].id
+            if e.err == "CorruptBlock" or (e.err == "NoSuchBlock" and store.has(bid)):
                 store.bad.add(bid)
         return head, out
 
-    async def delete(a, _):
-        store.delete([int(b) for b in a["blocks"]])
-        return {}
+    async def delete(req: m.Delete, _) -> m.Done:
+        store.delete(req.blocks)
+        return DONE
 
     async def has(req: m.Has, _) -> m.HasBlocks:
         return m.HasBlocks(has=[store.has(b) for b in req.blocks])
 
-    async def blocks(a, _):
-        return {"blocks": store.block_ids()}
+    async def blocks(req: m.Blocks, _) -> m.BlockIds:
+        return m.BlockIds(blocks=store.block_ids())
 
-    async def replicate_once(a, _):
+    async def replicate_once(req: m.ReplicateOnce, _) -> m.ReplicationPass:
         s = await replicator.run_once(everything=True)
-        return {"ok": s.ok, "failed": s.failed}
+        return m.ReplicationPass(ok=s.ok, failed=s.failed)
 
-    return {f.__name__: f for f in (put, put_replica, put_replicas, get, get_many, read_tokened, delete, blocks,
-                                    replicate_once)} | {m.Has: has}
+    return {m.Put: put, m.PutReplica: put_replica, m.PutReplicas: put_replicas, m.Get: get, m.GetMany: get_many,
+            m.ReadTokened: read_tokened, m.Delete: delete, m.Has: has, m.Blocks: blocks,
+            m.ReplicateOnce: replicate_once}

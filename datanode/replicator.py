@@ -8,6 +8,7 @@ import time
 import anyio
 
 from epochfs.common import errors
+from epochfs.common import messages as m
 from epochfs.common.peers import Peers
 from epochfs.common.worker import PassStats, Worker
 
@@ -56,7 +57,7 @@ class Replicator(Worker):
 
         async def one(target: int, addr: str) -> None:
             try:
-                await self.peers.get(addr).call("put_replica", data, block_id=block_id, crc=crc, fresh=True)
+                await self.peers.get(addr).put_replica(block_id, crc, data, fresh=True)
                 done.append(target)
             except errors.DomainError as e:
                 self._outcome(target, block_id, e)  # the queued job retries it
@@ -71,7 +72,7 @@ class Replicator(Worker):
         background; each success completes its queued job, a failure leaves it for the retry pass."""
         async def one(target: int, addr: str) -> bool:
             try:
-                await self.peers.get(addr).call("put_replica", data, block_id=block_id, crc=crc, fresh=True)
+                await self.peers.get(addr).put_replica(block_id, crc, data, fresh=True)
             except errors.DomainError as e:
                 self._outcome(target, block_id, e)
                 return False
@@ -115,7 +116,7 @@ class Replicator(Worker):
                         self.store.complete(target, block_id)  # deleted meanwhile
                     return
                 try:
-                    await self.peers.get(job["a"]).call("put_replica", data, block_id=block_id, crc=crc, fresh=True)
+                    await self.peers.get(job["a"]).put_replica(block_id, crc, data, fresh=True)
                     self.store.complete(target, block_id)
                     self._outcome(target, block_id, None)
                     stats.ok += 1
@@ -178,7 +179,7 @@ class CopyOrders:
                         if heads and size + n > self.batch_bytes:
                             break  # read again for the next call
                         todo.pop()
-                        heads.append([bid, crc, n])
+                        heads.append(m.ReplicaHead(bid, crc, n))
                         bufs += data
                         size += n
                     if heads:
@@ -187,18 +188,17 @@ class CopyOrders:
             self.running.difference_update((b, target) for b in block_ids)
             self.wake()
 
-    async def _send(self, target: int, addr: str, heads: list[list[int]], bufs: list) -> None:
+    async def _send(self, target: int, addr: str, heads: list[m.ReplicaHead], bufs: list) -> None:
         try:
-            res, _ = await self.peers.get(addr).call("put_replicas", bufs, blocks=heads)
+            errs = await self.peers.get(addr).put_replicas(heads, bufs)
         except errors.DomainError as e:
-            self.failed += [[h[0], target, type(e).__name__] for h in heads]
+            self.failed += [[h.id, target, type(e).__name__] for h in heads]
             return
-        errs = res.get("errs") or {}
         for i, h in enumerate(heads):
-            if str(i) in errs:
-                self.failed.append([h[0], target, errs[str(i)]])
+            if i in errs:
+                self.failed.append([h.id, target, errs[i]])
             else:
-                self.copied.append([h[0], target])
+                self.copied.append([h.id, target])
 
     def take_outcomes(self) -> tuple[list[list[int]], list[list]]:
         out = self.copied, self.failed

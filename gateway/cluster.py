@@ -6,7 +6,7 @@ import collections
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import msgspec
 
@@ -220,9 +220,8 @@ class Cluster:
         for primary in nodes:
             rest = [n for n in placed if n != primary]
             try:
-                await self.peers.get(addrs[str(primary)]).call(
-                    "put", data, block_id=bid, crc=crc, secondaries=[[n, addrs[str(n)]] for n in rest],
-                    **({"acks": acks} if acks > 1 else {}))
+                await self.peers.get(addrs[str(primary)]).put(
+                    bid, crc, data, [m.Secondary(n, addrs[str(n)]) for n in rest], acks)
                 if len(placed) < len(nodes):  # a full node was left out: the NameNode tops the block up later
                     self._background(self._report_short(bid, len(nodes)))
                 return [primary] + rest
@@ -251,7 +250,7 @@ class Cluster:
             if addr is None:
                 continue
             try:
-                _, data = await self.peers.get(addr).call("get", block_id=blk.id, offset=offset, length=length)
+                data = await self.peers.get(addr).get(blk.id, offset, length)
             except errors.DomainError as e:
                 last = e
                 log.warning("block %s on node %s: %s; trying another replica", blk.id, node, e)
@@ -281,7 +280,7 @@ class Cluster:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
-    async def read_range(self, blocks: list[m.BlockRef], addrs: dict, start: int, end: int,
+    async def read_range(self, blocks: Sequence[m.BlockRef], addrs: dict, start: int, end: int,
                          prefetch: int = 2) -> AsyncIterator[bytes]:
         """Yield bytes [start, end) of a file, fetching up to `prefetch` blocks ahead."""
         plan = plan_range(blocks, start, end)
@@ -302,7 +301,7 @@ class Cluster:
             for t in tasks:
                 t.cancel()
 
-    async def read_joined(self, blocks: list[m.BlockRef], addrs: dict, start: int, end: int):
+    async def read_joined(self, blocks: Sequence[m.BlockRef], addrs: dict, start: int, end: int):
         """Bytes [start, end) of a file in one buffer, for an answer sent in one piece. A range over several blocks
         comes from one DataNode holding them all, in one get_many whose reply is already the pieces back to back:
         no second round trip and no 1 MiB join: ~0.15 ms less gateway CPU for a 1 MiB range across a block boundary
@@ -311,28 +310,34 @@ class Cluster:
         plan = plan_range(blocks, start, end)
         if len(plan) > 1:
             # the first holder of the first block that holds them all: its primary as a rule, as read_block reads
-            node = next((n for n in plan[0][0].nodes if str(n) in addrs
-                         and all(n in b.nodes for b, _, _ in plan[1:])), None)
+            node = next((n for n in plan[0][0].nodes
+                         if str(n) in addrs and all(n in b.nodes for b, _, _ in plan[1:])), None)
             if node is not None:
                 addr = addrs[str(node)]
                 try:
-                    head, data = await self.peers.get(addr).call(
-                        "get_many", reads=[[blk.id, off, n] for blk, off, n in plan])
-                    if min(head["lens"]) >= 0:
+                    head, data = await self.peers.get(addr).get_many(
+                        [m.BlockRead(blk.id, off, n) for blk, off, n in plan])
+                    if min(head.lens) >= 0:
                         return data
                     # a copy there is bad or gone: read_range asks that node first, finds it so and has it repaired
                     blocks = [msgspec.structs.replace(b, nodes=tuple(sorted(b.nodes, key=lambda x: x != node)))
-                              for b in blocks]
+                              for b in as_block_refs(blocks)]
                 except errors.Unavailable:
                     pass
         pieces = [p async for p in self.read_range(blocks, addrs, start, end)]
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
-def plan_range(blocks: list[m.BlockRef], start: int, end: int) -> list[tuple[m.BlockRef, int, int]]:
+def as_block_refs(blocks: Sequence) -> list[m.BlockRef]:
+    """Block entries as BlockRefs: those of the NameNode's replies that are still [id, size, crc, nodes, ...] lists
+    are converted (a BlockRef passes as it is)."""
+    return msgspec.convert(blocks, list[m.BlockRef])
+
+
+def plan_range(blocks: Sequence[m.BlockRef], start: int, end: int) -> list[tuple[m.BlockRef, int, int]]:
     """The (block, offset in it, length) pieces that hold bytes [start, end) of a file made of `blocks`."""
     out, pos = [], 0
-    for blk in blocks:
+    for blk in as_block_refs(blocks):
         bstart, bend = pos, pos + blk.size
         pos = bend
         if bend > start and bstart < end:

@@ -21,6 +21,7 @@ import trio
 from epochfs.common import errors
 from epochfs.common.blocks import pieces_within
 from epochfs.common.client import DIRECT_RETRY_S, PieceFailed, S3Client
+from epochfs.common.messages import ReadGrant
 
 from .cache import BlockCache
 from .inodes import InodeTable
@@ -59,11 +60,11 @@ class _Plan:
     starts: list[int]                        # file offset of each piece
     pieces: list[list]                       # [block id, offset in it, length, [node, ...]]
     addrs: dict
-    grant: dict
+    grant: ReadGrant
 
     def covers(self, etag: str, off: int, end: int) -> bool:
         return etag.strip('"') == self.etag and self.start <= off and min(end, self.size) <= self.end and \
-            time.time() < self.grant["exp"] - PLAN_MARGIN_S
+            time.time() < self.grant.exp - PLAN_MARGIN_S
 
     def within(self, off: int, end: int) -> list[list]:
         """The pieces of bytes [off, end)."""
@@ -257,7 +258,7 @@ class Reader:
         plan = self.plans.get(ino)
         return plan if plan is not None and plan.covers(etag, off, end) else None
 
-    def _keep_plan(self, ino: int, etag: str, size: int, off: int, pieces: list, addrs: dict, grant: dict) -> None:
+    def _keep_plan(self, ino: int, etag: str, size: int, off: int, pieces: list, addrs: dict, grant: ReadGrant) -> None:
         starts, pos = [], off
         for p in pieces:
             starts.append(pos)

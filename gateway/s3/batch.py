@@ -27,6 +27,7 @@ import struct
 import msgspec
 import orjson
 from epochfs.common import errors, readtoken
+from epochfs.common import messages as m
 from epochfs.common.messages import ObjectRecord
 from epochfs.common.blocks import pick_replica
 
@@ -150,13 +151,13 @@ async def _fetch(ctx, items: list[_Item], addrs: dict, first: bool) -> None:
     async def node_reads(addr: str, refs: list[tuple[_Item, int]]) -> None:
         if not addr:
             return
-        reads = [[it.pieces[j][0].id, it.pieces[j][1], it.pieces[j][2]] for it, j in refs]
+        reads = [m.BlockRead(blk.id, off, n) for blk, off, n in (it.pieces[j] for it, j in refs)]
         try:
-            head, payload = await ctx.cluster.peers.get(addr).call("get_many", reads=reads)
+            head, payload = await ctx.cluster.peers.get(addr).get_many(reads)
         except errors.DomainError:
             return  # every piece of this node goes through the fallback
         view, pos = memoryview(payload), 0
-        for (it, j), n in zip(refs, head["lens"]):
+        for (it, j), n in zip(refs, head.lens):
             if n >= 0:
                 it.pieces[j] = view[pos:pos + n]
                 pos += n
@@ -221,7 +222,7 @@ async def batch_locate(ctx, req):
         if "len" in it.meta:
             it.meta["p"] = [[blk.id, off, n, blk.nodes] for blk, off, n in it.pieces]
     grant = readtoken.issue(ctx.settings.cluster_secret, (p[0] for it in items for p in it.meta.get("p", ())))
-    body = orjson.dumps({"items": [it.meta for it in items], "addrs": addrs, "grant": grant})
+    body = orjson.dumps({"items": [it.meta for it in items], "addrs": addrs, "grant": m.to_builtins(grant)})
     return Response(200, [("content-type", "application/json")], body)
 
 

@@ -28,6 +28,7 @@ import orjson
 from prometheus_client import Counter
 
 from epochfs.common import errors, readtoken
+from epochfs.common import messages as m
 from epochfs.common.messages import ObjectRecord
 
 from ..cluster import plan_range
@@ -141,7 +142,8 @@ async def fs_read(ctx, req):
         pieces = [[blk.id, boff, k, blk.nodes] for blk, boff, k in plan_range(obj.blocks, off, end)] \
             if end > off else []
         grant = readtoken.issue(ctx.settings.cluster_secret, (p[0] for p in pieces))
-        return _answer({"etag": res["etag"], "size": res["size"], "p": pieces, "addrs": res["addrs"], "grant": grant})
+        return _answer({"etag": res["etag"], "size": res["size"], "p": pieces, "addrs": res["addrs"],
+                        "grant": m.to_builtins(grant)})
     if end <= off:
         return Response(200, [("x-epochfs-etag", res["etag"])], b"")
     pieces = [p async for p in ctx.cluster.read_range(obj.blocks, res["addrs"], off, end)]

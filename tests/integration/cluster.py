@@ -16,7 +16,7 @@ import boto3
 import botocore.exceptions
 import httpx
 from botocore.config import Config
-from epochfs.common.clients import NameNodeClient
+from epochfs.common.clients import DataNodeClient, NameNodeClient
 from epochfs.common.rpc import RpcClient
 from epochfs.frontends.cli.main import wait_ready
 
@@ -163,15 +163,20 @@ class Cluster:
                 await c.close()
         return asyncio.run(go())
 
-    def read_replica(self, target: str, block_id: int) -> bytes:
-        """The block as DataNode `target` serves it (raises CorruptBlock if its copy fails the CRC check)."""
+    def datanode(self, target: str, call):
+        """What `call(client)` returns with the DataNodeClient of DataNode `target`, e.g.
+        c.datanode("dn1", lambda dn: dn.blocks())."""
         async def go():
-            c = RpcClient(self.addr(target), self.ports[target][1], SECRET)
+            dn = DataNodeClient(RpcClient(self.addr(target), self.ports[target][1], SECRET))
             try:
-                return bytes((await c.call("get", block_id=block_id))[1])
+                return await call(dn)
             finally:
-                await c.close()
+                await dn.close()
         return asyncio.run(go())
+
+    def read_replica(self, target: str, block_id: int, offset: int = 0, length: int = -1) -> bytes:
+        """The block as DataNode `target` serves it (raises CorruptBlock if its copy fails the CRC check)."""
+        return bytes(self.datanode(target, lambda dn: dn.get(block_id, offset, length)))
 
     def node_ids(self) -> dict[str, int]:
         """DataNode name ("dn1") -> its node id, for the running DataNodes."""
@@ -179,13 +184,13 @@ class Cluster:
                 for name in self.procs if name.startswith("dn")}
 
     def datanode_blocks(self) -> dict[str, set[int]]:
-        return {f"dn{i}": set(self.rpc(f"dn{i}", "blocks")["blocks"]) for i in range(1, self.n_dn + 1)
+        return {f"dn{i}": set(self.datanode(f"dn{i}", lambda dn: dn.blocks())) for i in range(1, self.n_dn + 1)
                 if f"dn{i}" in self.procs}
 
     def replicate_once(self) -> None:
         for i in range(1, self.n_dn + 1):
             if f"dn{i}" in self.procs:
-                self.rpc(f"dn{i}", "replicate_once")
+                self.datanode(f"dn{i}", lambda dn: dn.replicate_once())
 
     def collect_garbage(self, timeout: float = 10.0) -> None:
         """Expire pending allocations now, then wait until every DataNode has applied its delete orders."""

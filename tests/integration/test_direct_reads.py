@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import orjson
 import pytest
 
 from cluster import ALT, MAIN, SECRET, Cluster
 from epochfs.common import errors, readtoken
+from epochfs.common import messages as m
+from epochfs.common.clients import DataNodeClient
 from epochfs.common.client import S3Client
 from epochfs.common.rpc import RpcClient
 
@@ -24,18 +27,21 @@ async def _locate(endpoint, user, items) -> dict:
         return orjson.loads((await c._fs_send("POST", "locate", content=body)).content)
 
 
-async def _read(addr: str, op: str, **args):
-    host, _, port = addr.rpartition(":")
-    c = RpcClient(host, int(port), "")  # a native client: no cluster secret
-    try:
-        return await c.call(op, **args)
-    finally:
-        await c.close()
+def _read(addr: str, call):
+    """What `call(client)` returns with a DataNodeClient connected as a native client: without the cluster secret."""
+    async def go():
+        host, _, port = addr.rpartition(":")
+        dn = DataNodeClient(RpcClient(host, int(port), ""))
+        try:
+            return await call(dn)
+        finally:
+            await dn.close()
+    return run(go())
 
 
-def _piece(plan: dict, i: int) -> tuple[list, str]:
+def _piece(plan: dict, i: int) -> tuple[m.BlockRead, str]:
     bid, off, n, nodes = plan["items"][i]["p"][0]
-    return [bid, off, n], plan["addrs"][str(nodes[0])]
+    return m.BlockRead(bid, off, n), plan["addrs"][str(nodes[0])]
 
 
 def test_datanode_serves_a_valid_token_and_refuses_forged_expired_or_foreign_ones(cluster, bucket, s3):
@@ -43,27 +49,28 @@ def test_datanode_serves_a_valid_token_and_refuses_forged_expired_or_foreign_one
     s3.put_object(Bucket=bucket, Key="b", Body=b"beta" * 100)
     plan = run(_locate(cluster.endpoint, MAIN, [(bucket, "a")]))
     read, addr = _piece(plan, 0)
-    head, data = run(_read(addr, "read_tokened", reads=[read], grant=plan["grant"]))
-    assert bytes(data) == b"alpha" * 100 and head["lens"] == [500]
+    grant = msgspec.convert(plan["grant"], m.ReadGrant)
+    head, data = _read(addr, lambda dn: dn.read_tokened([read], grant))
+    assert bytes(data) == b"alpha" * 100 and head.lens == [500] and not head.errs
 
-    forged = {**plan["grant"], "tok": plan["grant"]["tok"][:-2] + ("00" if plan["grant"]["tok"][-2:] != "00" else "11")}
+    forged = msgspec.structs.replace(grant, tok=grant.tok[:-2] + ("00" if grant.tok[-2:] != "00" else "11"))
     with pytest.raises(errors.Unauthorized, match="bad read token"):
-        run(_read(addr, "read_tokened", reads=[read], grant=forged))
+        _read(addr, lambda dn: dn.read_tokened([read], forged))
     # a token for "a" does not open "b", even with b's id added to the list it claims to cover
     other, _ = _piece(run(_locate(cluster.endpoint, MAIN, [(bucket, "b")])), 0)
     with pytest.raises(errors.Unauthorized, match="does not cover"):
-        run(_read(addr, "read_tokened", reads=[other], grant=plan["grant"]))
-    widened = {**plan["grant"], "blocks": plan["grant"]["blocks"] + [other[0]]}
+        _read(addr, lambda dn: dn.read_tokened([other], grant))
+    widened = msgspec.structs.replace(grant, blocks=grant.blocks + [other.id])
     with pytest.raises(errors.Unauthorized, match="bad read token"):
-        run(_read(addr, "read_tokened", reads=[other], grant=widened))
-    expired = readtoken.issue(SECRET, [read[0]], ttl_s=-5)
+        _read(addr, lambda dn: dn.read_tokened([other], widened))
+    expired = readtoken.issue(SECRET, [read.id], ttl_s=-5)
     with pytest.raises(errors.Unauthorized, match="expired"):
-        run(_read(addr, "read_tokened", reads=[read], grant=expired))
+        _read(addr, lambda dn: dn.read_tokened([read], expired))
     # a connection without the secret may do nothing but tokened reads
     with pytest.raises(errors.Unauthorized, match="cluster secret"):
-        run(_read(addr, "get", block_id=read[0]))
+        _read(addr, lambda dn: dn.get(read.id))
     with pytest.raises(errors.Unauthorized, match="cluster secret"):
-        run(_read(addr, "delete", blocks=[read[0]]))
+        _read(addr, lambda dn: dn.delete([read.id]))
     assert s3.get_object(Bucket=bucket, Key="a")["Body"].read() == b"alpha" * 100
 
 

@@ -90,7 +90,7 @@ def node(c: Cluster, node_id: int):
 
 def replicated_on(c: Cluster, block_lists: list, nodes: dict[int, str]) -> bool:
     """Every block has 3 distinct holders among `nodes` (id -> name) in the metadata, and each stores it."""
-    stored = {nid: set(c.rpc(name, "blocks")["blocks"]) for nid, name in nodes.items()}
+    stored = {nid: set(c.datanode(name, lambda dn: dn.blocks())) for nid, name in nodes.items()}
     return all(len(set(b.nodes)) == 3 and all(n in stored and b.id in stored[n] for n in b.nodes) for b in block_lists)
 
 

@@ -187,9 +187,9 @@ def test_ranged_read_through_a_corrupt_chunk_is_served_and_repairs_it(tmp_path, 
             bad_chunk, lo, hi = 15, 4 * MiB - 300_000, 5 * MiB - 300_000
         blk, holder = corrupt_replica(c, "bkt", "k", 0, chunk=bad_chunk)  # the primary, which is read first
 
-        c.rpc(holder, "get", block_id=blk.id, offset=chunk * (bad_chunk - 1), length=chunk)  # a good chunk reads
+        c.read_replica(holder, blk.id, chunk * (bad_chunk - 1), chunk)  # a good chunk reads
         with pytest.raises(errors.CorruptBlock):
-            c.rpc(holder, "get", block_id=blk.id, offset=chunk * bad_chunk + 5, length=10)
+            c.read_replica(holder, blk.id, chunk * bad_chunk + 5, 10)
         r = s3.get_object(Bucket="bkt", Key="k", Range=f"bytes={lo}-{hi - 1}")
         assert r["Body"].read() == data[lo:hi]
         wait_for(lambda: _reads_back(c, holder, blk.id) == data[:4 * MiB], 10, "the bad replica to be repaired")

@@ -3,6 +3,7 @@ import time
 
 import trio
 
+from epochfs.common.messages import ReadGrant
 from epochfs.frontends.fuse.inodes import InodeTable
 from epochfs.frontends.fuse.options import MountOptions
 from epochfs.frontends.fuse.reader import LOCATE_SPAN, Reader
@@ -27,7 +28,7 @@ class SlowLocates:
         start = off - off % BLOCK
         pieces = [[b // BLOCK, 0, BLOCK, [1]] for b in range(start, min(off + span, SIZE), BLOCK)]
         return {"etag": '"e"', "size": SIZE, "p": pieces, "addrs": {"1": "127.0.0.1:1"},
-                "grant": {"exp": time.time() + 60}}
+                "grant": ReadGrant(blocks=[], exp=int(time.time() + 60), tok="")}
 
 
 def test_readers_waiting_for_one_locate_of_a_file_each_get_a_plan_for_their_bytes():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+from epochfs.common import messages as m
 from epochfs.common.blocks import crc32c
 from epochfs.common.kv import RocksKV
 from epochfs.datanode.api import make_handlers
@@ -25,9 +26,9 @@ def test_put_and_put_replica_answer_only_after_the_wal_is_synced(tmp_path):
         assert wal_synced(kv) == 0  # a write on its own is in the page cache only
 
         async def main():
-            await h["put"]({"block_id": 2, "crc": crc32c(data)}, data)  # async policy, no secondaries
+            await h[m.Put](m.Put(block_id=2, crc=crc32c(data)), data)  # async policy, no secondaries
             after_put = wal_synced(kv)
-            await h["put_replica"]({"block_id": 3, "crc": crc32c(data)}, data)
+            await h[m.PutReplica](m.PutReplica(block_id=3, crc=crc32c(data)), data)
             return after_put, wal_synced(kv)
 
         after_put, after_replica = asyncio.run(main())
@@ -44,7 +45,7 @@ def test_concurrent_puts_share_wal_syncs(tmp_path):
         blobs = [os.urandom(110 << 10) for _ in range(32)]
 
         async def main():
-            await asyncio.gather(*(h["put"]({"block_id": 100 + i, "crc": crc32c(b)}, b)
+            await asyncio.gather(*(h[m.Put](m.Put(block_id=100 + i, crc=crc32c(b)), b)
                                    for i, b in enumerate(blobs)))
 
         asyncio.run(main())
@@ -92,9 +93,9 @@ def test_a_store_that_refuses_writes_makes_the_datanode_unavailable_for_them(tmp
         h = make_handlers(store, replicator=None, spawn=None)
         b = os.urandom(1000)
         with pytest.raises(errors.Unavailable):
-            asyncio.run(h["put"]({"block_id": 99, "crc": crc32c(b)}, b))
+            asyncio.run(h[m.Put](m.Put(block_id=99, crc=crc32c(b)), b))
         with pytest.raises(errors.Unavailable):
-            asyncio.run(h["put_replica"]({"block_id": 4, "crc": crc32c(blobs[4])}, blobs[4]))
+            asyncio.run(h[m.PutReplica](m.PutReplica(block_id=4, crc=crc32c(blobs[4])), blobs[4]))
         assert b"".join(store.read(5)) == blobs[5]  # reads of good blocks still work
     finally:
         try:
