@@ -40,6 +40,19 @@ class _NodeCalls:
     """Nodes, heartbeats and the orders that ride on them."""
     _call = None  # NameNodeClient._call
 
+    async def register(self, req: m.Register) -> int:
+        """Register a DataNode; its node id."""
+        return (await self._call(req)).node_id
+
+    async def heartbeat(self, req: m.Heartbeat) -> m.HeartbeatOrders:
+        """A DataNode's heartbeat; the orders riding on the reply."""
+        return await self._call(req)
+
+    async def report_bad_replica(self, block_id: int, node: int, good: int | None = None) -> bool:
+        """The copy of `block_id` on `node` is corrupt or missing (`good`: a holder read successfully); whether a
+        repair was ordered."""
+        return (await self._call(m.ReportBadReplica(block_id=block_id, node=node, good=good))).queued
+
     # (end of nodes)
 
 

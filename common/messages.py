@@ -73,6 +73,106 @@ class Has(Request, tag="has"):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+class Registered(Msg):
+    node_id: int
+
+
+class Register(Request, tag="register"):
+    """A DataNode announces itself (its uuid survives restarts, so it gets its old node id back)."""
+    uuid: str
+    host: str
+    rpc_port: int
+    http_port: int = 0
+    capacity: int = 0
+    used: int = 0
+    Reply = Registered
+
+
+class CopyDone(Msg, array_like=True):
+    """A copy order's block now on `target`: [block, target]."""
+    block: int
+    target: int
+
+
+class CopyFailed(Msg, array_like=True):
+    """A copy order's block that could not be pushed to `target`: [block, target, error class name]."""
+    block: int
+    target: int
+    error: str = ""
+
+
+class ReplicationLag(Msg):
+    """A DataNode's replication queue: jobs queued, the oldest's age, those its targets refused for lack of space."""
+    queued: int = 0
+    oldest_s: float = 0.0
+    no_space: int = 0
+
+
+class ScrubProgress(Msg):
+    """A DataNode's pass for scrub job `job`: bytes and blocks checked of `total` bytes, bad copies found."""
+    job: str
+    bytes: int = 0
+    total: int = 0
+    blocks: int = 0
+    bad: int = 0
+    done: bool = False
+
+
+class DeleteOrder(Msg):
+    """Blocks the DataNode deletes (garbage); the next heartbeat's `deleted` confirms them."""
+    blocks: list[int]
+
+
+class CopyOrder(Msg, array_like=True):
+    """Push `blocks` to node `target` at `addr` (re-replication, read repair, rebalance): [target, addr, blocks]."""
+    target: int
+    addr: str
+    blocks: list[int]
+
+
+class ScrubOrder(Msg):
+    """Start a full scrub pass for job `job` (its progress rides on the following heartbeats)."""
+    job: str
+
+
+class HeartbeatOrders(Msg):
+    """What a heartbeat's reply asks of the DataNode; `reregister`: the NameNode does not know it (restarted)."""
+    reregister: bool = False
+    delete: DeleteOrder | None = None
+    copy: list[CopyOrder] = []
+    scrub: ScrubOrder | None = None
+
+
+class Heartbeat(Request, tag="heartbeat"):
+    """A DataNode's periodic state, the outcomes of its last orders and, now and then, its full block report
+    (`report`: every block id it stores)."""
+    node_id: int
+    used: int = 0
+    capacity: int = 0
+    blocks: int = 0
+    deleted: list[int] = []
+    copied: list[CopyDone] = []
+    copy_failed: list[CopyFailed] = []
+    extra: ReplicationLag = ReplicationLag()
+    write_error: str = ""
+    report: list[int] | None = None
+    scrub: ScrubProgress | None = None
+    Reply = HeartbeatOrders
+
+
+class Queued(Msg):
+    queued: bool
+
+
+class ReportBadReplica(Request, tag="report_bad_replica"):
+    """A reader or scrubber found the copy of `block_id` on `node` corrupt or missing; `good` is a holder it read
+    successfully, if any."""
+    block_id: int
+    node: int
+    good: int | None = None
+    Reply = Queued
+
+
 # (end of nodes)
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 
 from epochfs.common import defaults, errors
 from epochfs.common.blocks import crc32c
+from epochfs.common.clients import NameNodeClient
 from epochfs.common.config import parse_addr
 from epochfs.common.peers import Peers
 from epochfs.common.rpc import RpcClient
@@ -30,6 +31,7 @@ class Cluster:
     def __init__(self, namenode: str, secret: str, *, rpc_timeout_s: float = 30.0, nn_retry_s: float = 10.0) -> None:
         host, port = parse_addr(namenode)
         self._nn = RpcClient(host, port, secret, timeout=rpc_timeout_s)
+        self.namenode = NameNodeClient(self._nn, retry_s=nn_retry_s)  # typed calls (retried as `nn` does)
         self.peers = Peers(secret, timeout=rpc_timeout_s)
         self.nn_retry_s = nn_retry_s
         self._block_size: dict[str, tuple[int, float]] = {}  # bucket -> (block size, when the NameNode said so)
@@ -256,7 +258,7 @@ class Cluster:
 
     async def _report_bad(self, block_id: int, node: int, good: int) -> None:
         try:
-            await self._nn.call("report_bad_replica", block_id=block_id, node=node, good=good)
+            await self.namenode.report_bad_replica(block_id, node, good)
         except errors.DomainError as e:
             log.warning("could not report bad replica of block %s on node %s: %s", block_id, node, e)
 

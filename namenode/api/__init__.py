@@ -13,6 +13,7 @@ from ..membership import Membership
 from ..metastore import MetaStore
 from ..placement import choose_targets
 from ..posix import handlers as posix_handlers
+from .nodes import handlers as node_handlers
 from ..config import NameNodeSettings
 from ..jobs import OperatorJobs
 from ..repair import RepairWorker
@@ -21,32 +22,6 @@ from ..repair import RepairWorker
 def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettings, repair: RepairWorker,
                   ops: OperatorJobs) -> dict:
     access_keys = AccessKeys(meta)
-
-    async def register(a, _):
-        st = members.register(a["uuid"], a["host"], int(a["rpc_port"]), int(a.get("http_port", 0)),
-                              int(a.get("capacity", 0)), int(a.get("used", 0)))
-        return {"node_id": st.id}
-
-    async def heartbeat(a, _):
-        nid = int(a["node_id"])
-        if not members.heartbeat(nid, int(a.get("used", 0)), int(a.get("capacity", 0)), int(a.get("blocks", 0)),
-                                 a.get("extra") or {}, str(a.get("write_error") or "")[:500]):
-            return {"reregister": True}
-        if a.get("deleted"):
-            meta.garbage_done(nid, a["deleted"])
-            repair.totals["gc_deleted"] += len(a["deleted"])
-        copy = repair.on_heartbeat(nid, a.get("copied") or [], a.get("copy_failed") or [])
-        if a.get("report") is not None:
-            repair.take_report(nid, a["report"])
-        scrub = ops.on_heartbeat(nid, a.get("scrub"))
-        meta.release_freed()
-        return {"delete": meta.garbage_for(nid), "copy": copy, **({"scrub": scrub} if scrub else {})}
-
-    async def report_bad_replica(a, _):
-        """A reader or scrubber found the copy of a block on `node` corrupt or missing; `good` (optional) is a holder
-        it read successfully."""
-        good = a.get("good")
-        return {"queued": repair.report_bad(int(a["block_id"]), int(a["node"]), None if good is None else int(good))}
 
     async def bucket_create(a, _):
         return meta.create_bucket(a["bucket"], a.get("owner", ""),
@@ -203,10 +178,10 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
         return {"blocks": sorted(meta.referenced_blocks())}
 
     return {f.__name__: f for f in (
-        register, heartbeat, report_bad_replica, bucket_create, bucket_delete, bucket_info, bucket_update, object_update, bucket_list, allocate, abandon, put_object,
+        bucket_create, bucket_delete, bucket_info, bucket_update, object_update, bucket_list, allocate, abandon, put_object,
         stat, delete_object, list_objects, list_versions, mpu_create, mpu_get, mpu_put_part, mpu_list_parts, mpu_complete,
         mpu_abort, mpu_list, nodes, gc_once, stats, pending, referenced, decommission, jobs, job_start, report_short)} | access_key_handlers(access_keys, meta) | posix_handlers(meta, members, admit) \
-        | batch_handlers(meta, members)
+        | batch_handlers(meta, members) | node_handlers(meta, members, repair, ops)
 
 
 def only_range(rec: dict, rng: list) -> dict:
