@@ -81,6 +81,14 @@ class _PosixCalls:
     """The POSIX namespace, batch reads and manifests."""
     _call = None
 
+    async def stat_many(self, items: list[tuple[str, str]]) -> m.ReadStats:
+        """What reading each (bucket, key) needs, or why it can't be read, in one call."""
+        return await self._call(m.StatMany(items=items))
+
+    async def manifest(self, bucket: str, prefix: str = "", after: str = "", limit: int = 10_000) -> m.ManifestPage:
+        """A page of the keys under `prefix` after `after`."""
+        return await self._call(m.Manifest(bucket=bucket, prefix=prefix, after=after, limit=limit))
+
     # (end of POSIX)
 
 

@@ -201,6 +201,54 @@ class ReportBadReplica(Request, tag="report_bad_replica"):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+# Batch reads and manifests, for training loaders (namenode/api/batch.py, gateway/s3/batch.py).
+
+class ReadStat(Msg):
+    """One key of a StatMany: what a read needs of its record (the rest of the inode stays on the NameNode), or
+    why it can't be read (`error`: a DomainError class name, `msg` its text)."""
+    size: int = 0
+    etag: str = ""
+    mt: int = 0
+    blk: list[BlockRef] = []
+    acl: Any = None
+    error: str = ""
+    msg: str = ""
+
+
+class ReadStats(Msg):
+    """StatMany's answer, in the order asked; `addrs` has the RPC address of every holder of a block listed."""
+    objs: list[ReadStat]
+    addrs: dict[str, str] = {}
+
+
+class StatMany(Request, tag="stat_many"):
+    """The records of many objects ([bucket, key] each) for one batch read."""
+    items: list[tuple[str, str]]
+    Reply = ReadStats
+
+
+class ManifestItem(Msg, array_like=True):
+    """One key of a manifest: [key, size, etag, mtime_ns]."""
+    key: str
+    size: int
+    etag: str
+    mtime_ns: int
+
+
+class ManifestPage(Msg):
+    items: list[ManifestItem]
+    truncated: bool = False
+
+
+class Manifest(Request, tag="manifest"):
+    """A page of every key under `prefix`, in S3 order after `after` (from the listing summaries, no inode read)."""
+    bucket: str
+    prefix: str = ""
+    after: str = ""
+    limit: int = 10_000
+    Reply = ManifestPage
+
+
 # (end of POSIX)
 
 # ---------------------------------------------------------------------------------------------------------------------
