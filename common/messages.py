@@ -14,7 +14,7 @@ the orjson dicts it replaced: stat reply of a 1-block object 0.96 us (orjson dic
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 from msgspec import field
@@ -248,6 +248,267 @@ class Manifest(Request, tag="manifest"):
     limit: int = 10_000
     Reply = ManifestPage
 
+
+# The POSIX namespace, by inode (namenode/posix.py, namenode/api/posix.py). The mount sends these same messages to
+# the gateway's /_epochfs/fs (gateway/s3/posix.py), which checks the caller's permission on the bucket, sets `bi` (and
+# `bucket` for the operations that change its usage) and forwards them to the NameNode.
+
+Nat = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]          # an inode number
+I64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]  # any other number: it fits the NameNode's records
+
+
+class InodeAttr(Msg):
+    """An inode's attributes as stat shows them (times in ns); every field is always sent."""
+    ino: int
+    mode: int
+    nlink: int
+    uid: int
+    gid: int
+    size: int
+    rdev: int
+    at: int
+    mt: int
+    ct: int
+    etag: str
+
+
+class DirEntry(Msg, array_like=True):
+    """[name, attributes] of one directory entry."""
+    name: str
+    attr: InodeAttr
+
+
+class DirPage(Msg):
+    """Entries in key order; `next` is the `after` of the next page, None at the end."""
+    entries: list[DirEntry]
+    next: str | None
+
+
+class BlockSpan(Msg, array_like=True):
+    """[id, size] of one block of a file's layout."""
+    id: int
+    size: int
+
+
+class FileLayout(Msg):
+    """What a writer needs to change part of a file: its blocks in order, its size and version (ETag); `bs`, the
+    size new extents are cut into, is the bucket's block size (set by the gateway)."""
+    blk: list[BlockSpan]
+    size: int
+    etag: str
+    bs: int = 0
+
+
+class Committed(InodeAttr):
+    """A commit's answer: the file's new attributes and layout (`bs` as in FileLayout)."""
+    layout: list[BlockSpan]
+    bs: int = 0
+
+
+class LinkTarget(Msg):
+    target: str
+
+
+class XattrValue(Msg):
+    value: str
+
+
+class XattrNames(Msg):
+    names: list[str]
+
+
+class FsUsage(Msg):
+    """statfs: bytes of the live DataNodes, and inodes ever made."""
+    capacity: int
+    used: int
+    files: int
+
+
+class FileBlocks(Msg):
+    """A file's blocks for a read, with the RPC address of every holder, its version and its object ACL."""
+    blk: list[BlockRef]
+    size: int
+    etag: str
+    acl: Any = None
+    addrs: dict[str, str] = {}
+
+
+class WrittenBlock(Msg, array_like=True):
+    """A block a gateway just wrote: [id, size, crc, nodes, acked], `acked` the copies its primary acknowledged as
+    durable (the NameNode checks it against the bucket's write policy at commit)."""
+    id: int
+    size: int
+    crc: int
+    nodes: tuple[int, ...]
+    acked: int = 1
+
+
+class AttrChanges(Msg):
+    """setattr's changes: chmod, chown, utimens (ns) and truncation to zero (size 0); None leaves one alone."""
+    mode: I64 | None = None
+    uid: I64 | None = None
+    gid: I64 | None = None
+    at: I64 | None = None
+    mt: I64 | None = None
+    size: I64 | None = None
+
+
+class FsRequest(Request, kw_only=True):
+    """An operation scoped to the bucket whose directory inode is `bi` (None: the tree of buckets), set by the
+    gateway after checking the caller's permission; every inode it names must lie in that bucket."""
+    bi: Nat | None = None
+
+
+class FsLookup(FsRequest, tag="fs_lookup"):
+    parent: Nat
+    name: str
+    Reply = InodeAttr
+
+
+class FsGetattr(FsRequest, tag="fs_getattr"):
+    ino: Nat
+    Reply = InodeAttr
+
+
+class FsReaddir(FsRequest, tag="fs_readdir"):
+    ino: Nat
+    after: str = ""
+    limit: Nat = 1000
+    Reply = DirPage
+
+
+class FsReadlink(FsRequest, tag="fs_readlink"):
+    ino: Nat
+    Reply = LinkTarget
+
+
+class FsLayout(FsRequest, tag="fs_layout"):
+    ino: Nat
+    Reply = FileLayout
+
+
+class FsMkdir(FsRequest, tag="fs_mkdir"):
+    parent: Nat
+    name: str
+    mode: I64
+    uid: I64
+    gid: I64
+    Reply = InodeAttr
+
+
+class FsMknod(FsRequest, tag="fs_mknod"):
+    """A regular file, FIFO, socket or device node; `bucket` is charged for a regular file."""
+    parent: Nat
+    name: str
+    mode: I64
+    uid: I64
+    gid: I64
+    rdev: I64 = 0
+    bucket: str | None = None
+    Reply = InodeAttr
+
+
+class FsSymlink(FsRequest, tag="fs_symlink"):
+    """`target`: its bytes as latin-1 text."""
+    parent: Nat
+    name: str
+    target: str
+    uid: I64
+    gid: I64
+    Reply = InodeAttr
+
+
+class FsLink(FsRequest, tag="fs_link"):
+    ino: Nat
+    parent: Nat
+    name: str
+    bucket: str | None = None
+    Reply = InodeAttr
+
+
+class FsUnlink(FsRequest, tag="fs_unlink"):
+    parent: Nat
+    name: str
+    bucket: str | None = None
+    Reply = Done
+
+
+class FsRmdir(FsRequest, tag="fs_rmdir"):
+    parent: Nat
+    name: str
+    Reply = Done
+
+
+class FsRename(FsRequest, tag="fs_rename"):
+    """`flags`: RENAME_NOREPLACE (1) or RENAME_EXCHANGE (2)."""
+    parent: Nat
+    name: str
+    newparent: Nat
+    newname: str
+    flags: I64 = 0
+    bucket: str | None = None
+    Reply = Done
+
+
+class FsSetattr(FsRequest, tag="fs_setattr"):
+    ino: Nat
+    fields: AttrChanges
+    bucket: str | None = None
+    Reply = InodeAttr
+
+
+class FsGetxattr(FsRequest, tag="fs_getxattr"):
+    ino: Nat
+    name: str
+    Reply = XattrValue
+
+
+class FsListxattr(FsRequest, tag="fs_listxattr"):
+    ino: Nat
+    Reply = XattrNames
+
+
+class FsSetxattr(FsRequest, tag="fs_setxattr"):
+    """`value`: its bytes as latin-1 text; `flags`: XATTR_CREATE (1) or XATTR_REPLACE (2)."""
+    ino: Nat
+    name: str
+    value: str
+    flags: I64 = 0
+    Reply = Done
+
+
+class FsRemovexattr(FsRequest, tag="fs_removexattr"):
+    ino: Nat
+    name: str
+    Reply = Done
+
+
+class FsStatfs(Request, tag="fs_statfs"):
+    Reply = FsUsage
+
+
+class FsBlocks(FsRequest, tag="fs_blocks"):
+    """A file's blocks, for the gateway's reads of it."""
+    ino: Nat
+    Reply = FileBlocks
+
+
+class FsCommit(FsRequest, tag="fs_commit"):
+    """New content of file `ino`: blocks kept from version `base` (bare ids) and new ones, `size` bytes in all.
+    `mt`: an mtime set explicitly after the last write (else the commit's time); `bucket` is charged."""
+    ino: Nat
+    blk: list[WrittenBlock | int]
+    size: Nat
+    etag: str
+    bucket: str | None = None
+    base: str | None = None
+    mt: Nat | None = None
+    Reply = Committed
+
+
+# the operations the mount sends to the gateway's /_epochfs/fs (the gateway decodes one of them, never another op)
+FS_OPS = (FsLookup, FsGetattr, FsReaddir, FsReadlink, FsLayout, FsMkdir, FsMknod, FsSymlink, FsLink, FsUnlink,
+          FsRmdir, FsRename, FsSetattr, FsGetxattr, FsListxattr, FsSetxattr, FsRemovexattr, FsStatfs)
 
 # (end of POSIX)
 

@@ -11,9 +11,9 @@ from ..access_keys import AccessKeys, handlers as access_key_handlers
 from ..membership import Membership
 from ..metastore import MetaStore
 from ..placement import choose_targets
-from ..posix import handlers as posix_handlers
 from .batch import handlers as batch_handlers
 from .nodes import handlers as node_handlers
+from .posix import handlers as posix_handlers
 from ..config import NameNodeSettings
 from ..jobs import OperatorJobs
 from ..repair import RepairWorker
