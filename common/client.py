@@ -333,15 +333,80 @@ class S3Client:
         except httpx.HTTPError as e:
             raise errors.Unavailable(f"gateway {self.endpoint}: {e!r}") from None
 
-    async def fs(self, op: str, bucket: str | None = None, **args):
-        """One namespace operation by inode (lookup, getattr, readdir, mkdir, rename, ...) in `bucket` (None: on the
-        root, the tree of buckets). A POSIX failure raises its domain error (frontends/errmap.py gives its errno)."""
-        r = await self._fs_send("POST", f"fs/{bucket}" if bucket else "fs",
-                                content=orjson.dumps({"op": op, "args": args}))
+    async def _fs(self, bucket: str | None, req: m.Request):
+        """One namespace operation by inode in `bucket` (None: on the root, the tree of buckets): its typed reply. A
+        POSIX failure raises its domain error (frontends/errmap.py gives its errno)."""
+        r = await self._fs_send("POST", f"fs/{bucket}" if bucket else "fs", content=msgspec.json.encode(req))
         res = orjson.loads(r.content)
         if "err" in res:
             raise errors.by_name(res["err"])(res.get("msg", ""))
-        return res["r"]
+        return msgspec.convert(res["r"], type(req).Reply)
+
+    # The namespace operations (namenode/posix.py). Attributes and pages come back as the JSON form of their
+    # messages (InodeAttr, DirPage, FileLayout: dicts, entries [name, attr]), which the mount keeps and merges.
+    async def fs_lookup(self, bucket: str | None, *, parent: int, name: str) -> dict:
+        return m.to_builtins(await self._fs(bucket, m.FsLookup(parent=parent, name=name)))
+
+    async def fs_getattr(self, bucket: str | None, *, ino: int) -> dict:
+        return m.to_builtins(await self._fs(bucket, m.FsGetattr(ino=ino)))
+
+    async def fs_readdir(self, bucket: str | None, *, ino: int, after: str = "", limit: int = 1000) -> dict:
+        """{"entries": [[name, attr], ...], "next": the `after` of the next page or None}."""
+        page = await self._fs(bucket, m.FsReaddir(ino=ino, after=after, limit=limit))
+        return {"entries": m.to_builtins(page.entries), "next": page.next}
+
+    async def fs_readlink(self, bucket: str | None, *, ino: int) -> str:
+        return (await self._fs(bucket, m.FsReadlink(ino=ino))).target
+
+    async def fs_layout(self, bucket: str | None, *, ino: int) -> dict:
+        return m.to_builtins(await self._fs(bucket, m.FsLayout(ino=ino)))
+
+    async def fs_mkdir(self, bucket: str | None, *, parent: int, name: str, mode: int, uid: int, gid: int) -> dict:
+        return m.to_builtins(await self._fs(bucket, m.FsMkdir(parent=parent, name=name, mode=mode, uid=uid, gid=gid)))
+
+    async def fs_mknod(self, bucket: str | None, *, parent: int, name: str, mode: int, uid: int, gid: int,
+                       rdev: int = 0) -> dict:
+        return m.to_builtins(await self._fs(bucket, m.FsMknod(parent=parent, name=name, mode=mode, uid=uid, gid=gid,
+                                                              rdev=rdev)))
+
+    async def fs_symlink(self, bucket: str | None, *, parent: int, name: str, target: str, uid: int,
+                         gid: int) -> dict:
+        return m.to_builtins(await self._fs(bucket, m.FsSymlink(parent=parent, name=name, target=target, uid=uid,
+                                                                gid=gid)))
+
+    async def fs_link(self, bucket: str | None, *, ino: int, parent: int, name: str) -> dict:
+        return m.to_builtins(await self._fs(bucket, m.FsLink(ino=ino, parent=parent, name=name)))
+
+    async def fs_unlink(self, bucket: str | None, *, parent: int, name: str) -> None:
+        await self._fs(bucket, m.FsUnlink(parent=parent, name=name))
+
+    async def fs_rmdir(self, bucket: str | None, *, parent: int, name: str) -> None:
+        await self._fs(bucket, m.FsRmdir(parent=parent, name=name))
+
+    async def fs_rename(self, bucket: str | None, *, parent: int, name: str, newparent: int, newname: str,
+                        flags: int = 0) -> None:
+        await self._fs(bucket, m.FsRename(parent=parent, name=name, newparent=newparent, newname=newname,
+                                          flags=flags))
+
+    async def fs_setattr(self, bucket: str | None, *, ino: int, fields: dict) -> dict:
+        """`fields`: any of mode, uid, gid, at, mt (ns) and size (0 only)."""
+        return m.to_builtins(await self._fs(bucket, m.FsSetattr(ino=ino, fields=m.AttrChanges(**fields))))
+
+    async def fs_getxattr(self, bucket: str | None, *, ino: int, name: str) -> str:
+        return (await self._fs(bucket, m.FsGetxattr(ino=ino, name=name))).value
+
+    async def fs_listxattr(self, bucket: str | None, *, ino: int) -> list[str]:
+        return (await self._fs(bucket, m.FsListxattr(ino=ino))).names
+
+    async def fs_setxattr(self, bucket: str | None, *, ino: int, name: str, value: str, flags: int = 0) -> None:
+        await self._fs(bucket, m.FsSetxattr(ino=ino, name=name, value=value, flags=flags))
+
+    async def fs_removexattr(self, bucket: str | None, *, ino: int, name: str) -> None:
+        await self._fs(bucket, m.FsRemovexattr(ino=ino, name=name))
+
+    async def fs_statfs(self) -> dict:
+        """{"capacity", "used"} bytes of the live DataNodes and "files", the inodes ever made."""
+        return m.to_builtins(await self._fs(None, m.FsStatfs()))
 
     async def fs_read(self, bucket: str, ino: int, offset: int, length: int) -> bytes:
         """Bytes [offset, offset + length) of file `ino` (in `bucket`), short at its end."""

@@ -82,6 +82,19 @@ class _NodeCalls:
     """Nodes, heartbeats and the orders that ride on them."""
     _call = None  # NameNodeClient._call
 
+    async def register(self, req: m.Register) -> int:
+        """Register a DataNode; its node id."""
+        return (await self._call(req)).node_id
+
+    async def heartbeat(self, req: m.Heartbeat) -> m.HeartbeatOrders:
+        """A DataNode's heartbeat; the orders riding on the reply."""
+        return await self._call(req)
+
+    async def report_bad_replica(self, block_id: int, node: int, good: int | None = None) -> bool:
+        """The copy of `block_id` on `node` is corrupt or missing (`good`: a holder read successfully); whether a
+        repair was ordered."""
+        return (await self._call(m.ReportBadReplica(block_id=block_id, node=node, good=good))).queued
+
     # (end of nodes)
 
 
@@ -212,6 +225,77 @@ class _BlockCalls:
 class _PosixCalls:
     """The POSIX namespace, batch reads and manifests."""
     _call = None
+
+    async def stat_many(self, items: list[tuple[str, str]]) -> m.ReadStats:
+        """What reading each (bucket, key) needs, or why it can't be read, in one call."""
+        return await self._call(m.StatMany(items=items))
+
+    async def manifest(self, bucket: str, prefix: str = "", after: str = "", limit: int = 10_000) -> m.ManifestPage:
+        """A page of the keys under `prefix` after `after`."""
+        return await self._call(m.Manifest(bucket=bucket, prefix=prefix, after=after, limit=limit))
+
+    # The namespace by inode: each takes its request as the mount sent it (the gateway has set its scope, `bi`).
+    async def fs_lookup(self, req: m.FsLookup) -> m.InodeAttr:
+        return await self._call(req)
+
+    async def fs_getattr(self, req: m.FsGetattr) -> m.InodeAttr:
+        return await self._call(req)
+
+    async def fs_readdir(self, req: m.FsReaddir) -> m.DirPage:
+        return await self._call(req)
+
+    async def fs_readlink(self, req: m.FsReadlink) -> m.LinkTarget:
+        return await self._call(req)
+
+    async def fs_layout(self, req: m.FsLayout) -> m.FileLayout:
+        return await self._call(req)
+
+    async def fs_mkdir(self, req: m.FsMkdir) -> m.InodeAttr:
+        return await self._call(req)
+
+    async def fs_mknod(self, req: m.FsMknod) -> m.InodeAttr:
+        return await self._call(req)
+
+    async def fs_symlink(self, req: m.FsSymlink) -> m.InodeAttr:
+        return await self._call(req)
+
+    async def fs_link(self, req: m.FsLink) -> m.InodeAttr:
+        return await self._call(req)
+
+    async def fs_unlink(self, req: m.FsUnlink) -> m.Done:
+        return await self._call(req)
+
+    async def fs_rmdir(self, req: m.FsRmdir) -> m.Done:
+        return await self._call(req)
+
+    async def fs_rename(self, req: m.FsRename) -> m.Done:
+        return await self._call(req)
+
+    async def fs_setattr(self, req: m.FsSetattr) -> m.InodeAttr:
+        return await self._call(req)
+
+    async def fs_getxattr(self, req: m.FsGetxattr) -> m.XattrValue:
+        return await self._call(req)
+
+    async def fs_listxattr(self, req: m.FsListxattr) -> m.XattrNames:
+        return await self._call(req)
+
+    async def fs_setxattr(self, req: m.FsSetxattr) -> m.Done:
+        return await self._call(req)
+
+    async def fs_removexattr(self, req: m.FsRemovexattr) -> m.Done:
+        return await self._call(req)
+
+    async def fs_statfs(self) -> m.FsUsage:
+        return await self._call(m.FsStatfs())
+
+    async def fs_blocks(self, ino: int, bi: int) -> m.FileBlocks:
+        """File `ino`'s blocks (it must lie in the bucket of directory inode `bi`) and their holders' addresses."""
+        return await self._call(m.FsBlocks(ino=ino, bi=bi))
+
+    async def fs_commit(self, req: m.FsCommit) -> m.Committed:
+        """New content of a file (its new blocks are durable on DataNodes); its new attributes and layout."""
+        return await self._call(req)
 
     # (end of POSIX)
 

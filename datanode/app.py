@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 import anyio
 from fastapi import FastAPI
 
+from epochfs.common.clients import NameNodeClient
 from epochfs.common.config import parse_addr
 from epochfs.common.kv import RocksKV
 from epochfs.common.metrics import mount_metrics
@@ -60,7 +61,7 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
                 await anyio.sleep(settings.replication_interval_s)
 
         nn_host, nn_port = parse_addr(settings.namenode)
-        nn = RpcClient(nn_host, nn_port, settings.cluster_secret, timeout=10.0)
+        nn = NameNodeClient(RpcClient(nn_host, nn_port, settings.cluster_secret, timeout=10.0))
         scrubber = Scrubber(store, bytes_per_s=settings.scrub_bytes_per_s, interval_s=settings.scrub_interval_s)
         hb = Heartbeat(store, nn, uuid=node_uuid(settings.data_dir), host=settings.advertise_host or settings.host,
                        rpc_port=settings.rpc_port, http_port=settings.port, capacity=settings.capacity_bytes,

@@ -8,8 +8,9 @@ import shutil
 import time
 
 from epochfs.common import errors
+from epochfs.common import messages as m
+from epochfs.common.clients import NameNodeClient
 from epochfs.common.kv import StorageError
-from epochfs.common.rpc import RpcClient
 from epochfs.common.worker import PassStats, Worker
 
 from .blockstore import BlockStore
@@ -23,7 +24,7 @@ REPORT_BAD_PER_BEAT = 64
 
 
 class Heartbeat(Worker):
-    def __init__(self, store: BlockStore, nn: RpcClient, *, uuid: str, host: str, rpc_port: int, http_port: int,
+    def __init__(self, store: BlockStore, nn: NameNodeClient, *, uuid: str, host: str, rpc_port: int, http_port: int,
                  capacity: int, data_dir, interval_s: float = 1.0, copies: CopyOrders | None = None,
                  report_interval_s: float = 60.0, scrubber: Scrubber | None = None,
                  replicator: Replicator | None = None) -> None:
@@ -43,9 +44,9 @@ class Heartbeat(Worker):
         return shutil.disk_usage(self.data_dir).free + self.store.used
 
     async def register(self) -> None:
-        res, _ = await self.nn.call("register", uuid=self.uuid, host=self.host, rpc_port=self.rpc_port,
-                                    http_port=self.http_port, capacity=self.capacity(), used=self.store.used)
-        self.node_id = res["node_id"]
+        self.node_id = await self.nn.register(m.Register(uuid=self.uuid, host=self.host, rpc_port=self.rpc_port,
+                                                         http_port=self.http_port, capacity=self.capacity(),
+                                                         used=self.store.used))
         log.info("registered as node %s", self.node_id)
 
     async def report_bad(self, block_ids: list[int]) -> list[int]:
@@ -56,15 +57,16 @@ class Heartbeat(Worker):
             if self.node_id is None:
                 break
             try:
-                await self.nn.call("report_bad_replica", block_id=bid, node=self.node_id)
+                await self.nn.report_bad_replica(bid, self.node_id)
             except errors.Unavailable:
                 break
             done.append(bid)
         return done
 
-    def lag(self) -> dict:
+    def lag(self) -> m.ReplicationLag:
         """The replication queue as the heartbeat reports it: jobs queued, the oldest's age, those refused for space."""
-        return {**self.store.replication_lag(), **(self.replicator.waiting() if self.replicator else {})}
+        waiting = self.replicator.waiting() if self.replicator else {}
+        return m.ReplicationLag(**self.store.replication_lag(), **waiting)
 
     def wake(self) -> None:
         """Send the next heartbeat now (a copy order is done: its outcomes reach the NameNode without waiting)."""
@@ -97,32 +99,32 @@ class Heartbeat(Worker):
             now = time.monotonic()
             report = self.store.block_ids() if now - self._reported >= self.report_interval_s else None
             scrub = self.scrubber.job if self.scrubber else None
-            res, _ = await self.nn.call("heartbeat", node_id=self.node_id, used=self.store.used,
-                                        capacity=self.capacity(), blocks=self.store.count, deleted=self._deleted,
-                                        copied=copied, copy_failed=failed, extra=self.lag(),
-                                        write_error=self.store.write_error,
-                                        **({"report": report} if report is not None else {}),
-                                        **({"scrub": scrub} if scrub is not None else {}))
+            res = await self.nn.heartbeat(m.Heartbeat(
+                node_id=self.node_id, used=self.store.used, capacity=self.capacity(), blocks=self.store.count,
+                deleted=self._deleted, copied=[m.CopyDone(*c) for c in copied],
+                copy_failed=[m.CopyFailed(*f) for f in failed], extra=self.lag(),
+                write_error=self.store.write_error or "", report=report,
+                scrub=None if scrub is None else m.ScrubProgress(**scrub)))
         except errors.Unavailable:
             if self.copies:
                 self.copies.give_back(copied, failed)
             return PassStats(failed=1)
         self._deleted = []
-        if report is not None and not res.get("reregister"):
+        if report is not None and not res.reregister:
             self._reported = now
-        if res.get("reregister"):
+        if res.reregister:
             self.node_id = None
             if self.copies:
                 self.copies.give_back(copied, failed)
             return PassStats(failed=1)
-        if res.get("delete"):
+        if res.delete is not None and res.delete.blocks:
             try:
-                self.store.delete(res["delete"])
-                self._deleted = list(res["delete"])
+                self.store.delete(res.delete.blocks)
+                self._deleted = list(res.delete.blocks)
             except StorageError as e:  # a store refusing writes: the NameNode asks again; copy orders still go
                 self.store.write_error = self.store.write_error or str(e)[:500]
-        if res.get("copy") and self.copies:  # [[target, address, [block, ...]], ...]
-            self.copies.start(res["copy"])
-        if res.get("scrub") and self.scrubber:
-            self.scrubber.start_job(res["scrub"])
+        if res.copy and self.copies:
+            self.copies.start([(o.target, o.addr, o.blocks) for o in res.copy])
+        if res.scrub is not None and self.scrubber:
+            self.scrubber.start_job(res.scrub.job)
         return PassStats()  # heartbeats are periodic: never "go again at once"

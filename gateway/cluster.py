@@ -270,7 +270,7 @@ class Cluster:
 
     async def _report_bad(self, block_id: int, node: int, good: int) -> None:
         try:
-            await self._nn.call("report_bad_replica", block_id=block_id, node=node, good=good)
+            await self.namenode.report_bad_replica(block_id, node, good)
         except errors.DomainError as e:
             log.warning("could not report bad replica of block %s on node %s: %s", block_id, node, e)
 

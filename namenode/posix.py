@@ -682,38 +682,3 @@ class Posix:
         rec["ct"] = t
         self._put_inode(b, ino, rec)
 
-
-OPS = ("getattr", "lookup", "readdir", "readlink", "layout", "mkdir", "mknod", "symlink", "link", "unlink", "rmdir",
-       "rename", "setattr", "getxattr", "listxattr", "setxattr", "removexattr")
-
-
-def handlers(meta: MetaStore, members, admit) -> dict:
-    """RPC handlers for the gateway's /_epochfs/fs: "fs" runs one namespace operation, the others serve the data
-    path (a file's blocks with their holders' addresses, a commit of new content, its new blocks checked by `admit`)
-    and statfs."""
-    posix = Posix(meta)
-
-    async def fs(a, _):
-        op, args = a["name"], a["args"]
-        if op not in OPS:
-            raise errors.InvalidInput(f"unknown fs operation {op!r}")
-        posix.scope(a.get("bi"), op, args)
-        return {"r": getattr(posix, op)(**args)}
-
-    async def fs_blocks(a, _):
-        posix.scope(a.get("bi"), "read", a)
-        res = posix.blocks(int(a["ino"]))
-        res["addrs"] = members.addrs({n for blk in res["blk"] for n in blk[3]})
-        return res
-
-    async def fs_commit(a, _):
-        posix.scope(a.get("bi"), "commit", a)
-        return posix.commit(int(a["ino"]), admit(a.get("bucket"), a["blk"]), int(a["size"]), a["etag"],
-                            a.get("bucket"), a.get("base"), a.get("mt"))
-
-    async def fs_statfs(a, _):
-        nodes = [n for n in members.nodes.values() if members.alive(n)]
-        return {"capacity": sum(n.capacity for n in nodes), "used": sum(n.used for n in nodes),
-                "files": int.from_bytes(meta.kv.get(keys.counter(b"ino")) or b"", "big")}  # inodes ever made
-
-    return {f.__name__: f for f in (fs, fs_blocks, fs_commit, fs_statfs)}

@@ -37,10 +37,10 @@ class InodeTable:
         """Find the mount's root: the tree of buckets, a bucket, or a directory below one."""
         if self.o.bucket is None:
             return
-        a = await self.c.fs("lookup", self.o.bucket, parent=NN_ROOT, name=self.o.bucket)
+        a = await self.c.fs_lookup(self.o.bucket, parent=NN_ROOT, name=self.o.bucket)
         parts = [p for p in self.o.prefix.split("/") if p]
         for part in parts:
-            a = await self.c.fs("lookup", self.o.bucket, parent=a["ino"], name=part)
+            a = await self.c.fs_lookup(self.o.bucket, parent=a["ino"], name=part)
         if not stat.S_ISDIR(a["mode"]):
             raise errors.NotADirectory(f"{self.o.bucket}/{self.o.prefix} is not a directory")
         self.root = a["ino"]
@@ -83,7 +83,7 @@ class InodeTable:
     async def getattr(self, ino: int) -> dict:
         if self.o.dataset and ino in self.attrs:
             return self.attrs[ino]
-        a = await self.c.fs("getattr", self.bucket(ino), ino=ino)
+        a = await self.c.fs_getattr(self.bucket(ino), ino=ino)
         if self.o.dataset:
             self.attrs[ino] = a
         return a
@@ -94,7 +94,7 @@ class InodeTable:
             return self.listings[ino]
         out, after = [], ""
         while True:
-            page = await self.c.fs("readdir", self.bucket(ino), ino=ino, after=after)
+            page = await self.c.fs_readdir(self.bucket(ino), ino=ino, after=after)
             out += page["entries"]
             if page["next"] is None:
                 break

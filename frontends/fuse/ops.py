@@ -137,7 +137,7 @@ class EpochOperations(pyfuse3.Operations):
             if ino is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._entry(self.inodes.attrs[ino])
-        a = await self.c.fs("lookup", s if p == NN_ROOT else self.inodes.bucket(p), parent=p, name=s)
+        a = await self.c.fs_lookup(s if p == NN_ROOT else self.inodes.bucket(p), parent=p, name=s)
         self.inodes.remember(p, s, a)
         return self._entry(a)
 
@@ -178,13 +178,13 @@ class EpochOperations(pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.EFBIG)
             a = self._changed(await self.writes.truncate(ino, attr.st_size))
         if args or a is None:
-            a = await self.c.fs("setattr", self.inodes.bucket(ino), ino=ino, fields=args)
+            a = await self.c.fs_setattr(self.inodes.bucket(ino), ino=ino, fields=args)
         return self._entry(a)
 
     @_posix
     async def readlink(self, inode, ctx):
         ino = self.inodes.nn(inode)
-        return (await self.c.fs("readlink", self.inodes.bucket(ino), ino=ino)).encode("latin-1")
+        return (await self.c.fs_readlink(self.inodes.bucket(ino), ino=ino)).encode("latin-1")
 
     @_posix
     async def opendir(self, inode, ctx):
@@ -210,7 +210,7 @@ class EpochOperations(pyfuse3.Operations):
     async def mkdir(self, parent_inode, name, mode, ctx):
         self._writable()
         p, s = self.inodes.nn(parent_inode), _name(name)
-        a = await self.c.fs("mkdir", self.inodes.bucket(p), parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid)
+        a = await self.c.fs_mkdir(self.inodes.bucket(p), parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid)
         self.inodes.remember(p, s, a)
         return self._entry(a)
 
@@ -218,8 +218,8 @@ class EpochOperations(pyfuse3.Operations):
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         self._writable()
         p, s = self.inodes.nn(parent_inode), _name(name)
-        a = await self.c.fs("mknod", self.inodes.bucket(p), parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid,
-                            rdev=rdev)
+        a = await self.c.fs_mknod(self.inodes.bucket(p), parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid,
+                                  rdev=rdev)
         self.inodes.remember(p, s, a)
         return self._entry(a)
 
@@ -227,8 +227,8 @@ class EpochOperations(pyfuse3.Operations):
     async def symlink(self, parent_inode, name, target, ctx):
         self._writable()
         p, s = self.inodes.nn(parent_inode), _name(name)
-        a = await self.c.fs("symlink", self.inodes.bucket(p), parent=p, name=s, target=target.decode("latin-1"),
-                            uid=ctx.uid, gid=ctx.gid)
+        a = await self.c.fs_symlink(self.inodes.bucket(p), parent=p, name=s, target=target.decode("latin-1"),
+                                    uid=ctx.uid, gid=ctx.gid)
         self.inodes.remember(p, s, a)
         return self._entry(a)
 
@@ -236,7 +236,7 @@ class EpochOperations(pyfuse3.Operations):
     async def link(self, inode, new_parent_inode, new_name, ctx):
         self._writable()
         p, s, ino = self.inodes.nn(new_parent_inode), _name(new_name), self.inodes.nn(inode)
-        a = await self.c.fs("link", self.inodes.bucket(p, ino), ino=ino, parent=p, name=s)
+        a = await self.c.fs_link(self.inodes.bucket(p, ino), ino=ino, parent=p, name=s)
         self.inodes.remember(p, s, a)
         return self._entry(a)
 
@@ -244,24 +244,24 @@ class EpochOperations(pyfuse3.Operations):
     async def unlink(self, parent_inode, name, ctx):
         self._writable()
         p = self.inodes.nn(parent_inode)
-        await self.c.fs("unlink", self.inodes.bucket(p), parent=p, name=_name(name))
+        await self.c.fs_unlink(self.inodes.bucket(p), parent=p, name=_name(name))
 
     @_posix
     async def rmdir(self, parent_inode, name, ctx):
         self._writable()
         p = self.inodes.nn(parent_inode)
-        await self.c.fs("rmdir", self.inodes.bucket(p), parent=p, name=_name(name))
+        await self.c.fs_rmdir(self.inodes.bucket(p), parent=p, name=_name(name))
 
     @_posix
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
         self._writable()
         p, newp = self.inodes.nn(parent_inode_old), self.inodes.nn(parent_inode_new)
-        await self.c.fs("rename", self.inodes.bucket(p, newp), parent=p, name=_name(name_old), newparent=newp,
-                        newname=_name(name_new), flags=flags)
+        await self.c.fs_rename(self.inodes.bucket(p, newp), parent=p, name=_name(name_old), newparent=newp,
+                               newname=_name(name_new), flags=flags)
 
     @_posix
     async def statfs(self, ctx):
-        r = await self.c.fs("statfs")
+        r = await self.c.fs_statfs()
         s = pyfuse3.StatvfsData()
         s.f_bsize = s.f_frsize = 4096
         s.f_blocks = r["capacity"] // 4096
@@ -283,27 +283,27 @@ class EpochOperations(pyfuse3.Operations):
         bucket = self._xattr_bucket(ino, name)
         if bucket is None:
             raise pyfuse3.FUSEError(errno.ENODATA)
-        return (await self.c.fs("getxattr", bucket, ino=ino, name=name.decode("latin-1"))).encode("latin-1")
+        return (await self.c.fs_getxattr(bucket, ino=ino, name=name.decode("latin-1"))).encode("latin-1")
 
     @_posix
     async def listxattr(self, inode, ctx):
         ino = self.inodes.nn(inode)
         bucket = self.inodes.bucket(ino)
-        names = await self.c.fs("listxattr", bucket, ino=ino) if bucket is not None else []
+        names = await self.c.fs_listxattr(bucket, ino=ino) if bucket is not None else []
         return [n.encode("latin-1") for n in names if ctx.uid == 0 or not n.startswith("trusted.")]
 
     @_posix
     async def setxattr(self, inode, name, value, ctx):
         self._writable()
         ino = self.inodes.nn(inode)
-        await self.c.fs("setxattr", self._xattr_bucket(ino, name, write=True), ino=ino, name=name.decode("latin-1"),
-                        value=value.decode("latin-1"))
+        await self.c.fs_setxattr(self._xattr_bucket(ino, name, write=True), ino=ino, name=name.decode("latin-1"),
+                                 value=value.decode("latin-1"))
 
     @_posix
     async def removexattr(self, inode, name, ctx):
         self._writable()
         ino = self.inodes.nn(inode)
-        await self.c.fs("removexattr", self._xattr_bucket(ino, name, write=True), ino=ino, name=name.decode("latin-1"))
+        await self.c.fs_removexattr(self._xattr_bucket(ino, name, write=True), ino=ino, name=name.decode("latin-1"))
 
     def _xattr_bucket(self, ino: int, name: bytes, write: bool = False) -> str | None:
         """The bucket to ask about attribute `name` of `ino` (None: the tree's root, which has none)."""
@@ -338,8 +338,8 @@ class EpochOperations(pyfuse3.Operations):
     async def create(self, parent_inode, name, mode, flags, ctx):
         self._writable()
         p, s = self.inodes.nn(parent_inode), _name(name)
-        a = await self.c.fs("mknod", self.inodes.bucket(p), parent=p, name=s, mode=stat.S_IFREG | stat.S_IMODE(mode),
-                            uid=ctx.uid, gid=ctx.gid)
+        a = await self.c.fs_mknod(self.inodes.bucket(p), parent=p, name=s, mode=stat.S_IFREG | stat.S_IMODE(mode),
+                                  uid=ctx.uid, gid=ctx.gid)
         self.inodes.remember(p, s, a)
         self.seen[a["ino"]] = _version(a)
         fh = self._open_handle(a)

@@ -174,7 +174,7 @@ class Writes:
         w = self.writers.get(ino)
         if w is not None:
             return w
-        layout = await self.c.fs("layout", self.inodes.bucket(ino), ino=ino)
+        layout = await self.c.fs_layout(self.inodes.bucket(ino), ino=ino)
         w = self.writers.get(ino)  # another call may have made one meanwhile
         if w is None:
             w = self.writers[ino] = Writer(self.o.cache_dir, layout)
@@ -236,7 +236,7 @@ class Writes:
         w = self.writers.get(ino)
         if w is None and size == 0:
             self.cache.drop(ino)
-            return await self.c.fs("setattr", self.inodes.bucket(ino), ino=ino, fields={"size": 0})
+            return await self.c.fs_setattr(self.inodes.bucket(ino), ino=ino, fields={"size": 0})
         w = await self._writer(ino)
         async with w.lock:
             await self.fill(ino, w, w.cut(size))

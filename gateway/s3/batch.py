@@ -107,24 +107,23 @@ async def _stat_items(ctx, req, items: list[_Item]) -> dict:
         todo.append(it)
     if not todo:
         return {}
-    res = await ctx.cluster.nn("stat_many", items=[[it.bucket, it.key] for it in todo])
-    for it, obj in zip(todo, res["objs"]):
+    res = await ctx.cluster.namenode.stat_many([(it.bucket, it.key) for it in todo])
+    for it, obj in zip(todo, res.objs):
         info = infos[it.bucket]
         try:
-            if "err" in obj:
-                e = errors.by_name(obj["err"])(obj["msg"])
+            if obj.error:
+                e = errors.by_name(obj.error)(obj.msg)
                 if isinstance(e, errors.NoSuchKey):
                     check_object_read(ctx, req, info, None)  # AccessDenied for those who may not list
                 raise e
-            obj = msgspec.convert(obj, ObjectRecord)
             check_object_read(ctx, req, info, obj)
         except (S3Error, errors.DomainError) as e:
             it.fail(e)
             continue
         s, e = _slice(obj.size, it.start, it.end)
-        it.meta = {"len": e - s, "size": obj.size, "etag": obj.etag.strip('"'), "mt": obj.mtime}
-        it.pieces = plan_range(obj.blocks, s, e)
-    return res["addrs"]
+        it.meta = {"len": e - s, "size": obj.size, "etag": obj.etag.strip('"'), "mt": obj.mt}
+        it.pieces = plan_range(obj.blk, s, e)
+    return res.addrs
 
 
 def _windows(items: list[_Item]) -> list[list[_Item]]:
@@ -232,17 +231,14 @@ async def manifest(ctx, req):
         raise errors.InvalidInput("GET /_epochfs/manifest/<bucket>[/<prefix>]: the bucket is missing")
     await bucket_access(ctx, req, "read")  # the same right as ListObjects
     prefix, after = req.key or "", req.query.get("after", "")
-    first = await ctx.cluster.nn("manifest", bucket=req.bucket, prefix=prefix, after=after, limit=MANIFEST_PAGE)
+    first = await ctx.cluster.namenode.manifest(req.bucket, prefix, after, MANIFEST_PAGE)
 
     async def lines():
         page = first
         while True:
-            for it in page["items"]:
-                it[2] = it[2].strip('"')
-            yield orjson.dumps(page["items"]) + b"\n"
-            if not page["truncated"] or not page["items"]:
+            yield orjson.dumps([[it.key, it.size, it.etag.strip('"'), it.mtime_ns] for it in page.items]) + b"\n"
+            if not page.truncated or not page.items:
                 return
-            page = await ctx.cluster.nn("manifest", bucket=req.bucket, prefix=prefix, after=page["items"][-1][0],
-                                        limit=MANIFEST_PAGE)
+            page = await ctx.cluster.namenode.manifest(req.bucket, prefix, page.items[-1].key, MANIFEST_PAGE)
 
     return Response(200, [("content-type", "application/x-ndjson")], lines(), length=None)

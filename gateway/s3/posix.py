@@ -1,6 +1,7 @@
 """The mount's API: POSIX operations by inode at /_epochfs/fs[/<bucket>] (see namenode/posix.py).
 
-  POST /_epochfs/fs/<bucket>   {"op": "lookup", "args": {...}} -> {"r": result} or {"err": class, "msg"}
+  POST /_epochfs/fs/<bucket>   a typed request of common/messages.py (FS_OPS: {"op": "fs_lookup", "parent": ...,
+                               "name": ...}) -> {"r": its reply} or {"err": class, "msg"}
   GET  /_epochfs/fs/<bucket>?ino=&off=&len=   bytes [off, off+len) of the file (short at its end)
   GET  /_epochfs/fs/<bucket>?ino=&off=&len=&locate=1   where those bytes are instead: {"etag", "size", "p": [[block
                                      id, offset in it, length, [node, ...]], ...], "addrs": {node: rpc address},
@@ -8,7 +9,7 @@
   PUT  /_epochfs/fs/<bucket>?ino=    the file's new content as a layout (blocks kept, extents new: fs_write); new
                                      blocks go to the bucket's DataNodes, then one NameNode commit replaces the old
                                      content -> {"r": attributes and the new layout}
-  POST /_epochfs/fs with op "statfs" -> capacity, used and inode counts
+  POST /_epochfs/fs with op "fs_statfs" -> capacity, used and inode counts
   POST /_epochfs/fs (no bucket) getattr and readdir of the root, the tree of the buckets the caller may list
 
 Namespace errors (the bucket's and the NameNode operation's) travel as JSON with their domain error's class name, a
@@ -22,6 +23,7 @@ mount runs with default_permissions).
 from __future__ import annotations
 
 import hashlib
+from typing import Union
 
 import msgspec
 import orjson
@@ -29,7 +31,8 @@ from prometheus_client import Counter
 
 from epochfs.common import errors, readtoken
 from epochfs.common import messages as m
-from epochfs.common.messages import ObjectRecord
+from epochfs.common.clients import NameNodeClient
+from epochfs.common.messages import op_name
 
 from ..cluster import plan_range
 from . import args
@@ -41,9 +44,17 @@ from .http import Response
 
 FS_REQUESTS = Counter("epochfs_fs_requests_total", "Mount API requests", ["op"])
 JSON = [("content-type", "application/json")]
-READ_OPS = frozenset(("getattr", "lookup", "readdir", "readlink", "layout", "getxattr", "listxattr"))
-INODE_ARGS = ("ino", "parent", "newparent")
-QUOTA_OPS = frozenset(("mknod", "link", "unlink", "rename", "setattr"))  # take the bucket whose usage they change
+READ_OPS = frozenset((m.FsGetattr, m.FsLookup, m.FsReaddir, m.FsReadlink, m.FsLayout, m.FsGetxattr, m.FsListxattr))
+_decode_op = msgspec.json.Decoder(Union[m.FS_OPS]).decode  # one of the mount's operations, never another request
+_FORWARD = {  # the NameNodeClient method each goes to
+    m.FsLookup: NameNodeClient.fs_lookup, m.FsGetattr: NameNodeClient.fs_getattr,
+    m.FsReaddir: NameNodeClient.fs_readdir, m.FsReadlink: NameNodeClient.fs_readlink,
+    m.FsLayout: NameNodeClient.fs_layout, m.FsMkdir: NameNodeClient.fs_mkdir, m.FsMknod: NameNodeClient.fs_mknod,
+    m.FsSymlink: NameNodeClient.fs_symlink, m.FsLink: NameNodeClient.fs_link, m.FsUnlink: NameNodeClient.fs_unlink,
+    m.FsRmdir: NameNodeClient.fs_rmdir, m.FsRename: NameNodeClient.fs_rename,
+    m.FsSetattr: NameNodeClient.fs_setattr, m.FsGetxattr: NameNodeClient.fs_getxattr,
+    m.FsListxattr: NameNodeClient.fs_listxattr, m.FsSetxattr: NameNodeClient.fs_setxattr,
+    m.FsRemovexattr: NameNodeClient.fs_removexattr}
 
 
 def _int_arg(req, name: str, default: int | None = None) -> int:
@@ -53,17 +64,8 @@ def _int_arg(req, name: str, default: int | None = None) -> int:
     return args.int_arg(v, name, default, hi=args.MAX_INT, msg=f"{name} must be an integer from 0 to 2^63-1")
 
 
-def _check_numbers(op_args: dict) -> None:
-    """Every number fits the NameNode's 64-bit messages, and an inode number is one (an integer from 0)."""
-    if not args.json_ints_in_range(op_args):
-        raise errors.InvalidInput("A number in args is out of the 64-bit range")
-    for k in INODE_ARGS:
-        if k in op_args and not (type(op_args[k]) is int and op_args[k] >= 0):
-            raise errors.InvalidInput(f"{k} must be an inode number", argument=k)
-
-
 def _answer(res: dict) -> Response:
-    return Response(200, JSON, orjson.dumps(res))
+    return Response(200, JSON, msgspec.json.encode(res))
 
 
 def _posix_answer(e: errors.DomainError) -> bool:
@@ -81,13 +83,13 @@ async def _bucket_ino(ctx, req, perm: str) -> int:
     return (await bucket_access(ctx, req, perm)).ino
 
 
-async def _visible_buckets(ctx, req, entries: list) -> list:
+async def _visible_buckets(ctx, req, entries: list[m.DirEntry]) -> list[m.DirEntry]:
     """The root's entries the caller may list, as ListBuckets shows them."""
     out = []
-    for name, attr in entries:
+    for e in entries:
         try:
-            if may_list(ctx, req, await ctx.bucket(name)):
-                out.append([name, attr])
+            if may_list(ctx, req, await ctx.bucket(e.name)):
+                out.append(e)
         except errors.NoSuchBucket:
             pass  # deleted since the listing
     return out
@@ -96,28 +98,27 @@ async def _visible_buckets(ctx, req, entries: list) -> list:
 @extension("POST", "fs")
 async def fs_op(ctx, req):
     try:
-        body = orjson.loads(await read_all(req.receive, 1 << 20))
-        op, op_args = body["op"], body.get("args") or {}
-        if not isinstance(op_args, dict):
-            raise TypeError
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        raise S3Error("MalformedJSON", "The body must be {\"op\": ..., \"args\": {...}}.", 400) from None
-    _check_numbers(op_args)
-    FS_REQUESTS.labels(op).inc()
+        op = _decode_op(await read_all(req.receive, 1 << 20))
+    except msgspec.ValidationError as e:  # an unknown op, a field missing, a number out of range
+        raise errors.InvalidInput(f"Bad POSIX request: {e}") from None
+    except msgspec.DecodeError:
+        raise S3Error("MalformedJSON", "The body must be a JSON request {\"op\": ..., ...}.", 400) from None
+    FS_REQUESTS.labels(op_name(type(op))[3:]).inc()
+    nn = ctx.cluster.namenode
     try:
-        if op == "statfs":
-            return _answer({"r": await ctx.cluster.nn("fs_statfs")})
+        if type(op) is m.FsStatfs:
+            return _answer({"r": await nn.fs_statfs()})
         bi = None
         if req.bucket is not None:
-            bi = await _bucket_ino(ctx, req, "read" if op in READ_OPS else "write")
-        if op in QUOTA_OPS:
-            op_args["bucket"] = req.bucket
-        res = await ctx.cluster.nn("fs", name=op, args=op_args, bi=bi)
-        if op == "layout" and "r" in res:  # the size new extents are cut into (fs_write), for the mount's writer
-            res["r"]["bs"] = await ctx.cluster.block_size(req.bucket)
-        if bi is None and op == "readdir" and "r" in res:
-            res["r"]["entries"] = await _visible_buckets(ctx, req, res["r"]["entries"])
-        return _answer(res)
+            bi = await _bucket_ino(ctx, req, "read" if type(op) in READ_OPS else "write")
+        # the scope is the gateway's to set, and so is the bucket charged for a change of its usage
+        op = msgspec.structs.replace(op, bi=bi, **({"bucket": req.bucket} if hasattr(op, "bucket") else {}))
+        res = await _FORWARD[type(op)](nn, op)
+        if type(op) is m.FsLayout:  # the size new extents are cut into (fs_write), for the mount's writer
+            res = msgspec.structs.replace(res, bs=await ctx.cluster.block_size(req.bucket))
+        if bi is None and type(op) is m.FsReaddir:
+            res = msgspec.structs.replace(res, entries=await _visible_buckets(ctx, req, res.entries))
+        return _answer({"r": res})
     except errors.DomainError as e:
         if not _posix_answer(e):
             raise
@@ -132,22 +133,19 @@ async def fs_read(ctx, req):
     ino, off, n = _int_arg(req, "ino"), _int_arg(req, "off", 0), _int_arg(req, "len")
     info = await bucket_access(ctx, req, "read")
     try:
-        res = await ctx.cluster.nn("fs_blocks", ino=ino, bi=info.ino)
+        res = await ctx.cluster.namenode.fs_blocks(ino, info.ino)
     except errors.OutsideBucket:  # an inode of another bucket: no more said than for any denied request
         raise errors.PermissionDenied("Access Denied") from None
-    obj = msgspec.convert(res, ObjectRecord)
-    check_object_read(ctx, req, info, obj)  # a reader by the bucket's ACL also needs the object's
-    end = min(off + n, res["size"])
+    check_object_read(ctx, req, info, res)  # a reader by the bucket's ACL also needs the object's
+    end = min(off + n, res.size)
     if req.query.get("locate"):
-        pieces = [[blk.id, boff, k, blk.nodes] for blk, boff, k in plan_range(obj.blocks, off, end)] \
-            if end > off else []
+        pieces = [[b.id, boff, k, b.nodes] for b, boff, k in plan_range(res.blk, off, end)] if end > off else []
         grant = readtoken.issue(ctx.settings.cluster_secret, (p[0] for p in pieces))
-        return _answer({"etag": res["etag"], "size": res["size"], "p": pieces, "addrs": res["addrs"],
-                        "grant": m.to_builtins(grant)})
+        return _answer({"etag": res.etag, "size": res.size, "p": pieces, "addrs": res.addrs, "grant": grant})
     if end <= off:
-        return Response(200, [("x-epochfs-etag", res["etag"])], b"")
-    pieces = [p async for p in ctx.cluster.read_range(obj.blocks, res["addrs"], off, end)]
-    return Response(200, [("x-epochfs-etag", res["etag"])], pieces[0] if len(pieces) == 1 else b"".join(pieces))
+        return Response(200, [("x-epochfs-etag", res.etag)], b"")
+    pieces = [p async for p in ctx.cluster.read_range(res.blk, res.addrs, off, end)]
+    return Response(200, [("x-epochfs-etag", res.etag)], pieces[0] if len(pieces) == 1 else b"".join(pieces))
 
 
 async def _discard(receive, limit: int) -> None:
@@ -225,20 +223,22 @@ async def fs_write(ctx, req):
                 new, _ = await ctx.cluster.write_stream(req.bucket, body.take(v), md5.update,
                                                         limit=ctx.settings.max_object_size)
                 written += new
-                blk += msgspec.to_builtins(new)
+                blk += new
         if any(kind == "k" for kind, _ in segs):
             etag = f'"{hashlib.md5(md5.digest() + orjson.dumps(segs)).hexdigest()}-{len(blk)}"'
         else:
             etag = f'"{md5.hexdigest()}"'
         committing = True
-        attr = await ctx.cluster.nn("fs_commit", ino=ino, blk=blk, size=size, etag=etag, bucket=req.bucket, bi=bi,
-                                    base=base, **({} if mt is None else {"mt": mt}))
+        attr = await ctx.cluster.namenode.fs_commit(m.FsCommit(ino=ino, blk=blk, size=size, etag=etag,
+                                                               bucket=req.bucket, bi=bi, base=base, mt=mt))
     except errors.DomainError as e:
         await ctx.abandon(written)
+        if isinstance(e, errors.NotEnoughReplicas):  # blocks leased before the bucket's write policy changed
+            ctx.cluster.forget_bucket(req.bucket)
         if not (committing and _posix_answer(e)):
             raise
         return _answer(_error(e))
     except BaseException:
         await ctx.abandon(written)
         raise
-    return _answer({"r": {**attr, "bs": await ctx.cluster.block_size(req.bucket)}})
+    return _answer({"r": msgspec.structs.replace(attr, bs=await ctx.cluster.block_size(req.bucket))})

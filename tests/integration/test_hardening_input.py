@@ -122,8 +122,9 @@ def test_huge_integers_in_bodies(cluster, s3, obj):
     status, code, data = _get(cluster, f"/{obj}?delete", {"Content-MD5": _md5(body)}, "POST", body)
     assert status == 200 and b"<Error><Key>k</Key><Code>InvalidArgument</Code>" in data
     assert s3.get_object(Bucket=obj, Key="k")["Body"].read() == BODY
-    for args in (f'{{"ino": {BIG}}}', f'{{"ino": {2 ** 64 - 1}}}', '{"ino": -1}', '{"ino": 1, "size": -%s}' % BIG):
-        body = b'{"op": "getattr", "args": %s}' % args.encode()
+    for args in (f'"op": "fs_getattr", "ino": {BIG}', f'"op": "fs_getattr", "ino": {2 ** 64 - 1}',
+                 '"op": "fs_getattr", "ino": -1', '"op": "fs_setattr", "ino": 1, "fields": {"size": -%s}' % BIG):
+        body = b'{%s}' % args.encode()
         status, code, data = _get(cluster, f"/_epochfs/fs/{obj}", {}, "POST", body)
         assert (status, code) == (400, "InvalidArgument"), (args, data[:300])
 

@@ -197,29 +197,28 @@ def test_writes_ask_the_gateway_for_no_attributes(mnt, cluster):
 def test_xattr_calls_need_read_or_write_on_the_bucket(cluster, s3, bucket):
     """Reading attributes needs read permission on the bucket, changing them write, like the other calls."""
     s3.put_object(Bucket=bucket, Key="f", Body=b"x", Metadata={"k": "v"})
-    calls = {"getxattr": {"name": "user.k"}, "listxattr": {}, "setxattr": {"name": "user.k", "value": "w"},
-             "removexattr": {"name": "user.k"}}
-
-    def run(user, op: str, **args):
+    def run(user, call):
         async def go():
             async with S3Client(cluster.endpoint, user[0], user[1]) as c:
-                return await c.fs(op, bucket, **args)
+                return await call(c)
         return asyncio.run(go())
 
-    root = run(MAIN, "lookup", parent=1, name=bucket)["ino"]
-    ino = run(MAIN, "lookup", parent=root, name="f")["ino"]
-    for args in calls.values():
-        args["ino"] = ino
+    root = run(MAIN, lambda c: c.fs_lookup(bucket, parent=1, name=bucket))["ino"]
+    ino = run(MAIN, lambda c: c.fs_lookup(bucket, parent=root, name="f"))["ino"]
+    calls = {"getxattr": lambda c: c.fs_getxattr(bucket, ino=ino, name="user.k"),
+             "listxattr": lambda c: c.fs_listxattr(bucket, ino=ino),
+             "setxattr": lambda c: c.fs_setxattr(bucket, ino=ino, name="user.k", value="w"),
+             "removexattr": lambda c: c.fs_removexattr(bucket, ino=ino, name="user.k")}
 
     def denied(op: str) -> bool:
         try:
-            run(ALT, op, **calls[op])
+            run(ALT, calls[op])
         except errors.Unauthorized as e:
             return errmap.to_errno(e) == errno.EACCES
         return False
 
     assert all(denied(op) for op in calls)
     s3.put_bucket_acl(Bucket=bucket, GrantRead=f"id={ALT[2]}")
-    assert run(ALT, "getxattr", **calls["getxattr"]) == "v" and run(ALT, "listxattr", ino=ino) == ["user.k"]
+    assert run(ALT, calls["getxattr"]) == "v" and run(ALT, calls["listxattr"]) == ["user.k"]
     assert denied("setxattr") and denied("removexattr")
-    assert run(MAIN, "getxattr", **calls["getxattr"]) == "v"
+    assert run(MAIN, calls["getxattr"]) == "v"

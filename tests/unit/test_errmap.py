@@ -32,7 +32,7 @@ class Failing:
     def __init__(self, exc: errors.DomainError) -> None:
         self.exc = exc
 
-    async def fs(self, op: str, bucket: str | None = None, **args):
+    async def fs_mkdir(self, bucket: str | None, **args):
         raise self.exc
 
 
