@@ -257,13 +257,11 @@ class RpcServer:
     is decoded straight into its type (one msgspec decoder over the union of the server's request types); the request
     payload is a bytearray (b"" when empty), a reply payload any bytes-like object or a list of them."""
 
-    def __init__(self, handlers: dict[type[Request] | str, Handler], secret: str, *,
+    def __init__(self, handlers: dict[type[Request], Handler], secret: str, *,
                  open_ops: frozenset[str] = frozenset(), max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
-        self.handlers = {t: h for t, h in handlers.items() if not isinstance(t, str)}
-        # Transitional: handlers still keyed by op name take the request as a dict (removed once every op is typed).
-        self._legacy = {t: h for t, h in handlers.items() if isinstance(t, str)}
-        types = tuple(self.handlers)
-        self._decoder = msgspec.json.Decoder(Union[types] if len(types) > 1 else types[0] if types else dict)
+        self.handlers = handlers
+        types = tuple(handlers)
+        self._decoder = msgspec.json.Decoder(Union[types] if len(types) > 1 else types[0])
         self.secret = secret.encode()
         self.open_ops = open_ops  # callable after a hello without the secret (the handler checks its own token)
         self.max_payload = max_payload  # the largest request payload, from a peer with the secret
@@ -272,22 +270,12 @@ class RpcServer:
 
     def decode(self, raw) -> tuple[str, Any, Handler]:
         """(op name, the request decoded into its type, its handler); InvalidInput for anything else."""
-        if self._legacy:
-            try:
-                head = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                head = None
-            if isinstance(head, dict) and head.get("op") in self._legacy:
-                op = head.pop("op")
-                return op, head, self._legacy[op]
         try:
             req = self._decoder.decode(raw)
         except msgspec.ValidationError as e:
             raise errors.InvalidInput(f"bad rpc request: {e}") from None
         except msgspec.DecodeError as e:
             raise errors.InvalidInput(f"rpc request is not JSON: {e}") from None
-        if type(req) not in self.handlers:
-            raise errors.InvalidInput("unknown rpc op")
         return op_name(type(req)), req, self.handlers[type(req)]
 
     async def start(self, host: str, port: int) -> None:
@@ -377,16 +365,6 @@ class RpcClient(_Pool):
         """Send one typed request and wait for its reply: (req.Reply, reply payload as a bytearray or b"")."""
         head, out = await self._roundtrip(op_name(type(req)), _request_frame(req, payload), timeout)
         return _decode_reply(head, type(req).Reply), (out if out else b"")
-
-    async def call(self, op: str, payload=b"", *, timeout: float | None = None, **args) -> tuple[dict, bytes]:
-        """Transitional: an op not yet typed, its arguments and reply as dicts (removed once every op is typed)."""
-        args["op"] = op
-        try:
-            frame = _frame(orjson.dumps(args), payload)
-        except TypeError as e:  # an integer past 64 bits that the caller's checks let through
-            raise errors.InvalidInput(f"{op}: {e}") from None
-        head, out = await self._roundtrip(op, frame, timeout)
-        return _decode_reply(head, dict), (out if out else b"")
 
     async def _roundtrip(self, op: str, frame: list, timeout: float | None) -> tuple[bytearray, bytearray]:
         conn = None
@@ -480,16 +458,6 @@ class TrioRpcClient(_Pool):
         """As RpcClient.request."""
         head, out = await self._roundtrip(op_name(type(req)), _request_frame(req, payload), timeout)
         return _decode_reply(head, type(req).Reply), (out if out else b"")
-
-    async def call(self, op: str, payload=b"", *, timeout: float | None = None, **args) -> tuple[dict, bytes]:
-        """Transitional, as RpcClient.call."""
-        args["op"] = op
-        try:
-            frame = _frame(orjson.dumps(args), payload)
-        except TypeError as e:
-            raise errors.InvalidInput(f"{op}: {e}") from None
-        head, out = await self._roundtrip(op, frame, timeout)
-        return _decode_reply(head, dict), (out if out else b"")
 
     async def _roundtrip(self, op: str, frame: list, timeout: float | None) -> tuple[bytearray, bytearray]:
         import trio

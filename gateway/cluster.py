@@ -34,7 +34,6 @@ class Cluster:
     def __init__(self, namenode: str, secret: str, *, rpc_timeout_s: float = 30.0, nn_retry_s: float = 10.0) -> None:
         host, port = parse_addr(namenode)
         self.namenode = NameNodeClient(RpcClient(host, port, secret, timeout=rpc_timeout_s), retry_s=nn_retry_s)
-        self._nn = self.namenode.rpc
         self.peers = Peers(secret, timeout=rpc_timeout_s)
         self.nn_retry_s = nn_retry_s
         self._block_size: dict[str, tuple[int, float]] = {}  # bucket -> (block size, when the NameNode said so)
@@ -49,26 +48,6 @@ class Cluster:
         await self.abandon(ids)
         await self.namenode.close()
         await self.peers.close()
-
-    async def nn(self, op: str, **args) -> dict:
-        """Transitional, for the ops not typed yet (the typed ones: self.namenode): call the NameNode; while it is
-        unreachable (a restart), retry for nn_retry_s before giving up."""
-        deadline = time.monotonic() + self.nn_retry_s
-        delay = 0.05
-        while True:
-            try:
-                res, _ = await self._nn.call(op, **args)
-                return res
-            except errors.Unavailable as e:
-                if isinstance(e, errors.NotEnoughReplicas) and op != "allocate":
-                    # a commit refused: blocks acknowledged by fewer copies than the bucket's write policy wants
-                    # now (it changed since this gateway leased them): the next upload allocates afresh
-                    self._drop_leases(args.get("bucket"))
-                    raise
-                if time.monotonic() + delay > deadline:
-                    raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
 
     async def block_size(self, bucket: str) -> int:
         """The size new writes to `bucket` are cut into, as the NameNode said it last: in its bucket info or in an

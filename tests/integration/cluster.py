@@ -152,17 +152,6 @@ class Cluster:
         """The NameNode's typed client, for a test's synchronous code: `cluster.nn.stats().garbage`."""
         return SyncNameNode(self.addr("nn"), self.ports["nn"][1])
 
-    def rpc(self, target: str, op: str, **args) -> dict:
-        port = self.ports["nn"][1] if target == "nn" else self.ports[target][1]
-
-        async def go():
-            c = RpcClient(self.addr(target), port, SECRET)
-            try:
-                return (await c.call(op, **args))[0]
-            finally:
-                await c.close()
-        return asyncio.run(go())
-
     def datanode(self, target: str, call):
         """What `call(client)` returns with the DataNodeClient of DataNode `target`, e.g.
         c.datanode("dn1", lambda dn: dn.blocks())."""

@@ -16,7 +16,7 @@ from epochfs.gateway.s3.errors import from_domain
 from epochfs.gateway.s3.objects import range_spec, stat_range
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_rpc_trio import SECRET, _Server  # noqa: E402 (an RpcServer in a thread)
+from test_rpc_trio import SECRET, Echo, Echoed, _Server  # noqa: E402 (an RpcServer in a thread)
 
 
 @pytest.mark.parametrize("s, want", [("0", 0), ("7", 7), ("10000", 10000), (str(2 ** 63 - 1), 2 ** 63 - 1),
@@ -67,16 +67,18 @@ def test_header_values_with_control_characters(v):
     assert args.header_value("a\tb é", "x") == "a\tb é"
 
 
-def test_rpc_client_refuses_a_request_it_cannot_encode():
-    """Before: TypeError (a 500 at the gateway), the connection dropped and its reply future never retrieved."""
+def test_rpc_refuses_a_number_past_64_bits():
+    """Before: TypeError (a 500 at the gateway), the connection dropped and its reply future never retrieved. Now a
+    typed request's numbers are 64-bit by type: one past that is refused as InvalidInput when the server decodes it,
+    before its handler runs, and the pooled connection keeps working."""
     server = _Server()
     try:
         async def main():
             c = RpcClient("127.0.0.1", server.port, SECRET)
-            assert (await c.call("echo", x=1))[0] == {"n": 0, "x": 1}
+            assert (await c.request(Echo(x=1)))[0] == Echoed(n=0, x=1)
             with pytest.raises(errors.InvalidInput):
-                await c.call("echo", x=2 ** 64)
-            assert (await c.call("echo", x=2))[0] == {"n": 0, "x": 2}  # the same pooled connection still works
+                await c.request(Echo(x=2 ** 64))
+            assert (await c.request(Echo(x=2)))[0] == Echoed(n=0, x=2)  # the same pooled connection still works
             assert len(c._idle) == 1
             await c.close()
         asyncio.run(main())
@@ -84,8 +86,8 @@ def test_rpc_client_refuses_a_request_it_cannot_encode():
         async def trio_main():
             c = TrioRpcClient("127.0.0.1", server.port, SECRET)
             with pytest.raises(errors.InvalidInput):
-                await c.call("echo", x=-(2 ** 64))
-            assert (await c.call("echo", x=3))[0] == {"n": 0, "x": 3}
+                await c.request(Echo(x=-(2 ** 64)))
+            assert (await c.request(Echo(x=3)))[0] == Echoed(n=0, x=3)
             await c.close()
         trio.run(trio_main)
     finally:

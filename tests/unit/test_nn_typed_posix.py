@@ -76,7 +76,7 @@ def test_posix_operations_are_typed_and_scoped_to_their_bucket():
         with pytest.raises(errors.Unauthorized):  # an inode of bucket "a" named in a call scoped to "b"
             await nn.fs_getattr(m.FsGetattr(ino=f.ino, bi=b))
         with pytest.raises(errors.InvalidInput):  # the types refuse it before any handler runs
-            await nn.rpc.call("fs_getattr", ino=-1, bi=a)
+            await nn.fs_getattr(m.FsGetattr(ino=-1, bi=a))
     run(t)
 
 

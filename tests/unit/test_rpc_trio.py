@@ -10,17 +10,31 @@ import pytest
 import trio
 
 from epochfs.common import errors
+from epochfs.common.messages import I64, Msg, Request
 from epochfs.common.rpc import RpcServer, TrioRpcClient
 
 SECRET = "s3cret"
 
 
-async def _echo(a, payload):
-    if a.get("fail"):
-        raise errors.NoSuchKey("not here", key=a["fail"])
-    if a.get("sleep"):
-        await asyncio.sleep(a["sleep"])
-    return {"n": len(payload), "x": a.get("x")}, bytes(payload[::-1])
+class Echoed(Msg):
+    n: int
+    x: int | None = None
+
+
+class Echo(Request, tag="echo"):
+    """A test service's one op: the payload comes back reversed, `n` its length."""
+    x: I64 | None = None
+    fail: str = ""
+    sleep: float = 0.0
+    Reply = Echoed
+
+
+async def _echo(req: Echo, payload) -> tuple[Echoed, bytes]:
+    if req.fail:
+        raise errors.NoSuchKey("not here", key=req.fail)
+    if req.sleep:
+        await asyncio.sleep(req.sleep)
+    return Echoed(n=len(payload), x=req.x), bytes(payload[::-1])
 
 
 class _Server:
@@ -28,7 +42,7 @@ class _Server:
 
     def __init__(self, port: int = 0, open_ops: frozenset = frozenset()) -> None:
         self.loop = asyncio.new_event_loop()
-        self.server = RpcServer({"echo": _echo}, SECRET, open_ops=open_ops)
+        self.server = RpcServer({Echo: _echo}, SECRET, open_ops=open_ops)
         if not port:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
@@ -54,16 +68,16 @@ def test_calls_payloads_and_errors(server):
 
     async def main():
         c = TrioRpcClient("127.0.0.1", server.port, SECRET)
-        head, out = await c.call("echo", x=1)
-        assert head == {"n": 0, "x": 1} and out == b""
-        head, out = await c.call("echo", big)
-        assert head["n"] == len(big) and out == big[::-1]
+        head, out = await c.request(Echo(x=1))
+        assert head == Echoed(n=0, x=1) and out == b""
+        head, out = await c.request(Echo(), big)
+        assert head.n == len(big) and out == big[::-1]
         with pytest.raises(errors.NoSuchKey) as e:
-            await c.call("echo", fail="k1")
+            await c.request(Echo(fail="k1"))
         assert e.value.details["key"] == "k1"
         async with trio.open_nursery() as n:  # concurrent calls take connections of their own
             for i in range(8):
-                n.start_soon(c.call, "echo", bytes([i]) * 70_000)
+                n.start_soon(c.request, Echo(), bytes([i]) * 70_000)
         assert len(c._idle) == 8
         await c.close()
 
@@ -76,11 +90,11 @@ def test_wrong_secret_and_open_ops():
     try:
         async def main():
             with pytest.raises(errors.Unauthorized):
-                await TrioRpcClient("127.0.0.1", s.port, "wrong").call("echo")
-            head, _ = await TrioRpcClient("127.0.0.1", closed.port, "").call("echo", x=2)  # no secret: open ops
-            assert head["x"] == 2
+                await TrioRpcClient("127.0.0.1", s.port, "wrong").request(Echo())
+            head, _ = await TrioRpcClient("127.0.0.1", closed.port, "").request(Echo(x=2))  # no secret: open ops
+            assert head.x == 2
             with pytest.raises(errors.Unauthorized):
-                await TrioRpcClient("127.0.0.1", s.port, "").call("echo")  # no open ops there
+                await TrioRpcClient("127.0.0.1", s.port, "").request(Echo())  # no open ops there
         trio.run(main)
     finally:
         s.stop()
@@ -93,18 +107,18 @@ def test_unreachable_slow_and_restarted_peers():
 
     async def main():
         c = TrioRpcClient("127.0.0.1", port, SECRET, timeout=0.5)
-        await c.call("echo")
+        await c.request(Echo())
         with pytest.raises(errors.Unavailable):
-            await c.call("echo", sleep=2)  # the timeout ends the call, the connection is dropped
-        await c.call("echo")
+            await c.request(Echo(sleep=2))  # the timeout ends the call, the connection is dropped
+        await c.request(Echo())
         await trio.to_thread.run_sync(s.stop)
         with pytest.raises(errors.Unavailable):
-            await c.call("echo")  # refused: the pooled connection is dead and a new one can't be made
+            await c.request(Echo())  # refused: the pooled connection is dead and a new one can't be made
         again = await trio.to_thread.run_sync(lambda: _Server(port))
-        await c.call("echo")  # reconnects
+        await c.request(Echo())  # reconnects
         await trio.to_thread.run_sync(again.stop)
         third = await trio.to_thread.run_sync(lambda: _Server(port))
-        await c.call("echo")  # the pooled connection died with the old server: tried again on a new one
+        await c.request(Echo())  # the pooled connection died with the old server: tried again on a new one
         await trio.to_thread.run_sync(third.stop)
 
     trio.run(main)
