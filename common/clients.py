@@ -293,7 +293,7 @@ class _PosixCalls:
         """File `ino`'s blocks (it must lie in the bucket of directory inode `bi`) and their holders' addresses."""
         return await self._call(m.FsBlocks(ino=ino, bi=bi))
 
-    async def fs_commit(self, req: m.FsCommit) -> m.Committed:
+    async def fs_commit(self, req: m.FsCommit) -> m.FsCommitted:
         """New content of a file (its new blocks are durable on DataNodes); its new attributes and layout."""
         return await self._call(req)
 

@@ -747,10 +747,6 @@ class Stats(Request, tag="stats"):
     Reply = BlockStats
 
 
-class BlockIds(Msg):
-    blocks: list[int]
-
-
 class Pending(Request, tag="pending"):
     """Blocks allocated and not yet committed or abandoned."""
     Reply = BlockIds
@@ -864,7 +860,7 @@ class FileLayout(Msg):
     bs: int = 0
 
 
-class Committed(InodeAttr):
+class FsCommitted(InodeAttr):
     """A commit's answer: the file's new attributes and layout (`bs` as in FileLayout)."""
     layout: list[BlockSpan]
     bs: int = 0
@@ -1058,7 +1054,7 @@ class FsCommit(FsRequest, tag="fs_commit"):
     bucket: str | None = None
     base: str | None = None
     mt: Nat | None = None
-    Reply = Committed
+    Reply = FsCommitted
 
 
 # the operations the mount sends to the gateway's /_epochfs/fs (the gateway decodes one of them, never another op)

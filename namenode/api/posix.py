@@ -107,11 +107,11 @@ def handlers(meta: MetaStore, members: Membership, admit) -> dict:
         res["addrs"] = members.addrs({n for blk in res["blk"] for n in blk[3]})
         return msgspec.convert(res, m.FileBlocks)
 
-    async def commit(req: m.FsCommit, _) -> m.Committed:
+    async def commit(req: m.FsCommit, _) -> m.FsCommitted:
         scope(req, "commit")
         new = admit(req.bucket, [x if isinstance(x, int) else written([x])[0] for x in req.blk])
         return msgspec.convert(posix.commit(req.ino, new, req.size, req.etag, req.bucket, req.base, req.mt),
-                               m.Committed)
+                               m.FsCommitted)
 
     async def statfs(req: m.FsStatfs, _) -> m.FsUsage:
         nodes = [n for n in members.nodes.values() if members.alive(n)]
