@@ -190,10 +190,11 @@ def stat_range(spec: str) -> tuple[int, int | None] | None:
     r = range_spec(spec)
     if r is None:
         return None
-    first, last = r
+    first, last = r  # each at most MAX_INT + 1 (args.digits): clamped to the NameNode's 64-bit numbers, which
+    # changes nothing (no object is that large: a first byte there is past the end, a last byte there is the end)
     if first is None:
-        return (-last, None) if last > 0 else None
-    return first, None if last is None else last + 1
+        return (-min(last, args.MAX_INT), None) if last > 0 else None
+    return min(first, args.MAX_INT), None if last is None else min(last + 1, args.MAX_INT)
 
 
 def _invalid_range(size: int) -> S3Error:
