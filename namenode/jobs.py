@@ -24,6 +24,7 @@ import time
 import uuid
 
 from epochfs.common import errors
+from epochfs.common.blocks import block_id, block_nodes, block_size
 from epochfs.common.worker import PassStats, Worker
 
 from .membership import Membership
@@ -149,11 +150,12 @@ class OperatorJobs(Worker):
             records, nxt = self.meta.scan_block_lists(after, self.scan_batch)
             for _, blocks in records:
                 for blk in blocks:
-                    replicas += len(blk[3])
-                    stored += blk[1] * len(blk[3])
-                    for n in blk[3]:
+                    size, nodes = block_size(blk), block_nodes(blk)
+                    replicas += len(nodes)
+                    stored += size * len(nodes)
+                    for n in nodes:
                         if n in load:
-                            load[n] += blk[1]
+                            load[n] += size
             if nxt is None:
                 break
             after = nxt
@@ -175,7 +177,7 @@ class OperatorJobs(Worker):
                 continue
             del self._moves[(bid, target)]
             loc = self.meta.find_block(bid, hint)
-            if loc is not None and target in loc[1][3] and source not in loc[1][3]:
+            if loc is not None and target in block_nodes(loc[1]) and source not in block_nodes(loc[1]):
                 job["done"] += 1
                 job["bytes_moved"] += size
             elif self._load is not None:
@@ -215,10 +217,11 @@ class OperatorJobs(Worker):
                 if not self.repair.has_room():
                     self._issued += issued
                     return issued  # this record is read again next pass
-                mv = rebalance_move(view, load, blk[3], blk[1], slack)
-                if mv is not None and self.repair.move(blk[0], mv[0], mv[1], key, blk[1]):
-                    self._shift(load, mv[0], mv[1], blk[1])
-                    self._moves[(blk[0], mv[1])] = (mv[0], blk[1], key)
+                bid, size = block_id(blk), block_size(blk)
+                mv = rebalance_move(view, load, block_nodes(blk), size, slack)
+                if mv is not None and self.repair.move(bid, mv[0], mv[1], key, size):
+                    self._shift(load, mv[0], mv[1], size)
+                    self._moves[(bid, mv[1])] = (mv[0], size, key)
                     issued += 1
             self._cursor = key
         self._issued += issued

@@ -26,6 +26,7 @@ import hashlib
 import stat as st
 
 from epochfs.common import errors
+from epochfs.common.blocks import block_id, block_size
 from epochfs.common.kv import prefix_end
 
 from . import commands as cmds, keys
@@ -531,7 +532,7 @@ class Posix:
         rec = self._inode(ino)
         if rec.get("t") != "f":
             raise errors.NotARegularFile(f"inode {ino} is not a regular file")
-        return {"blk": [[x[0], x[1]] for x in rec.get("blk", [])], "size": rec.get("size", 0),
+        return {"blk": [[block_id(x), block_size(x)] for x in rec.get("blk", [])], "size": rec.get("size", 0),
                 "etag": rec.get("etag", "")}
 
     def commit(self, ino: int, blk: list, size: int, etag: str, bucket: str | None = None,
@@ -557,27 +558,27 @@ class Posix:
         old = rec.get("blk", [])
         if base is not None and base != rec.get("etag", ""):
             raise errors.FileChanged(f"inode {ino} changed since it was opened")
-        have = {x[0]: x for x in old} if base is not None else {}
+        have = {block_id(x): x for x in old} if base is not None else {}
         try:
             blk = [have[x] if isinstance(x, int) else x for x in blk]
         except KeyError as e:
             raise errors.InvalidInput(f"block {e} is not one of inode {ino}'s") from None
-        if sum(x[1] for x in blk) != size:
+        if sum(block_size(x) for x in blk) != size:
             raise errors.InvalidInput(f"the blocks of inode {ino} don't add up to {size} bytes")
-        kept = {x[0] for x in blk}
+        kept = {block_id(x) for x in blk}
         if len(kept) != len(blk):
             raise errors.InvalidInput(f"a block is named twice in the new content of {ino}")
         charge = self._charge(bucket, (size - int(rec.get("size", 0))) * len(rec.get("ln", [1])), 0)
         charge(b)
-        self.meta.free_blocks(b, [x for x in old if x[0] not in kept], t)
+        self.meta.free_blocks(b, [x for x in old if block_id(x) not in kept], t)
         rec.pop("cs", None)
         rec.pop("mpu", None)
         rec.pop("ps", None)
         rec.update(blk=blk, size=size, etag=etag, mt=t if mt is None else int(mt), ct=t)
         for x in blk:
-            b.delete(keys.pending(x[0]))
+            b.delete(keys.pending(block_id(x)))
         self._put_links(b, ino, rec)
-        return {**self.attr(ino, rec), "layout": [[x[0], x[1]] for x in blk]}
+        return {**self.attr(ino, rec), "layout": [[block_id(x), block_size(x)] for x in blk]}
 
     # ---------------------------------------------------------------- extended attributes
     # One store for a file's user metadata: the `user.` attributes of an object are its S3 user metadata

@@ -41,7 +41,8 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 
-from epochfs.common import errors
+from epochfs.common import errors, messages as m
+from epochfs.common.blocks import block_entry, block_id, block_nodes, block_size
 from epochfs.common.worker import PassStats, Worker
 
 from .membership import DECOMMISSIONED, DECOMMISSIONING, Membership
@@ -237,9 +238,10 @@ class RepairWorker(Worker):
         if (block_id, node) in self.orders or time.monotonic() < self.retry_at.get(block_id, 0.0):
             return True  # ordered already, or its last copy failed: the next waits (a reader may ask every time)
         loc = self.meta.find_block(block_id)
-        if loc is None or node not in loc[1][3]:
+        if loc is None or node not in block_nodes(loc[1]):
             return False
-        if not self._repush(self.members.view(), block_id, node, loc[1][3], loc[0], good, loc[1][1]):
+        key, entry = loc
+        if not self._repush(self.members.view(), block_id, node, block_nodes(entry), key, good, block_size(entry)):
             return False
         self.totals["read_repairs"] += 1
         log.warning("block %s on node %s is bad or missing: a good holder re-pushes it", block_id, node)
@@ -287,9 +289,9 @@ class RepairWorker(Worker):
             records, nxt = self.meta.scan_block_lists(after, self.scan_batch)
             for key, blocks in records:
                 for blk in blocks:
-                    for n in blk[3]:
+                    for n in block_nodes(blk):
                         if n in expected:
-                            expected[n][blk[0]] = (key, blk[3], blk[1])
+                            expected[n][block_id(blk)] = (key, block_nodes(blk), block_size(blk))
             if nxt is None:
                 break
             after = nxt
@@ -330,7 +332,7 @@ class RepairWorker(Worker):
         count, after = 0, b""
         while True:
             records, nxt = self.meta.scan_block_lists(after, self.scan_batch)
-            count += sum(node in blk[3] for _, blocks in records for blk in blocks)
+            count += sum(node in block_nodes(blk) for _, blocks in records for blk in blocks)
             if nxt is None:
                 return count
             after = nxt
@@ -402,12 +404,12 @@ class RepairWorker(Worker):
         """A commit whose blocks name a decommissioned node (placed before its decommission started, e.g. from a
         gateway's leased allocation): sweep again, which moves those copies like a dead node's."""
         retired = {n.id for n in self.members.nodes.values() if n.admin == DECOMMISSIONED}
-        if retired and any(n in retired for blk in blocks for n in blk[3]):
+        if retired and any(n in retired for blk in blocks for n in block_nodes(blk)):
             self._recheck = True
 
-    def admit(self, blocks: list, acks: int) -> list:
-        """The new blocks of a commit as they are stored: [id, size, crc, nodes]. Each comes from the gateway as
-        [id, size, crc, nodes, acked], `acked` the copies its primary acknowledged as durable (1 for async); a block
+    def admit(self, blocks: list[m.WrittenBlock | int], acks: int) -> list:
+        """The new blocks of a commit as they are stored: [id, size, crc, nodes]. Each comes from the gateway as a
+        WrittenBlock, its `acks` the copies its primary acknowledged as durable (1 for async); a block
         with fewer than `acks` (the bucket's write policy now: a gateway's leased allocation may predate a switch
         to sync:N) refuses the whole commit with NotEnoughReplicas. A secondary whose store refuses writes (placed
         before it said so) is left out of the replica set, which repair tops up elsewhere. Entries that are bare
@@ -418,14 +420,13 @@ class RepairWorker(Worker):
             if isinstance(x, int):
                 out.append(x)
                 continue
-            acked = int(x[4]) if len(x) > 4 else 1
-            if acked < acks:
-                raise errors.NotEnoughReplicas(f"block {x[0]}: {acked} copies acknowledged, the bucket's write "
+            if x.acks < acks:
+                raise errors.NotEnoughReplicas(f"block {x.id}: {x.acks} copies acknowledged, the bucket's write "
                                                f"policy wants {acks}")
-            nodes = [n for i, n in enumerate(x[3]) if i == 0 or n not in read_only]
-            if len(nodes) < len(x[3]):
-                short.append((int(x[0]), len(x[3])))
-            out.append([x[0], x[1], x[2], nodes])
+            nodes = [n for i, n in enumerate(x.nodes) if i == 0 or n not in read_only]
+            if len(nodes) < len(x.nodes):
+                short.append((x.id, len(x.nodes)))
+            out.append(block_entry(x.id, x.size, x.crc, nodes))
         if short:
             self.mark_short(short)
         return out
@@ -505,7 +506,7 @@ class RepairWorker(Worker):
         sw = self._sweep
         for key, blocks in records:
             for blk in blocks:
-                bid, size, holders = blk[0], blk[1], blk[3]
+                bid, size, holders = block_id(blk), block_size(blk), block_nodes(blk)
                 wanted = self.short.get(bid, 0)
                 if wanted:
                     self._short_seen.add(bid)

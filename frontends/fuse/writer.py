@@ -14,10 +14,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
 import trio
 
 from epochfs.common import defaults, errors
 from epochfs.common.client import S3Client
+from epochfs.common.messages import BlockSpan
 
 from .cache import BlockCache
 from .inodes import InodeTable
@@ -63,10 +65,13 @@ class Writer:
         self._rebase(layout["etag"], layout["blk"], {}, KEPT, layout.get("bs", UPLOAD_PIECE))
 
     def _rebase(self, etag: str, blk: list, known: dict[int, int], new: int, bs: int) -> None:
+        """Start from version `etag` made of `blk` (the layout's [id, size] spans, in order)."""
+        spans = msgspec.convert(blk, list[BlockSpan])
         self.base, self.bs = etag, bs
-        self.ids = [b[0] for b in blk]
-        self.starts = list(itertools.accumulate((b[1] for b in blk), initial=0))  # block i: [starts[i], starts[i+1])
-        self.state = [known.get(b[0], new) for b in blk]
+        self.ids = [s.id for s in spans]
+        # block i is bytes [starts[i], starts[i+1]) of the file
+        self.starts = list(itertools.accumulate((s.size for s in spans), initial=0))
+        self.state = [known.get(s.id, new) for s in spans]
 
     def _over(self, off: int, end: int) -> range:
         """The base blocks holding bytes of [off, end)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 from epochfs.common import messages as m
 
 from .buckets import check_acl
-from .services import Services, fields, record, written
+from .services import Services, fields, record
 
 
 def handlers(s: Services) -> dict:
@@ -20,7 +20,7 @@ def handlers(s: Services) -> dict:
 
     async def mpu_put_part(req: m.MpuPutPart, _) -> m.Done:
         part = {k: v for k, v in fields(req.part).items() if k not in ("n", "mt")}
-        part["blk"] = s.admit(req.bucket, written(req.blocks))
+        part["blk"] = s.admit(req.bucket, list(req.blocks))
         meta.put_part(req.bucket, req.key, req.upload_id, req.number, part)
         repair.check_commit(part["blk"])
         return m.Done()

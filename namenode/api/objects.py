@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from epochfs.common import messages as m
-from epochfs.common.blocks import covering
+from epochfs.common.blocks import block_nodes, covering
 
 from .buckets import check_acl
-from .services import Services, fields, record, written
+from .services import Services, fields, record
 
 # what the NameNode itself decides of a committed object: a writer's values for them are ignored
 _SET_BY_COMMIT = ("ino", "mt", "blk", "boff", "vid", "dm", "mpu", "ps", "pcs")
@@ -16,7 +16,7 @@ def handlers(s: Services) -> dict:
 
     async def put_object(req: m.PutObject, _) -> m.Committed:
         obj = {k: v for k, v in fields(req.obj).items() if k not in _SET_BY_COMMIT}
-        obj["blk"] = s.admit(req.bucket, written(req.blocks))
+        obj["blk"] = s.admit(req.bucket, list(req.blocks))
         res = meta.put_object(req.bucket, req.key, obj, if_match=req.if_match, if_none_match=req.if_none_match)
         repair.check_commit(obj["blk"])
         return record(res, m.Committed)
@@ -25,7 +25,7 @@ def handlers(s: Services) -> dict:
         rec = meta.stat(req.bucket, req.key, req.version_id)
         if req.range is not None:
             rec = only_range(rec, req.range)
-        ids = {n for blk in rec.get("blk", ()) for n in blk[3]}
+        ids = {n for blk in rec.get("blk", ()) for n in block_nodes(blk)}
         return m.Located(obj=record(rec, m.ObjectRecord), addrs=members.addrs(ids))
 
     async def delete_object(req: m.DeleteObject, _) -> m.Deleted:

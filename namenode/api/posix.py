@@ -6,13 +6,13 @@ from __future__ import annotations
 import msgspec
 
 from epochfs.common import messages as m
+from epochfs.common.blocks import block_nodes
 from epochfs.common.messages import op_name
 
 from .. import keys
 from ..membership import Membership
 from ..metastore import MetaStore
 from ..posix import Posix
-from .services import written
 
 
 def handlers(meta: MetaStore, members: Membership, admit) -> dict:
@@ -104,12 +104,12 @@ def handlers(meta: MetaStore, members: Membership, admit) -> dict:
     async def blocks(req: m.FsBlocks, _) -> m.FileBlocks:
         scope(req, "read")
         res = posix.blocks(req.ino)
-        res["addrs"] = members.addrs({n for blk in res["blk"] for n in blk[3]})
+        res["addrs"] = members.addrs({n for blk in res["blk"] for n in block_nodes(blk)})
         return msgspec.convert(res, m.FileBlocks)
 
     async def commit(req: m.FsCommit, _) -> m.FsCommitted:
         scope(req, "commit")
-        new = admit(req.bucket, [x if isinstance(x, int) else written([x])[0] for x in req.blk])
+        new = admit(req.bucket, req.blk)
         return msgspec.convert(posix.commit(req.ino, new, req.size, req.etag, req.bucket, req.base, req.mt),
                                m.FsCommitted)
 

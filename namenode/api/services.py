@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from epochfs.common import write_policy
+from epochfs.common import messages as m, write_policy
 
 from ..access_keys import AccessKeys
 from ..config import NameNodeSettings
@@ -25,16 +25,11 @@ class Services:
     ops: OperatorJobs
     access_keys: AccessKeys
 
-    def admit(self, bucket: str | None, blocks: list) -> list:
+    def admit(self, bucket: str | None, blocks: list[m.WrittenBlock | int]) -> list:
         """New blocks as a commit stores them, if each was acknowledged by as many copies as the bucket's write
         policy wants now (see RepairWorker.admit); every commit of new blocks goes through here."""
         wp = (self.meta.bucket_info(bucket).get("wp") if bucket else None) or self.settings.default_write_policy
         return self.repair.admit(blocks, write_policy.parse(wp))
-
-
-def written(blocks) -> list[list]:
-    """A commit's WrittenBlocks as RepairWorker.admit takes them: [id, size, crc, nodes, acks]."""
-    return [[b.id, b.size, b.crc, list(b.nodes), b.acks] for b in blocks]
 
 
 def record(d: dict, t: type):

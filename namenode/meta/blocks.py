@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from epochfs.common import errors
+from epochfs.common.blocks import block_id, block_nodes, set_block_nodes
 from epochfs.common.kv import prefix_end
 
 from .. import commands as cmds, keys
@@ -18,12 +19,12 @@ class BlockMap(StoreBase):
         and holds the block list already, still finds them; at once without a grace."""
         if self.free_grace_s <= 0:
             for blk in blocks:
-                for n in blk[3]:
-                    b.put(keys.garbage(n, blk[0]), b"")
+                for n in block_nodes(blk):
+                    b.put(keys.garbage(n, block_id(blk)), b"")
             return
         for blk in blocks:
-            for n in blk[3]:
-                b.put(keys.freed(t, n, blk[0]), b"")
+            for n in block_nodes(blk):
+                b.put(keys.freed(t, n, block_id(blk)), b"")
 
     def allocate(self, count: int, choose) -> list[tuple[int, list[int]]]:
         """Reserve `count` block ids, place each with `choose(block_id, i) -> nodes`, and record them as pending.
@@ -128,11 +129,11 @@ class BlockMap(StoreBase):
         out = set()
         for _, v in self.kv.scan(b"I", b"J"):
             for blk in self._dec(v).get("blk", []):
-                out.add(blk[0])
+                out.add(block_id(blk))
         for lo, hi in ((b"Q", b"R"), (b"V", b"W")):  # uploaded parts and noncurrent versions
             for _, v in self.kv.scan(lo, hi):
                 for blk in self._dec(v).get("blk", []):
-                    out.add(blk[0])
+                    out.add(block_id(blk))
         return out
 
     # Records that hold block lists: inodes (files), uploaded parts and noncurrent versions, in key order.
@@ -153,19 +154,19 @@ class BlockMap(StoreBase):
                     out.append((k, blk))
         return out, None
 
-    def find_block(self, block_id: int, hint: bytes | None = None) -> tuple[bytes, list] | None:
-        """(key of the record that refers to block `block_id`, its [id, size, crc, nodes] entry), or None if nothing
+    def find_block(self, bid: int, hint: bytes | None = None) -> tuple[bytes, list] | None:
+        """(key of the record that refers to block `bid`, its [id, size, crc, nodes] entry), or None if nothing
         does. `hint` is where it was last seen; without it (or if it moved) every block list is scanned."""
         if hint is not None:
             raw = self.kv.get(hint)
             if raw is not None:
                 for blk in self._dec(raw).get("blk", []):
-                    if blk[0] == block_id:
+                    if block_id(blk) == bid:
                         return hint, blk
         for lo, hi in self._BLOCK_RANGES:
             for k, v in self.kv.scan(lo, hi):
                 for blk in self._dec(v).get("blk", []):
-                    if blk[0] == block_id:
+                    if block_id(blk) == bid:
                         return k, blk
         return None
 
@@ -184,7 +185,7 @@ class BlockMap(StoreBase):
             found = None
             for key in ([hint] if hint is not None else []):
                 rec = records.get(key) or (self._dec(raw) if (raw := self.kv.get(key)) is not None else None)
-                if rec is not None and any(blk[0] == bid for blk in rec.get("blk", [])):
+                if rec is not None and any(block_id(blk) == bid for blk in rec.get("blk", [])):
                     found = key, rec
             if found is None:
                 loc = self.find_block(bid)
@@ -198,14 +199,17 @@ class BlockMap(StoreBase):
             records[key] = rec
             changed = False
             for blk in rec["blk"]:
-                if blk[0] == bid and old is None and new not in blk[3]:  # a replica added (top-up)
-                    blk[3] = [*blk[3], new]
+                if block_id(blk) != bid:
+                    continue
+                nodes = block_nodes(blk)
+                if old is None and new not in nodes:  # a replica added (top-up)
+                    set_block_nodes(blk, [*nodes, new])
                     changed = True
-                elif blk[0] == bid and old in blk[3] and new not in blk[3]:
-                    blk[3] = [new if n == old else n for n in blk[3]]
+                elif old in nodes and new not in nodes:
+                    set_block_nodes(blk, [new if n == old else n for n in nodes])
                     b.put(keys.garbage(old, bid), b"")
                     changed = True
-                elif blk[0] == bid and new not in blk[3]:
+                elif new not in nodes:
                     b.put(keys.garbage(new, bid), b"")  # someone else replaced `old` first: a surplus copy
             done.append(changed)
         for key, rec in records.items():
@@ -251,7 +255,7 @@ class BlockMap(StoreBase):
 
     def _apply_drop_stray_copy(self, b, c: cmds.DropStrayCopy) -> bool:
         loc = self.find_block(c.block_id)
-        if loc is not None and c.node in loc[1][3]:
+        if loc is not None and c.node in block_nodes(loc[1]):
             return False
         b.put(keys.garbage(c.node, c.block_id), b"")
         return True

@@ -7,6 +7,7 @@ import uuid as uuidlib
 from typing import Iterator
 
 from epochfs.common import checksums, errors
+from epochfs.common.blocks import block_id
 from epochfs.common.kv import prefix_end
 from epochfs.common.paths import split_key
 
@@ -54,7 +55,7 @@ class Multipart(StoreBase):
         if old is not None:
             self.free_blocks(b, self._dec(old).get("blk", []), c.t)
         for blk in c.part.get("blk", []):
-            b.delete(keys.pending(blk[0]))
+            b.delete(keys.pending(block_id(blk)))
         b.put(keys.part(c.upload_id, c.number), self._enc({**c.part, "mt": c.t}))
 
     def list_parts(self, bucket: str, key: str, upload_id: str) -> tuple[dict, list[dict]]:

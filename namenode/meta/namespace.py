@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from epochfs.common import errors
+from epochfs.common.blocks import block_id
 from epochfs.common.kv import prefix_end
 from epochfs.common.paths import split_key
 
@@ -232,7 +233,7 @@ class Namespace(StoreBase):
             obj.setdefault("gid", 0)
             self._put_file(b, d, parts[-1], ino, obj)
         for blk in obj.get("blk", []):
-            b.delete(keys.pending(blk[0]))
+            b.delete(keys.pending(block_id(blk)))
         return {"ino": ino, "etag": obj.get("etag"), "mt": t, "vid": obj.get("vid")}
 
     def update_object(self, bucket: str, key: str, fields: dict) -> None:

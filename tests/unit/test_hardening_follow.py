@@ -4,6 +4,7 @@ import pytest
 
 from epochfs.common import errors
 from epochfs.common.kv import MemoryKV
+from epochfs.common.messages import WrittenBlock
 from epochfs.namenode.membership import Membership
 from epochfs.namenode.metastore import MetaStore
 from epochfs.namenode.placement import ClusterView, NodeView, choose_targets, plan_repairs, shortage
@@ -54,23 +55,28 @@ def test_read_repair_of_a_copy_on_a_read_only_node_goes_elsewhere():
     assert (order.source, order.target, order.replaces) == (1, 4, 3)
 
 
+def _written(bid: int, nodes: list[int], acks: int) -> WrittenBlock:
+    """A 10-byte block as a commit names it: written to `nodes`, acknowledged by `acks` copies."""
+    return WrittenBlock(id=bid, size=10, crc=0, nodes=tuple(nodes), acks=acks)
+
+
 def test_commit_refuses_blocks_acknowledged_by_fewer_copies_than_the_policy_wants():
     m, members = _cluster()
     w = RepairWorker(m, members)
-    assert w.admit([[7, 10, 0, [1, 2, 3], 3], 9], 3) == [[7, 10, 0, [1, 2, 3]], 9]
-    assert w.admit([[7, 10, 0, [1, 2, 3], 1]], 1) == [[7, 10, 0, [1, 2, 3]]]
+    assert w.admit([_written(7, [1, 2, 3], 3), 9], 3) == [[7, 10, 0, [1, 2, 3]], 9]
+    assert w.admit([_written(7, [1, 2, 3], 1)], 1) == [[7, 10, 0, [1, 2, 3]]]
     with pytest.raises(errors.NotEnoughReplicas):
-        w.admit([[7, 10, 0, [1, 2, 3], 3], [8, 10, 0, [1, 2, 3], 1]], 3)
+        w.admit([_written(7, [1, 2, 3], 3), _written(8, [1, 2, 3], 1)], 3)
     with pytest.raises(errors.NotEnoughReplicas):
-        w.admit([[7, 10, 0, [1, 2, 3]]], 2)  # no count: one copy
+        w.admit([WrittenBlock(id=7, size=10, crc=0, nodes=(1, 2, 3))], 2)  # no count: one copy
 
 
 def test_commit_leaves_a_read_only_secondary_out_and_tops_the_block_up():
     m, members = _cluster()
     w = RepairWorker(m, members)
     members.heartbeat(2, 0, BIG, 0, {}, "IO error: No space left on device")
-    assert w.admit([[7, 10, 0, [1, 2, 3], 1], [8, 10, 0, [2, 3, 4], 1]], 1) == [[7, 10, 0, [1, 3]],
-                                                                              [8, 10, 0, [2, 3, 4]]]
+    assert w.admit([_written(7, [1, 2, 3], 1), _written(8, [2, 3, 4], 1)], 1) == [[7, 10, 0, [1, 3]],
+                                                                                [8, 10, 0, [2, 3, 4]]]
     assert w.short == {7: 3}
 
 
