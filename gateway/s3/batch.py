@@ -24,11 +24,9 @@ import asyncio
 import dataclasses
 import struct
 
-import msgspec
 import orjson
 from epochfs.common import errors, readtoken
 from epochfs.common import messages as m
-from epochfs.common.messages import ObjectRecord
 from epochfs.common.blocks import pick_replica
 
 from ..cluster import plan_range
