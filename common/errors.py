@@ -109,6 +109,11 @@ class NodeFull(Unavailable):
     """The DataNode has no room for the block (its capacity limit)."""
 
 
+class NotLeader(Unavailable):
+    """This NameNode is a standby (or was just deposed): it serves no namespace call. `details["leader"]` is the
+    active NameNode's RPC address ("host:port") when known, else ""; clients go there (common/clients.py)."""
+
+
 class CorruptBlock(DomainError):
     """A stored block failed its checksum."""
 

@@ -198,6 +198,7 @@ class ReplicateOnce(Request, tag="replicate_once"):
 
 class Registered(Msg):
     node_id: int
+    epoch: int = 0  # the registering NameNode's fencing epoch (see HeartbeatOrders)
 
 
 class Register(Request, tag="register"):
@@ -259,8 +260,11 @@ class ScrubOrder(Msg):
 
 
 class HeartbeatOrders(Msg):
-    """What a heartbeat's reply asks of the DataNode; `reregister`: the NameNode does not know it (restarted)."""
+    """What a heartbeat's reply asks of the DataNode; `reregister`: the NameNode does not know it (restarted).
+    `epoch`: the fencing epoch of the NameNode that gave the orders (HA: the leader key's revision in etcd; 0 for an
+    embedded NameNode). A DataNode obeys no order whose epoch is below the highest it has seen."""
     reregister: bool = False
+    epoch: int = 0
     delete: DeleteOrder | None = None
     copy: list[CopyOrder] = []
     scrub: ScrubOrder | None = None
@@ -1185,3 +1189,36 @@ class Nodes(Request, tag="nodes"):
 
 
 # (end of keys and jobs)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NameNode high availability (namenode/ha/): who is active, how far each NameNode has applied the metadata log.
+# Answered by every NameNode, active or standby (the one request a standby serves besides its checkpoint).
+# ---------------------------------------------------------------------------------------------------------------------
+
+class HaMember(Msg):
+    """One NameNode as the metadata log sees it."""
+    name: str
+    addr: str                  # its RPC address, "host:port"
+    http: str = ""             # its HTTP address (checkpoint download, /healthz), "host:port"
+    role: str = ""             # "active", "standby", "rebuilding", "embedded"
+    applied: int = 0           # the sequence number of the last command durably applied to its RocksDB
+    lag: int = 0               # commands behind the log's end
+
+
+class HaState(Msg):
+    """The metadata log and its NameNodes, as the answering NameNode sees them. `mode` is "embedded" (one NameNode,
+    no etcd: `members` is itself) or "etcd"."""
+    mode: str
+    name: str                  # the answering NameNode
+    role: str
+    epoch: int = 0             # the current leader's fencing epoch (its etcd leader key's create revision)
+    leader: str = ""           # the active NameNode's RPC address
+    log_end: int = 0           # the sequence number of the last command in the log
+    log_first: int = 0         # the first command still in etcd (older ones were truncated after a checkpoint)
+    members: list[HaMember] = []
+    etcd: list[dict[str, Any]] = []  # per endpoint: {"endpoint", "healthy", "leader", "db_size", "revision", "error"}
+
+
+class HaStatus(Request, tag="ha_status"):
+    Reply = HaState
