@@ -4,6 +4,7 @@ import random
 import pytest
 
 from epochfs.common import errors
+from epochfs.common.blocks import block_id
 from epochfs.common.kv import MemoryKV
 from epochfs.namenode.metastore import MetaStore
 
@@ -121,7 +122,7 @@ def test_complete_upload_concatenates_parts():
     res = m.complete_upload("bkt", "big", uid, [{"n": 1, "etag": "a" * 32}, {"n": 2, "etag": "b" * 32}],
                             min_part_size=1)
     assert res["etag"].endswith('-2"')
-    assert [b[0] for b in m.stat("bkt", "big")["blk"]] == [1, 2]
+    assert [block_id(b) for b in m.stat("bkt", "big")["blk"]] == [1, 2]
     with pytest.raises(errors.NoSuchUpload):
         m.list_parts("bkt", "big", uid)
 

@@ -1,7 +1,7 @@
 """Repair planning (pure), the replica-set updates in the metadata, the NameNode's order book, and the scrubber."""
 import anyio
 
-from epochfs.common.blocks import crc32c
+from epochfs.common.blocks import block_id, block_nodes, crc32c
 from epochfs.common.kv import MemoryKV
 from epochfs.datanode import keys as dnkeys
 from epochfs.datanode.blockstore import BlockStore
@@ -77,9 +77,9 @@ def store_with_blocks():
 def test_scan_block_lists_pages_over_files_and_parts():
     m = store_with_blocks()
     first, nxt = m.scan_block_lists(b"", limit=1)
-    assert [b[0] for _, blks in first for b in blks] == [10, 11] and nxt is not None
+    assert [block_id(b) for _, blks in first for b in blks] == [10, 11] and nxt is not None
     rest, end = m.scan_block_lists(nxt, limit=10)
-    assert [b[0] for _, blks in rest for b in blks] == [12] and end is None
+    assert [block_id(b) for _, blks in rest for b in blks] == [12] and end is None
 
 
 def test_replace_replicas_in_one_batch_and_garbage_for_the_dead_copy():
@@ -87,8 +87,8 @@ def test_replace_replicas_in_one_batch_and_garbage_for_the_dead_copy():
     key, _ = m.find_block(10)
     assert m.replace_replicas([(10, 3, 5, key), (11, 3, 1, None), (12, 3, 4, None)]) == [True, True, True]
     blk = m.stat("b", "x")["blk"]
-    assert blk[0][3] == [1, 2, 5] and blk[1][3] == [2, 1, 4]
-    assert m.find_block(12)[1][3] == [4, 1, 2]
+    assert block_nodes(blk[0]) == [1, 2, 5] and block_nodes(blk[1]) == [2, 1, 4]
+    assert block_nodes(m.find_block(12)[1]) == [4, 1, 2]
     assert m.garbage_for(3) == [10, 11, 12]
 
 
@@ -122,7 +122,9 @@ def test_worker_orders_copies_through_heartbeats_and_updates_metadata():
     for n, bid, t in sent:
         w.on_heartbeat(n, [[bid, t]], [])
     assert w.status()["repairs_in_flight"] == 0 and w.totals["repaired"] == 3
-    assert all(3 not in m.find_block(b)[1][3] and len(set(m.find_block(b)[1][3])) == 3 for b in (10, 11, 12))
+    for b in (10, 11, 12):
+        nodes = block_nodes(m.find_block(b)[1])
+        assert 3 not in nodes and len(set(nodes)) == 3
     anyio.run(w.run_once)
     assert w.under_replicated == 0
 
@@ -152,7 +154,7 @@ def test_read_repair_order_goes_to_the_bad_holder():
     assert w.on_heartbeat(3, [], []) == [[1, "127.0.0.1:9001", [10]]]
     assert not w.report_bad(10, node=5)  # not a holder
     w.on_heartbeat(3, [[10, 1]], [])
-    assert m.find_block(10)[1][3] == [1, 2, 3] and w.totals["read_repairs"] == 1
+    assert block_nodes(m.find_block(10)[1]) == [1, 2, 3] and w.totals["read_repairs"] == 1
 
 
 # ---------------------------------------------------------------- scrubber
@@ -207,7 +209,7 @@ def test_short_block_grows_to_the_wanted_count():
     assert [(r.target, r.replaces, r.grow) for r in rs] == [(4, None, True)]
     m = store_with_blocks()
     assert m.replace_replicas([(10, None, 5, None)]) == [True]
-    assert m.find_block(10)[1][3] == [1, 2, 3, 5]
+    assert block_nodes(m.find_block(10)[1]) == [1, 2, 3, 5]
 
 
 def test_block_reports_act_on_what_two_reports_agree_on():
