@@ -122,8 +122,8 @@ class _BucketObjectCalls:
         """Change some of a bucket's settings (the fields of messages.BucketSettings; Unset() removes one)."""
         return await self._call(m.BucketSettings(bucket=bucket, **settings))
 
-    async def bucket_usage(self, bucket: str | None = None) -> dict[str, tuple[int, int]]:
-        """{bucket: (bytes, objects)} for `bucket`, or for every bucket."""
+    async def bucket_usage(self, bucket: str | None = None) -> dict[str, m.BucketUsed]:
+        """{bucket: its bytes and objects} for `bucket`, or for every bucket."""
         return (await self._call(m.BucketUsage(bucket=bucket))).usage
 
     async def put_object(self, bucket: str, key: str, obj: m.ObjectRecord, blocks=(), *,

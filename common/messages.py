@@ -387,8 +387,14 @@ class BucketSettings(Request, tag="bucket_settings"):
     Reply = BucketRecord
 
 
+class BucketUsed(Msg, array_like=True):
+    """What a bucket holds: on the wire [bytes, objects]."""
+    bytes: int
+    objects: int
+
+
 class Usage(Msg):
-    usage: dict[str, tuple[int, int]]  # bucket -> (bytes, objects)
+    usage: dict[str, BucketUsed]  # bucket -> what it holds
 
 
 class BucketUsage(Request, tag="bucket_usage"):

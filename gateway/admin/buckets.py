@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 
 from epochfs.common import errors
-from epochfs.common.messages import BucketRecord, Unset
+from epochfs.common.messages import BucketRecord, BucketUsed, Unset
 
 from ..s3.bucket import validate_bucket_name
 from ..s3.errors import S3Error
@@ -17,8 +17,8 @@ router = APIRouter(tags=["buckets"])
 _CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
 
 
-def bucket_view(b: BucketRecord, usage: tuple[int, int]) -> Bucket:
-    return Bucket(name=b.name, owner=b.owner, created=b.created, bytes=usage[0], objects=usage[1],
+def bucket_view(b: BucketRecord, usage: BucketUsed) -> Bucket:
+    return Bucket(name=b.name, owner=b.owner, created=b.created, bytes=usage.bytes, objects=usage.objects,
                   replication=b.replication, block_size=b.block_size, write_policy=b.write_policy or "async",
                   quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning)
 
@@ -27,7 +27,7 @@ def bucket_view(b: BucketRecord, usage: tuple[int, int]) -> Bucket:
 async def list_buckets(_: AdminDep, ctx: CtxDep) -> list[Bucket]:
     buckets = await ctx.cluster.namenode.bucket_list()
     usage = await ctx.cluster.namenode.bucket_usage()
-    return [bucket_view(b, usage.get(b.name, (0, 0))) for b in buckets]
+    return [bucket_view(b, usage.get(b.name, BucketUsed(0, 0))) for b in buckets]
 
 
 async def _one(ctx, name: str) -> Bucket:

@@ -51,7 +51,7 @@ async def summary(_: AdminDep, ctx: CtxDep) -> Summary:
                                                     or under or lost or waiting or states.get("read-only")) else "ok"
     capacity, used = sum(n.capacity for n in live), sum(n.used for n in live)
     return Summary(health=health, capacity=capacity, used=used, free=max(capacity - used, 0), buckets=len(usage),
-                   objects=sum(u[1] for u in usage.values()), bytes=sum(u[0] for u in usage.values()), nodes=states,
+                   objects=sum(u.objects for u in usage.values()), bytes=sum(u.bytes for u in usage.values()), nodes=states,
                    under_replicated=under, lost=lost, repairs_in_flight=stats.repairs_in_flight,
                    waiting_for_copies=sum(waiting.values()), waiting_reasons=waiting,
                    replication_queued=int(sum(n.replication_lag or 0 for n in live)),

@@ -22,7 +22,7 @@ async def precheck(ctx, req, info: BucketRecord, replaces_key: bool) -> None:
     limit, length = info.quota_bytes, declared_length(req)
     if limit is None or length is None:
         return
-    used = (await ctx.cluster.namenode.bucket_usage(req.bucket))[req.bucket][0]
+    used = (await ctx.cluster.namenode.bucket_usage(req.bucket))[req.bucket].bytes
     if used + length <= int(limit):
         return
     if replaces_key:

@@ -95,8 +95,8 @@ def handlers(s: Services) -> dict:
 
     async def bucket_usage(req: m.BucketUsage, _) -> m.Usage:
         if req.bucket:
-            return m.Usage(usage={req.bucket: tuple(meta.usage(meta.bucket_ino(req.bucket)))})
-        return m.Usage(usage={b: tuple(u) for b, u in meta.bucket_usage().items()})
+            return m.Usage(usage={req.bucket: m.BucketUsed(*meta.usage(meta.bucket_ino(req.bucket)))})
+        return m.Usage(usage={b: m.BucketUsed(*u) for b, u in meta.bucket_usage().items()})
 
     return {m.BucketCreate: bucket_create, m.BucketDelete: bucket_delete, m.BucketInfo: bucket_info,
             m.BucketList: bucket_list, m.BucketSettings: bucket_settings, m.BucketUsage: bucket_usage}

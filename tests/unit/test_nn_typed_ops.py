@@ -97,3 +97,15 @@ def test_listings_decode_into_typed_entries(nn):
     vers = wire(nn(m.ListVersions(bucket="b")))
     assert [(v.key, v.version_id, v.latest) for v in vers.items] == [("a", "null", True), ("d/x", "null", True),
                                                                     ("d/y", "null", True)]
+
+
+def test_bucket_usage_names_its_bytes_and_objects(nn):
+    nn(m.BucketCreate(bucket="b", owner="o"))
+    nn(m.BucketCreate(bucket="c", owner="o"))
+    for k, size in (("x", 10), ("y", 5)):
+        nn.meta.put_object("b", k, {"size": size, "etag": '"e"', "blk": [], "owner": "o"})
+    one = wire(nn(m.BucketUsage(bucket="b")))
+    assert one.usage == {"b": m.BucketUsed(bytes=15, objects=2)}
+    every = wire(nn(m.BucketUsage()))
+    assert (every.usage["b"].bytes, every.usage["b"].objects, every.usage["c"]) == (15, 2, m.BucketUsed(0, 0))
+    assert msgspec.json.decode(msgspec.json.encode(one)) == {"usage": {"b": [15, 2]}}  # the wire form as before
