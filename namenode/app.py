@@ -14,6 +14,7 @@ from . import metrics
 from .api import make_handlers
 from .commands import CommandLog
 from .config import NameNodeSettings
+from .ha.journal import LocalJournal
 from .jobs import OperatorJobs
 from .membership import Membership
 from .metastore import MetaStore
@@ -37,6 +38,7 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         kv = RocksKV.open(settings.data_dir / "meta")
         log = CommandLog(settings.command_log) if settings.command_log else None
         meta = MetaStore(kv, pending_grace_s=settings.pending_grace_s, free_grace_s=settings.free_grace_s, log=log)
+        journal = meta.journal = LocalJournal(kv, meta, settings.member_name, settings.addr)
         members = Membership(meta, settings.heartbeat_timeout_s)
         repair = RepairWorker(meta, members, interval_s=settings.repair_interval_s,
                               max_inflight=settings.repair_max_inflight,
@@ -48,8 +50,9 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
                            reserve_bytes=settings.block_size)
         app.state.meta, app.state.members, app.state.repair = meta, members, repair
         metrics.register(meta, members, repair)
-        rpc = RpcServer(make_handlers(meta, members, settings, repair, ops), settings.cluster_secret,
-                        max_payload=settings.rpc_max_payload)
+        handlers = make_handlers(meta, members, settings, repair, ops, journal)
+        rpc = RpcServer(handlers, settings.cluster_secret, max_payload=settings.rpc_max_payload,
+                        before_reply=lambda: journal.durable(meta.seq))
         await rpc.start(settings.host, settings.rpc_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(PendingExpiry(meta, settings.gc_interval_s).run_forever)
