@@ -228,7 +228,7 @@ class _ServerConn(_FrameProtocol):
     async def _handle(self, raw: bytearray, payload) -> None:
         server = self.server
         out_payload = b""
-        op = "unknown"
+        op, req = "unknown", None
         try:
             op, req, handler = server.decode(raw)
             series(RPC_CALLS, op).inc()
@@ -245,7 +245,7 @@ class _ServerConn(_FrameProtocol):
             head = orjson.dumps({"err": "DomainError", "msg": f"internal error in {op}: {e!r}"})
         if server.before_reply is not None:
             try:
-                await server.before_reply()
+                await server.before_reply(req)
             except errors.DomainError as e:  # what the reply would tell never became durable: it is not sent
                 head = orjson.dumps({"err": type(e).__name__, "msg": e.message, "details": e.details})
                 out_payload = b""
@@ -262,13 +262,14 @@ class RpcServer:
     """Serves typed handlers: `{RequestType: async def handler(req, payload) -> Reply | (Reply, payload)}`. A request
     is decoded straight into its type (one msgspec decoder over the union of the server's request types); the request
     payload is a bytearray (b"" when empty), a reply payload any bytes-like object or a list of them.
-    `before_reply`, if given, is awaited after each handler and before its reply (or error) is written: the NameNode
+    `before_reply(request)`, if given, is awaited after each handler and before its reply (or error) is written (the
+    request is None if it did not decode): the NameNode
     waits there until what the reply could reflect is durable (namenode/ha/journal.py); a DomainError it raises
     (NotLeader) replaces the reply."""
 
     def __init__(self, handlers: dict[type[Request], Handler], secret: str, *,
                  open_ops: frozenset[str] = frozenset(), max_payload: int = DEFAULT_MAX_PAYLOAD,
-                 before_reply: Callable[[], Awaitable[None]] | None = None) -> None:
+                 before_reply: Callable[[Any], Awaitable[None]] | None = None) -> None:
         self.handlers = handlers
         self.before_reply = before_reply
         types = tuple(handlers)

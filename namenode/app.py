@@ -102,8 +102,14 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         handlers = make_handlers(meta, members, settings, repair, ops, journal)
         if ha:  # a standby answers NotLeader(leader) to everything but the HA status
             handlers = {t: h if t is m.HaStatus else _gated(h, journal) for t, h in handlers.items()}
-        rpc = RpcServer(handlers, settings.cluster_secret, max_payload=settings.rpc_max_payload,
-                        before_reply=lambda: journal.durable(meta.seq))
+
+        async def durable(req) -> None:
+            """Every reply waits until what it could reflect is durable; the HA status reflects no namespace state
+            (and must answer while a deposed NameNode rolls back)."""
+            if type(req) is not m.HaStatus:
+                await journal.durable(meta.seq)
+
+        rpc = RpcServer(handlers, settings.cluster_secret, max_payload=settings.rpc_max_payload, before_reply=durable)
         await rpc.start(settings.host, settings.rpc_port)
         workers = [PendingExpiry(meta, settings.gc_interval_s), repair, ops]
         async with anyio.create_task_group() as tg:

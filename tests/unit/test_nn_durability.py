@@ -33,7 +33,7 @@ def serve(tmp_path, test):
         members = Membership(meta, timeout_s=10.0)
         repair = RepairWorker(meta, members)
         server = RpcServer(nodes.handlers(meta, members, repair, OperatorJobs(meta, members, repair), journal),
-                           SECRET, before_reply=lambda: journal.durable(meta.seq))
+                           SECRET, before_reply=lambda req: journal.durable(meta.seq))
         await server.start("127.0.0.1", 0)
         client = NameNodeClient(RpcClient("127.0.0.1", server._server.sockets[0].getsockname()[1], SECRET))
         try:

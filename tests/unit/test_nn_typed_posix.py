@@ -32,7 +32,7 @@ def run(test):
         journal = meta.journal = LocalJournal(meta.kv, meta)
         handlers = nodes.handlers(meta, members, repair, OperatorJobs(meta, members, repair), journal) | \
             posix.handlers(meta, members, lambda bucket, blocks: repair.admit(blocks, 1)) | batch.handlers(meta, members)
-        server = RpcServer(handlers, SECRET, before_reply=lambda: journal.durable(meta.seq))
+        server = RpcServer(handlers, SECRET, before_reply=lambda req: journal.durable(meta.seq))
         await server.start("127.0.0.1", 0)
         port = server._server.sockets[0].getsockname()[1]
         client = NameNodeClient(RpcClient("127.0.0.1", port, SECRET))
