@@ -74,3 +74,13 @@ def test_concurrent_commands_share_wal_fsyncs(tmp_path):
         assert journal.syncs == n and journal.synced == meta.seq
         assert len(set(ids)) == 32
     serve(tmp_path, test)
+
+
+def test_ha_status_in_the_embedded_mode_names_the_one_namenode(tmp_path):
+    async def test(client, meta, journal):
+        journal.name, journal.addr = "nn", "127.0.0.1:1"
+        await client.register(m.Register(uuid="u1", host="h", rpc_port=1))
+        st = await journal.ha_state()
+        assert (st.mode, st.role, st.epoch, st.log_end) == ("embedded", "embedded", 0, meta.seq)
+        assert [(x.name, x.applied) for x in st.members] == [("nn", meta.seq)]
+    serve(tmp_path, test)
