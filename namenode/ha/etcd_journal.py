@@ -40,7 +40,7 @@ from epochfs.common.kv import RocksKV
 
 from .. import commands as cmds
 from . import undo
-from .etcd import Compacted, Etcd, EtcdUnavailable
+from .etcd import Compacted, Etcd, EtcdUnavailable, LeaseNotFound
 from .journal import Journal
 
 log = logging.getLogger("epochfs.namenode.ha")
@@ -146,13 +146,20 @@ class EtcdJournal(Journal):
                         continue
                     cur = await self.etcd.get(self.k_leader)
                     if cur is None:
+                        log.info("%s: no leader; campaigning at seq %d", self.name, self.meta.seq)
                         if await self._catch_up() and await self.etcd.create(self.k_leader, self.me, self.lease):
                             await self._lead()
                         continue
+                    log.info("%s: following %s (epoch %d)", self.name, cur.value[:200], cur.create_revision)
                     await self._follow(cur)
+                except LeaseNotFound:
+                    self._lease_lost()
                 except (EtcdUnavailable, Compacted) as e:
                     log.warning("etcd: %s", e)
                     await asyncio.sleep(0.2)
+                except Exception:  # a bug or a client library surprise: log it, keep the NameNode in the game
+                    log.exception("HA loop")
+                    await asyncio.sleep(0.5)
         finally:
             for t in tasks:
                 t.cancel()
@@ -167,23 +174,36 @@ class EtcdJournal(Journal):
                     sent = time.monotonic()
                     self.lease = await self.etcd.grant(self.ttl)
                     self.deadline = sent + self.ttl - margin
-                except EtcdUnavailable as e:
-                    log.warning("lease: %s", e)
-            elif self.lease:
-                sent = time.monotonic()
+                    log.info("%s: lease %x granted", self.name, self.lease)
+                except Exception as e:  # noqa: BLE001 -- EtcdUnavailable, or anything: try again
+                    log.warning("lease: %r", e)
+            else:
+                sent, lease = time.monotonic(), self.lease
                 try:
-                    left = await self.etcd.keepalive(self.lease)
+                    left = await self.etcd.keepalive(lease)
                 except EtcdUnavailable:
                     left = None
-                if left:
+                except Exception:  # noqa: BLE001 -- never let the keepalive task die
+                    log.exception("keepalive")
+                    left = None
+                log.debug("keepalive %x: %s in %.3f s", lease, left, time.monotonic() - sent)
+                if lease != self.lease:
+                    pass  # given up meanwhile (a deposed leader revokes its lease)
+                elif left:
                     self.deadline = sent + min(self.ttl, left) - margin
                 elif left == 0:  # expired: our member record and any leadership are gone
-                    log.warning("lease %x expired", self.lease)
+                    log.warning("lease %x expired", lease)
                     self.lease = 0
                     self._depose("lease expired")
                 if self.role == "active" and time.monotonic() >= self.deadline:
                     self._depose("lease deadline passed without a refresh")
             await asyncio.sleep(self.ttl / 3)
+
+    def _lease_lost(self) -> None:
+        if self.lease:
+            log.warning("lease %x is gone", self.lease)
+        self.lease = 0  # the keepalive task grants a new one
+        self._depose("lease gone")
 
     async def _publish(self) -> None:
         """The member record, with `applied` fsynced in the local WAL first."""
@@ -196,8 +216,12 @@ class EtcdJournal(Journal):
                     rec = {"name": self.name, "addr": self.addr, "http": self.http, "role": self.role,
                            "applied": seq}
                     await self.etcd.put(self.k_members + self.name.encode(), json.dumps(rec).encode(), self.lease)
+            except LeaseNotFound:
+                self._lease_lost()
             except (EtcdUnavailable, Compacted) as e:
                 log.debug("member record: %s", e)
+            except Exception:  # noqa: BLE001 -- never let the publisher die
+                log.exception("member record")
             await asyncio.sleep(PUBLISH_S)
 
     # ---------------------------------------------------------------- following
@@ -247,14 +271,19 @@ class EtcdJournal(Journal):
             return
         while True:
             try:
-                async for ev in self.etcd.watch(self.k_leader, self.k_log[:-1] + b"0", self._read_rev + 1):
-                    if ev.key == self.k_leader:
-                        if not ev.put:
-                            return  # the leader is gone: campaign
-                        self._set_leader(cur=None, value=ev.value, rev=ev.mod_revision)
-                    elif ev.put:
-                        self._read_rev = ev.mod_revision
-                        self._apply_group(ev.value)
+                events = await self.etcd.watch(self.k_leader, self.k_log[:-1] + b"0", self._read_rev + 1)
+                try:
+                    # a stream to a member that died can stay silent: after a quiet TTL, check by a read
+                    while (ev := await events.next(self.ttl)) is not None:
+                        if ev.key == self.k_leader:
+                            if not ev.put:
+                                return  # the leader is gone: campaign
+                            self._set_leader(cur=None, value=ev.value, rev=ev.mod_revision)
+                        elif ev.put:
+                            self._read_rev = ev.mod_revision
+                            self._apply_group(ev.value)
+                finally:
+                    events.close()
             except (Gap, Compacted, EtcdUnavailable) as e:
                 log.info("tailing the log: %r; reading it again", e)
             cur = await self.etcd.get(self.k_leader)
@@ -279,6 +308,10 @@ class EtcdJournal(Journal):
         cur = await self.etcd.get(self.k_leader)
         if cur is None or cur.value != self.me:
             return
+        sent = time.monotonic()  # the lease let us win, but how long it has left is known only from a refresh
+        if not await self.etcd.keepalive(self.lease):
+            return
+        self.deadline = sent + self.ttl - min(0.5, self.ttl / 4)
         self.epoch, self.leader = cur.create_revision, self.addr
         log.warning("%s won the election: epoch %d", self.name, self.epoch)
         if not await self._catch_up():  # the log moved on while we campaigned: give way to a member that can lead
@@ -292,12 +325,29 @@ class EtcdJournal(Journal):
         log.warning("%s is active at seq %d (epoch %d)", self.name, self.meta.seq, self.epoch)
         tasks = [asyncio.create_task(self._append_loop()), asyncio.create_task(self._truncate_loop())]
         try:
-            await self._deposed.wait()
+            while not self._deposed.is_set():  # the deadline holds even while every etcd call hangs
+                try:
+                    await asyncio.wait_for(self._deposed.wait(), 0.1)
+                except asyncio.TimeoutError:
+                    if time.monotonic() >= self.deadline:
+                        self._depose("lease deadline passed without a refresh")
         finally:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self._demote()
+            await self._give_up_lease()
+
+    async def _give_up_lease(self) -> None:
+        """A deposed leader may still hold the leader key (deposed by its own deadline while etcd kept the lease):
+        revoking the lease frees it, so that an election can happen; a new lease is granted for the member record.
+        If etcd cannot be reached, the lease (no longer refreshed) expires by itself."""
+        lease, self.lease = self.lease, 0
+        if lease:
+            try:
+                await self.etcd.revoke(lease)
+            except (EtcdUnavailable, Compacted):
+                pass
 
     def _depose(self, why: str) -> None:
         if self.role == "active":
