@@ -8,6 +8,7 @@ a busy client library might) and the benchmark process's CPU per append (utime+s
 cost, which is the NameNode's cost). The etcd server is started here: a throwaway single member in /tmp on free
 ports (the same binary as production, etcd 3.4).
 
+    pip install etcd3gw   # the candidate not chosen is not a dependency of epochfs
     python bench/etcd_client.py [--appends 2000] [--value-bytes 2048]
 """
 from __future__ import annotations

@@ -23,8 +23,7 @@ from .api import make_handlers
 from .commands import CommandLog
 from .config import NameNodeSettings
 from .ha import undo
-from .ha.etcd_journal import SECRET_HEADER, EtcdJournal
-from .ha.journal import LocalJournal
+from .ha.journal import SECRET_HEADER, LocalJournal
 from .jobs import OperatorJobs
 from .membership import Membership
 from .metastore import MetaStore
@@ -85,6 +84,7 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
                          undo=ha, init_root=not ha)
         members = Membership(meta, settings.heartbeat_timeout_s)
         if ha:
+            from .ha.etcd_journal import EtcdJournal  # grpc and aetcd are loaded only in HA mode
             journal = EtcdJournal(meta, settings, on_promote=members.reload)
         else:
             journal = meta.journal = LocalJournal(kv, meta, settings.member_name, settings.addr)

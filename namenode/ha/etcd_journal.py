@@ -1,4 +1,4 @@
-"""HA mode: several NameNodes, one active, the metadata log in etcd (the design: /work/notes/ha-design.md, issue 16).
+"""HA mode: several NameNodes, one active, the metadata log in etcd (issue 16).
 
 etcd keys under the prefix P (NN_ETCD_PREFIX):
   P/leader              {"name", "addr", "http"} of the active NameNode, put with its lease. Election: create it if it
@@ -41,14 +41,13 @@ from epochfs.common.kv import RocksKV
 from .. import commands as cmds
 from . import undo
 from .etcd import Compacted, Etcd, EtcdUnavailable, LeaseNotFound
-from .journal import Journal
+from .journal import SECRET_HEADER, Journal
 
 log = logging.getLogger("epochfs.namenode.ha")
 
 MAX_GROUP_BYTES = 512 << 10  # etcd refuses requests over 1.5 MiB: a group stays well under it
 PUBLISH_S = 0.5
 TRUNCATE_S = 2.0
-SECRET_HEADER = "x-epochfs-secret"
 
 APPEND_SECONDS = Histogram("epochfs_nn_log_append_seconds", "Time of one log append txn in etcd (leader)",
                            buckets=(.001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2))

@@ -15,6 +15,8 @@ from epochfs.common import messages as m
 from epochfs.common.kv import KV, WalSync
 from epochfs.namenode.commands import Command
 
+SECRET_HEADER = "x-epochfs-secret"  # carries the cluster secret to GET /internal/checkpoint (a peer rebuilding)
+
 
 class Journal:
     """The interface. `seq` numbers are MetaStore's: the n-th command the store ever applied is command n."""
