@@ -193,6 +193,11 @@ class RocksKV:
         lets go of the GIL meanwhile, so other threads run)."""
         self._db.flush_wal(True)
 
+    def checkpoint(self, path: Path | str) -> None:
+        """A consistent copy of the store at `path` (a new folder): RocksDB hard-links its table files and copies
+        the rest (a NameNode's peer rebuilds from it, namenode/ha/)."""
+        rocksdict.Checkpoint(self._db).create_checkpoint(str(path))
+
     def close(self) -> None:
         if self.bulk is not None:
             self.bulk.close()

@@ -228,7 +228,7 @@ class _ServerConn(_FrameProtocol):
     async def _handle(self, raw: bytearray, payload) -> None:
         server = self.server
         out_payload = b""
-        op = "unknown"
+        op, req = "unknown", None
         try:
             op, req, handler = server.decode(raw)
             series(RPC_CALLS, op).inc()
@@ -243,6 +243,12 @@ class _ServerConn(_FrameProtocol):
         except Exception as e:  # a bug: report it to the caller, keep serving
             log.exception("rpc %s failed", op)
             head = orjson.dumps({"err": "DomainError", "msg": f"internal error in {op}: {e!r}"})
+        if server.before_reply is not None:
+            try:
+                await server.before_reply(req)
+            except errors.DomainError as e:  # what the reply would tell never became durable: it is not sent
+                head = orjson.dumps({"err": type(e).__name__, "msg": e.message, "details": e.details})
+                out_payload = b""
         if not self.closed:
             self.write_frame(head, out_payload)
             if self._drained is not None:  # the peer reads slower than we send: wait, so replies don't pile up
@@ -255,11 +261,17 @@ class _ServerConn(_FrameProtocol):
 class RpcServer:
     """Serves typed handlers: `{RequestType: async def handler(req, payload) -> Reply | (Reply, payload)}`. A request
     is decoded straight into its type (one msgspec decoder over the union of the server's request types); the request
-    payload is a bytearray (b"" when empty), a reply payload any bytes-like object or a list of them."""
+    payload is a bytearray (b"" when empty), a reply payload any bytes-like object or a list of them.
+    `before_reply(request)`, if given, is awaited after each handler and before its reply (or error) is written (the
+    request is None if it did not decode): the NameNode
+    waits there until what the reply could reflect is durable (namenode/ha/journal.py); a DomainError it raises
+    (NotLeader) replaces the reply."""
 
     def __init__(self, handlers: dict[type[Request], Handler], secret: str, *,
-                 open_ops: frozenset[str] = frozenset(), max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+                 open_ops: frozenset[str] = frozenset(), max_payload: int = DEFAULT_MAX_PAYLOAD,
+                 before_reply: Callable[[Any], Awaitable[None]] | None = None) -> None:
         self.handlers = handlers
+        self.before_reply = before_reply
         types = tuple(handlers)
         self._decoder = msgspec.json.Decoder(Union[types] if len(types) > 1 else types[0])
         self.secret = secret.encode()

@@ -1,12 +1,20 @@
 from __future__ import annotations
 
+import asyncio
+import hmac
+import shutil
+import tarfile
+import tempfile
 from contextlib import asynccontextmanager
 
 import anyio
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException, Request
+from starlette.background import BackgroundTask
+from starlette.responses import FileResponse
 
+from epochfs.common import messages as m
 from epochfs.common.kv import RocksKV
-from epochfs.common.metrics import mount_metrics
+from epochfs.common.metrics import gauge, mount_metrics
 from epochfs.common.rpc import RpcServer
 from epochfs.common.worker import PassStats, Worker
 
@@ -14,6 +22,8 @@ from . import metrics
 from .api import make_handlers
 from .commands import CommandLog
 from .config import NameNodeSettings
+from .ha import undo
+from .ha.journal import SECRET_HEADER, LocalJournal
 from .jobs import OperatorJobs
 from .membership import Membership
 from .metastore import MetaStore
@@ -31,13 +41,53 @@ class PendingExpiry(Worker):
         return PassStats()
 
 
+class WhileActive(Worker):
+    """Runs a worker's passes only on the active NameNode (HA): a standby's store changes only by the log."""
+
+    def __init__(self, inner: Worker, journal) -> None:
+        self.inner, self.journal = inner, journal
+        self.interval_s = inner.interval_s
+
+    async def run_once(self) -> PassStats:
+        if not self.journal.is_active():
+            return PassStats()
+        return await self.inner.run_once()
+
+
+def _gated(handler, journal):
+    async def gated(req, payload):
+        journal.check_serving()
+        return await handler(req, payload)
+    return gated
+
+
+def _checkpoint_tar(kv: RocksKV) -> str:
+    """A tar of a RocksDB checkpoint of the store (made in a temporary folder, removed after)."""
+    tmp = tempfile.mkdtemp(prefix="nn-checkpoint-")
+    kv.checkpoint(f"{tmp}/meta")
+    with tarfile.open(f"{tmp}/meta.tar", "w") as t:
+        t.add(f"{tmp}/meta", arcname=".")
+    shutil.rmtree(f"{tmp}/meta")
+    return tmp
+
+
 def create_app(settings: NameNodeSettings) -> FastAPI:
+    ha = bool(settings.etcd_endpoints)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         kv = RocksKV.open(settings.data_dir / "meta")
+        if ha:
+            undo.rollback(kv)  # killed while leading: what etcd never confirmed goes (the log re-applies the rest)
         log = CommandLog(settings.command_log) if settings.command_log else None
-        meta = MetaStore(kv, pending_grace_s=settings.pending_grace_s, free_grace_s=settings.free_grace_s, log=log)
+        meta = MetaStore(kv, pending_grace_s=settings.pending_grace_s, free_grace_s=settings.free_grace_s, log=log,
+                         undo=ha, init_root=not ha)
         members = Membership(meta, settings.heartbeat_timeout_s)
+        if ha:
+            from .ha.etcd_journal import EtcdJournal  # grpc and aetcd are loaded only in HA mode
+            journal = EtcdJournal(meta, settings, on_promote=members.reload)
+        else:
+            journal = meta.journal = LocalJournal(kv, meta, settings.member_name, settings.addr)
         repair = RepairWorker(meta, members, interval_s=settings.repair_interval_s,
                               max_inflight=settings.repair_max_inflight,
                               order_timeout_s=settings.repair_order_timeout_s, scan_batch=settings.repair_scan_batch,
@@ -46,19 +96,33 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         ops = OperatorJobs(meta, members, repair, interval_s=settings.repair_interval_s,
                            tolerance=settings.rebalance_tolerance, scan_batch=settings.repair_scan_batch,
                            reserve_bytes=settings.block_size)
-        app.state.meta, app.state.members, app.state.repair = meta, members, repair
+        app.state.meta, app.state.members, app.state.repair, app.state.journal = meta, members, repair, journal
         metrics.register(meta, members, repair)
-        rpc = RpcServer(make_handlers(meta, members, settings, repair, ops), settings.cluster_secret,
-                        max_payload=settings.rpc_max_payload)
+        _ha_metrics(journal, meta)
+        handlers = make_handlers(meta, members, settings, repair, ops, journal)
+        if ha:  # a standby answers NotLeader(leader) to everything but the HA status
+            handlers = {t: h if t is m.HaStatus else _gated(h, journal) for t, h in handlers.items()}
+
+        async def durable(req) -> None:
+            """Every reply waits until what it could reflect is durable; the HA status reflects no namespace state
+            (and must answer while a deposed NameNode rolls back)."""
+            if type(req) is not m.HaStatus:
+                await journal.durable(meta.seq)
+
+        rpc = RpcServer(handlers, settings.cluster_secret, max_payload=settings.rpc_max_payload, before_reply=durable)
         await rpc.start(settings.host, settings.rpc_port)
+        workers = [PendingExpiry(meta, settings.gc_interval_s), repair, ops]
         async with anyio.create_task_group() as tg:
-            tg.start_soon(PendingExpiry(meta, settings.gc_interval_s).run_forever)
-            tg.start_soon(repair.run_forever)
-            tg.start_soon(ops.run_forever)
+            for w in workers:
+                tg.start_soon((WhileActive(w, journal) if ha else w).run_forever)
+            if ha:
+                tg.start_soon(journal.run)
             yield
             tg.cancel_scope.cancel()
         await rpc.stop()
-        kv.close()
+        if ha:
+            await journal.etcd.close()
+        meta.kv.close()  # (HA: a rebuild may have replaced the store opened above)
         if log is not None:
             log.close()
 
@@ -66,7 +130,41 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz():
-        return {"status": "ok", "nodes": len(app.state.members.nodes)}
+        j = app.state.journal
+        return {"status": "ok", "nodes": len(app.state.members.nodes), "role": getattr(j, "role", "embedded")}
+
+    @app.get("/internal/checkpoint", include_in_schema=False)
+    async def checkpoint(request: Request):
+        """A tar of a consistent copy of this NameNode's store, for a peer rebuilding itself (HA); its applied_seq
+        key says where to tail the log from. Cluster secret in the x-epochfs-secret header."""
+        if not hmac.compare_digest(request.headers.get(SECRET_HEADER, "").encode(), settings.cluster_secret.encode()):
+            raise HTTPException(403, "bad cluster secret")
+        tmp = await asyncio.to_thread(_checkpoint_tar, app.state.meta.kv)
+        return FileResponse(f"{tmp}/meta.tar", media_type="application/x-tar",
+                            background=BackgroundTask(shutil.rmtree, tmp, ignore_errors=True))
 
     mount_metrics(app, settings.metrics_token)
     return app
+
+
+_ROLES = ("embedded", "active", "standby", "rebuilding", "deposed")
+
+
+def _ha_metrics(journal, meta: MetaStore) -> None:
+    def role():
+        cur = getattr(journal, "role", "embedded")
+        return [((r,), 1 if r == cur else 0) for r in _ROLES]
+
+    def log_end():
+        return getattr(journal, "log_end", meta.seq)
+
+    gauge("epochfs_nn_role", "This NameNode's role (1 for the current one)", role, ("role",))
+    gauge("epochfs_nn_epoch", "The fencing epoch this NameNode knows (HA: the leader key's revision)",
+          lambda: [((), journal.epoch)])
+    gauge("epochfs_nn_applied_seq", "Sequence number of the last command applied to this NameNode's store",
+          lambda: [((), meta.seq)])
+    gauge("epochfs_nn_durable_seq", "Last command known durable (embedded: WAL fsynced; HA: in etcd's log)",
+          lambda: [((), journal.durable_seq())])
+    gauge("epochfs_nn_log_end", "Last command in the metadata log, as this NameNode knows it", lambda: [((), log_end())])
+    gauge("epochfs_nn_log_lag", "Commands in the log this NameNode has not applied",
+          lambda: [((), max(0, log_end() - meta.seq))])

@@ -53,6 +53,32 @@ class NameNodeSettings(ServiceSettings):
     """A file to append every namespace command the NameNode executes to (length-prefixed MessagePack, see
     namenode/commands.py): a journal for debugging and for replay checks. Empty: no log."""
 
+    etcd_endpoints: str = ""
+    """HA mode: etcd's client URLs, comma-separated ("http://h1:2379,http://h2:2379,..."); several NameNodes given the
+    same endpoints and prefix elect one active and replicate its commands through etcd (namenode/ha/). Empty: the
+    embedded mode, one NameNode, its RocksDB WAL fsynced before each reply."""
+    name: str = ""
+    """This NameNode's name among its peers (default: advertise_host:rpc_port)."""
+    advertise_host: str = ""
+    """The host peers and clients reach this NameNode at (default: host)."""
+    lease_ttl_s: float = 2.0
+    """HA: the leader's etcd lease; a dead leader is replaced after about this long, a cut-off one stops
+    acknowledging before it."""
+    etcd_prefix: str = "/epochfs"
+    """HA: the keys of this cluster in etcd (leader, log, members) start with it."""
+
+    @property
+    def addr(self) -> str:
+        return f"{self.advertise_host or self.host}:{self.rpc_port}"
+
+    @property
+    def http_addr(self) -> str:
+        return f"{self.advertise_host or self.host}:{self.port}"
+
+    @property
+    def member_name(self) -> str:
+        return self.name or self.addr
+
     @field_validator("block_size")
     @classmethod
     def _block_size(cls, v: int) -> int:

@@ -20,6 +20,10 @@
   S <bucket ino:8>              -> bucket usage [bytes, objects] of current versions, updated in each commit's batch
   W <block:8>                   -> replicas wanted (4 bytes) of a block written with fewer (nodes down or full),
                                    until the repair worker has topped it up
+  H a                           -> applied_seq: the sequence number (8 bytes) of the last command applied, written
+                                   in each command's batch (namenode/ha/: where to resume the metadata log)
+  H u <seq:8>                   -> undo record of command `seq` (HA mode, until etcd confirmed it): the pre-image of
+                                   every key its batch wrote (MessagePack [[key, value or None], ...])
 """
 from __future__ import annotations
 
@@ -129,3 +133,11 @@ def orphan(t_ns: int, ino: int) -> bytes:
 
 
 ORPHANS = b"O"
+
+
+APPLIED_SEQ = b"Ha"
+UNDO = b"Hu"
+
+
+def undo(seq: int) -> bytes:
+    return UNDO + u64(seq)

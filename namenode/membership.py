@@ -38,9 +38,14 @@ class Membership:
     def __init__(self, meta: MetaStore, timeout_s: float) -> None:
         self.meta = meta
         self.timeout_s = timeout_s
+        self.reload()
+
+    def reload(self) -> None:
+        """The DataNodes as the store knows them, none heard from yet (at start, and when a standby NameNode
+        becomes the active one: its store has every registration, its memory none of their heartbeats)."""
         self.nodes: dict[int, NodeState] = {}
         self.started = time.monotonic()
-        for nid, rec in meta.load_nodes().items():
+        for nid, rec in self.meta.load_nodes().items():
             self.nodes[nid] = NodeState(id=nid, **{k: rec[k] for k in ("uuid", "host", "rpc_port", "http_port")},
                                         capacity=rec.get("capacity", 0), used=rec.get("used", 0),
                                         admin=rec.get("admin", ""))

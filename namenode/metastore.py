@@ -16,6 +16,8 @@ to every other one and to a crash. Reads go to the store directly.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable
+
 from epochfs.common.kv import KV
 
 from . import commands as cmds, keys
@@ -28,6 +30,10 @@ from .meta.nodes import Nodes
 from .meta.records import S_IFDIR, S_IFLNK, S_IFREG, enc_record, now_ns
 from .meta.usage import Usage
 from .meta.versions import Versions
+from .ha.undo import UndoBatch
+
+if TYPE_CHECKING:
+    from .ha.journal import Journal
 
 __all__ = ["MetaStore", "S_IFDIR", "S_IFLNK", "S_IFREG", "enc_record", "now_ns"]
 
@@ -36,11 +42,14 @@ class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage):
     """The NameNode's state over one KV store: reads are the subjects' methods, every change goes through execute."""
 
     def __init__(self, kv: KV, *, pending_grace_s: float = 3600.0, free_grace_s: float = 0.0,
-                 log: CommandLog | None = None) -> None:
+                 log: CommandLog | None = None, undo: bool = False, init_root: bool = True) -> None:
         self.kv = kv
         self.pending_grace_s = pending_grace_s
         self.free_grace_s = free_grace_s  # see free_blocks
         self.log = log
+        self.undo = undo  # HA mode: each batch also writes the undo record of its command (ha/undo.py)
+        self.journal: Journal | None = None  # told of every command executed (ha/journal.py), once it is attached
+        self.writable: Callable[[], None] | None = None  # raises NotLeader on a standby (set by the HA journal)
         self._counters: dict[bytes, int] = {}
         self._usage: dict[int, list[int]] = {}  # bucket ino -> [bytes, objects], cached from keys.usage
         from .posix import Posix  # posix.py builds on this module
@@ -49,23 +58,64 @@ class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage):
         for cls in cmds.AnyCommand.__args__:
             name = "_apply_" + cls.__struct_config__.tag
             self._appliers[cls] = getattr(self, name, None) or self._posix.applier(name)
+        self.seq = self.stored_seq()
+        if init_root:  # HA: only the leader creates the root, as a logged command (ensure_root)
+            self.ensure_root()
+
+    def ensure_root(self) -> None:
         if self.kv.get(keys.inode(ROOT_INO)) is None:
             self.execute(cmds.InitRoot(t=now_ns()))
+
+    def stored_seq(self) -> int:
+        """The sequence number of the last command applied to the store (0: none)."""
+        raw = self.kv.get(keys.APPLIED_SEQ)
+        return int.from_bytes(raw, "big") if raw else 0
+
+    def reset(self, kv: KV | None = None) -> None:
+        """The store changed under the caches (a rollback, or a store replaced by a checkpoint): read it again."""
+        if kv is not None:
+            self.kv = kv
+        self._counters.clear()
+        self._usage.clear()
+        self.seq = self.stored_seq()
 
     # ---------------------------------------------------------------- the state machine
     def execute(self, cmd: Command):
         """Apply one command: one write batch, or a DomainError and nothing written. Returns the command's result.
-        An applied command is appended to the command log (if any)."""
-        raw = cmds.encode(cmd) if self.log is not None else None
+        The command gets the next sequence number (`self.seq`), written in its batch as `applied_seq`; the journal
+        (if attached) is handed it, to make it durable before anyone is told of it (ha/journal.py), and it is
+        appended to the command log (if any)."""
+        if self.writable is not None:
+            self.writable()
+        result = self._apply(cmd, self.undo)
+        if self.journal is not None:
+            self.journal.submit(self.seq, cmd)
+        if self.log is not None:
+            self.log.append(cmds.encode(cmd))
+        return result
+
+    def apply_logged(self, seq: int, cmd: Command) -> None:
+        """Apply command `seq` read from the replicated log (a standby tailing it, a new leader catching up): the same
+        apply path, no undo record (the log has it), not handed to the journal. A command from the log that fails
+        here means the replicas diverged: that is raised, never skipped."""
+        if seq != self.seq + 1:
+            raise ValueError(f"log command {seq} applied after {self.seq}")
+        self._apply(cmd, False)
+
+    def _apply(self, cmd: Command, undo: bool):
+        seq = self.seq + 1
         try:
             with self.kv.batch() as b:
-                result = self._appliers[type(cmd)](b, cmd)
+                w = UndoBatch(b, self.kv) if undo else b
+                result = self._appliers[type(cmd)](w, cmd)
+                w.put(keys.APPLIED_SEQ, keys.u64(seq))
+                if undo:
+                    b.put(keys.undo(seq), w.record())
         except BaseException:
             self._counters.clear()  # caches a failed command may have advanced: read again from the store
             self._usage.clear()
             raise
-        if raw is not None:
-            self.log.append(raw)
+        self.seq = seq
         return result
 
     def _apply_init_root(self, b, c: cmds.InitRoot) -> None:

@@ -1,5 +1,5 @@
 """The NameNode's RPC handlers, one module per subject (nodes, buckets, objects, multipart, blocks, keys, jobs, the
-POSIX namespace, batch reads): each handler takes its typed request (common/messages.py), validates it, calls one
+POSIX namespace, batch reads, high availability): each handler takes its typed request (common/messages.py), validates it, calls one
 domain method and returns its typed reply; each module's `handlers` gives its table {RequestType: handler}, merged
 here."""
 from __future__ import annotations
@@ -12,16 +12,18 @@ from ..metastore import MetaStore
 from ..repair import RepairWorker
 from . import blocks, buckets, jobs, keys, multipart, objects
 from .batch import handlers as batch_handlers
+from ..ha.journal import Journal
+from .ha import handlers as ha_handlers
 from .nodes import handlers as node_handlers
 from .posix import handlers as posix_handlers
 from .services import Services
 
 
 def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettings, repair: RepairWorker,
-                  ops: OperatorJobs) -> dict:
+                  ops: OperatorJobs, journal: Journal) -> dict:
     access_keys = AccessKeys(meta)
     services = Services(meta, members, settings, repair, ops, access_keys)
-    table = node_handlers(meta, members, repair, ops) | posix_handlers(meta, members, services.admit) \
+    table = node_handlers(meta, members, repair, ops, journal) | ha_handlers(journal) | posix_handlers(meta, members, services.admit) \
         | batch_handlers(meta, members)
     for subject in (buckets, objects, multipart, blocks, keys, jobs):
         table |= subject.handlers(services)

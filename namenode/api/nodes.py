@@ -6,16 +6,17 @@ import msgspec
 
 from epochfs.common import messages as m
 
+from ..ha.journal import Journal
 from ..jobs import OperatorJobs
 from ..membership import Membership
 from ..metastore import MetaStore
 from ..repair import RepairWorker
 
 
-def handlers(meta: MetaStore, members: Membership, repair: RepairWorker, ops: OperatorJobs) -> dict:
+def handlers(meta: MetaStore, members: Membership, repair: RepairWorker, ops: OperatorJobs, journal: Journal) -> dict:
     async def register(req: m.Register, _) -> m.Registered:
         st = members.register(req.uuid, req.host, req.rpc_port, req.http_port, req.capacity, req.used)
-        return m.Registered(node_id=st.id)
+        return m.Registered(node_id=st.id, epoch=journal.epoch)
 
     async def heartbeat(req: m.Heartbeat, _) -> m.HeartbeatOrders:
         nid = req.node_id
@@ -31,8 +32,12 @@ def handlers(meta: MetaStore, members: Membership, repair: RepairWorker, ops: Op
             repair.take_report(nid, req.report)
         scrub = ops.on_heartbeat(nid, None if req.scrub is None else msgspec.structs.asdict(req.scrub))
         meta.release_freed()
+        # orders leave the NameNode: everything they are computed from must be durable first (a deposed leader's
+        # undurable state must never delete a block), and they carry the epoch that made it so
+        while journal.durable_seq() < meta.seq:
+            await journal.durable(meta.seq)
         delete = meta.garbage_for(nid)
-        return m.HeartbeatOrders(delete=m.DeleteOrder(blocks=delete) if delete else None,
+        return m.HeartbeatOrders(epoch=journal.epoch, delete=m.DeleteOrder(blocks=delete) if delete else None,
                                  copy=[m.CopyOrder(target, addr, blocks) for target, addr, blocks in copy],
                                  scrub=m.ScrubOrder(job=scrub) if scrub else None)
 

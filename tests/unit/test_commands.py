@@ -25,7 +25,7 @@ def dump(kv) -> dict[bytes, bytes]:
 
 
 def replay(entries: list[bytes], **kw) -> MetaStore:
-    m = MetaStore(MemoryKV(), **kw)
+    m = MetaStore(MemoryKV(), init_root=False, **kw)  # the log begins with the InitRoot of the store it came from
     for raw in entries:
         m.execute(cmds.decode(raw))
     return m

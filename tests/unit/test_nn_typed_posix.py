@@ -12,6 +12,7 @@ from epochfs.common.clients import NameNodeClient
 from epochfs.common.kv import MemoryKV
 from epochfs.common.rpc import RpcClient, RpcServer
 from epochfs.namenode.api import batch, nodes, posix
+from epochfs.namenode.ha.journal import LocalJournal
 from epochfs.namenode.jobs import OperatorJobs
 from epochfs.namenode.membership import Membership
 from epochfs.namenode.metastore import MetaStore
@@ -28,9 +29,10 @@ def run(test):
         meta.create_bucket("b", "o")
         members = Membership(meta, timeout_s=10.0)
         repair = RepairWorker(meta, members)
-        handlers = nodes.handlers(meta, members, repair, OperatorJobs(meta, members, repair)) | \
+        journal = meta.journal = LocalJournal(meta.kv, meta)
+        handlers = nodes.handlers(meta, members, repair, OperatorJobs(meta, members, repair), journal) | \
             posix.handlers(meta, members, lambda bucket, blocks: repair.admit(blocks, 1)) | batch.handlers(meta, members)
-        server = RpcServer(handlers, SECRET)
+        server = RpcServer(handlers, SECRET, before_reply=lambda req: journal.durable(meta.seq))
         await server.start("127.0.0.1", 0)
         port = server._server.sockets[0].getsockname()[1]
         client = NameNodeClient(RpcClient("127.0.0.1", port, SECRET))

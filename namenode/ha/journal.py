@@ -1,0 +1,72 @@
+"""The journal: what makes an applied command durable before anyone is told of it.
+
+`MetaStore.execute` applies a command to the local RocksDB at once (later commands see its effect) and hands it to
+the journal; the NameNode's RPC server awaits `journal.durable(meta.seq)` before it writes any reply, reads included,
+so nothing a client sees was ever un-durable. Durability is reached in groups: every command executed while one
+group is being made durable goes into the next, so N concurrent callers cost about two syncs, not N. Idle, a reply
+waits for nothing (everything it could have seen is durable already).
+
+Two journals behind one interface: LocalJournal (embedded mode: the RocksDB WAL fsynced) and EtcdJournal (HA mode:
+the command is in etcd's log, etcd_journal.py).
+"""
+from __future__ import annotations
+
+from epochfs.common import messages as m
+from epochfs.common.kv import KV, WalSync
+from epochfs.namenode.commands import Command
+
+SECRET_HEADER = "x-epochfs-secret"  # carries the cluster secret to GET /internal/checkpoint (a peer rebuilding)
+
+
+class Journal:
+    """The interface. `seq` numbers are MetaStore's: the n-th command the store ever applied is command n."""
+
+    epoch = 0  # the fencing epoch stamped on orders that leave the NameNode (HA: the leader key's revision)
+
+    def submit(self, seq: int, cmd: Command) -> None:
+        """Command `seq` was just applied (called by MetaStore.execute, in order)."""
+
+    async def durable(self, seq: int) -> None:
+        """Return once commands up to `seq` are durable; NotLeader if they never will be (a deposed leader)."""
+        raise NotImplementedError
+
+    def durable_seq(self) -> int:
+        """The last command known durable."""
+        raise NotImplementedError
+
+    async def ha_state(self) -> m.HaState:
+        raise NotImplementedError
+
+
+class LocalJournal(Journal):
+    """Embedded mode: durable = in the RocksDB WAL and fsynced. The WAL is written without sync by every batch (a
+    kill -9 loses nothing, the page cache survives it); a power cut would lose what was not fsynced, so a reply waits
+    for a WAL fsync that began after its command was applied. common/kv.WalSync runs one fsync at a time in a thread;
+    callers arriving meanwhile share the next, so the event loop never waits for the disk."""
+
+    def __init__(self, kv: KV, meta, name: str = "", addr: str = "") -> None:
+        self._wal = WalSync(kv)
+        self._meta = meta
+        self.synced = meta.seq  # what a previous run applied is on disk (RocksDB syncs its WAL on a clean close,
+        # and recovery replays only what reached the disk)
+        self.name, self.addr = name, addr
+
+    async def durable(self, seq: int) -> None:
+        if seq <= self.synced:
+            return
+        covered = self._meta.seq  # applied before the sync starts, so the sync covers it
+        await self._wal()
+        if covered > self.synced:
+            self.synced = covered
+
+    @property
+    def syncs(self) -> int:
+        return self._wal.syncs
+
+    def durable_seq(self) -> int:
+        return self.synced
+
+    async def ha_state(self) -> m.HaState:
+        me = m.HaMember(name=self.name, addr=self.addr, role="embedded", applied=self.synced)
+        return m.HaState(mode="embedded", name=self.name, role="embedded", leader=self.addr, log_end=self._meta.seq,
+                         log_first=1, members=[me])

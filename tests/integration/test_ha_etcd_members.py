@@ -1,0 +1,61 @@
+"""NameNode HA with etcd members lost (issue 16): one of three killed, service continues; two killed, writes fail
+with an Unavailable error (a 503 at the gateway) and nothing acknowledged is lost; a member back, writes resume."""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from ha import Etcd, HaNameNodes  # noqa: E402
+
+from epochfs.common import errors  # noqa: E402
+from epochfs.common import messages as m  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("etcd") is None, reason="no etcd binary")]
+
+OBJ = m.ObjectRecord(size=0, etag='"d41d8cd98f00b204e9800998ecf8427e"', owner="alice")
+
+
+def put(ha: HaNameNodes, key: str, timeout: float = 20.0) -> None:
+    """PUT through whichever NameNode is active, retrying while there is none (as clients do)."""
+    def go():
+        try:
+            ha.call(ha.active(timeout=timeout), lambda c: c.put_object("b", key, OBJ), timeout=5)
+            return True
+        except errors.Unavailable:
+            return False
+    ha.wait(go, timeout, f"PUT {key}")
+    print(time.strftime("%H:%M:%S"), "PUT", key, "acknowledged", flush=True)
+
+
+def test_one_etcd_member_lost_service_continues_two_lost_writes_fail_then_resume(tmp_path):
+    etcd = Etcd(tmp_path, n=3).start()
+    ha = HaNameNodes(tmp_path, etcd).start()
+    try:
+        a = ha.active()
+        ha.call(a, lambda c: c.bucket_create("b", owner="alice"))
+        put(ha, "before")
+        for i in range(3):  # whichever member each NameNode's client was using
+            etcd.kill(i)
+            put(ha, f"one-down-{i}")
+            etcd.start(i)
+        etcd.kill(0)
+        etcd.kill(1)
+        for i in ha.procs:  # NotLeader from every one (the active one once its append cannot commit)
+            with pytest.raises(errors.Unavailable):
+                ha.call(i, lambda c: c.put_object("b", f"no-quorum-{i}", OBJ), timeout=10)
+        etcd.start(0)
+        put(ha, "after", timeout=40)
+        b = ha.active()
+        for k in ["before", "one-down-0", "one-down-1", "one-down-2", "after"]:
+            ha.call(b, lambda c: c.stat("b", k))
+        ha.caught_up(timeout=40)
+        want = ha.dump(b)
+        assert all(ha.dump(i) == want for i in ha.procs)
+    finally:
+        ha.close()
+        etcd.close()

@@ -1,0 +1,108 @@
+"""NameNode HA (issue 16): the metadata log in etcd, applied by standbys; a standby rebuilt from a peer's checkpoint;
+the log truncated and etcd compacted once every member applied it. Real etcd, three real NameNode processes."""
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from ha import Etcd, HaNameNodes  # noqa: E402
+
+from epochfs.common import errors  # noqa: E402
+from epochfs.common import messages as m  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("etcd") is None, reason="no etcd binary")]
+
+
+@pytest.fixture
+def ha(tmp_path):
+    etcd = Etcd(tmp_path).start()
+    nns = HaNameNodes(tmp_path, etcd).start()
+    yield nns
+    nns.close()
+    etcd.close()
+
+
+def write(nns: HaNameNodes, i: int, bucket: str, n: int, concurrency: int = 16) -> list[str]:
+    """Create `bucket` and n 0-byte objects in it through NameNode i, `concurrency` calls at a time."""
+    async def go(c):
+        await c.bucket_create(bucket, owner="alice")
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(k):
+            async with sem:
+                await c.put_object(bucket, k, m.ObjectRecord(size=0, etag='"d41d8cd98f00b204e9800998ecf8427e"',
+                                                             owner="alice"))
+        keys = [f"k{j:05d}" for j in range(n)]
+        await asyncio.gather(*(one(k) for k in keys))
+        return keys
+    return nns.call(i, go)
+
+
+def listed(nns: HaNameNodes, i: int, bucket: str) -> list[str]:
+    async def go(c):
+        out, after = [], ""
+        while True:
+            page = await c.list_objects(bucket, after=after)
+            out += [e.key for e in page.items]
+            if not page.truncated:
+                return out
+            after = out[-1]
+    return nns.call(i, go)
+
+
+def test_standbys_apply_the_log_into_stores_equal_key_by_key(ha):
+    a = ha.active()
+    keys = write(ha, a, "b1", 300)
+    end = ha.caught_up()
+    st = ha.status(a)
+    assert st.mode == "etcd" and st.epoch > 0 and st.leader == ha.addr(a)
+    assert end >= 300 + 2  # InitRoot, the bucket, the objects (and DataNode-free bookkeeping)
+    assert len(st.members) == 3 and all(mm.lag == 0 for mm in st.members)
+    stores = {i: ha.dump(i) for i in (1, 2, 3)}
+    assert len(stores[a]) > 300
+    for i in (1, 2, 3):
+        assert stores[i] == stores[a], f"nn{i} differs from the active nn{a}"
+    for i in (1, 2, 3):  # a standby serves no namespace call: it points at the active one
+        if i != a:
+            with pytest.raises(errors.NotLeader) as e:
+                ha.call(i, lambda c: c.bucket_list())
+            assert e.value.details["leader"] == ha.addr(a)
+    assert listed(ha, a, "b1") == keys
+
+
+def test_a_standby_with_its_data_folder_deleted_rebuilds_from_a_peer(ha):
+    a = ha.active()
+    s = next(i for i in (1, 2, 3) if i != a)
+    write(ha, a, "b1", 100)
+    ha.caught_up()
+    ha.kill(s)
+    shutil.rmtree(ha.root / f"nn{s}")
+    write(ha, a, "b2", 100)
+    # the log no longer reaches back to command 1 once the live members truncated it
+    ha.wait(lambda: ha.status(a).log_first > 1, 20, "the log truncated past the dead member")
+    ha.start(s)
+    ha.caught_up(timeout=40)
+    assert ha.dump(s) == ha.dump(a)
+    assert "rebuilt from" in (ha.root / "logs" / f"nn{s}.log").read_text()
+
+
+def test_the_log_is_truncated_once_every_member_applied_it_and_etcd_is_compacted(ha):
+    a = ha.active()
+    write(ha, a, "b1", 200)
+    end = ha.caught_up()
+
+    def truncated():
+        st = ha.status(a)
+        return st if st.log_first > 1 else None
+    st = ha.wait(truncated, 20, "truncation")
+    assert st.log_first <= end + 1  # never past what everyone applied
+    keys = ha.etcd.ctl("get", "--prefix", "--keys-only", f"{ha.prefix}/log/").stdout.split()
+    assert keys and min(int(k.rsplit("/", 1)[1]) for k in keys) == st.log_first
+    # compacted: the revision the first log put had is gone from etcd's history
+    out = ha.etcd.ctl("get", f"{ha.prefix}/log/", "--prefix", "--rev=2", check=False)
+    assert out.returncode != 0 and "compacted" in out.stderr
