@@ -14,6 +14,7 @@ from epochfs.common.kv import StorageError
 from epochfs.common.worker import PassStats, Worker
 
 from .blockstore import BlockStore
+from .metrics import STALE_ORDERS
 from .replicator import CopyOrders, Replicator
 from .scrubber import Scrubber
 
@@ -37,6 +38,8 @@ class Heartbeat(Worker):
         self.node_id: int | None = None
         self._reported = float("-inf")  # monotonic time of the last block report the NameNode received
         self._deleted: list[int] = []
+        self.epoch = 0  # the highest fencing epoch a NameNode's reply carried (HA: orders below it are refused)
+        self.stale_orders = 0  # replies refused for an epoch below it (epochfs_datanode_stale_orders_total)
 
     def capacity(self) -> int:
         if self.capacity_cfg:
@@ -44,10 +47,34 @@ class Heartbeat(Worker):
         return shutil.disk_usage(self.data_dir).free + self.store.used
 
     async def register(self) -> None:
-        self.node_id = await self.nn.register(m.Register(uuid=self.uuid, host=self.host, rpc_port=self.rpc_port,
-                                                         http_port=self.http_port, capacity=self.capacity(),
-                                                         used=self.store.used))
-        log.info("registered as node %s", self.node_id)
+        reg = await self.nn.register(m.Register(uuid=self.uuid, host=self.host, rpc_port=self.rpc_port,
+                                                http_port=self.http_port, capacity=self.capacity(),
+                                                used=self.store.used))
+        self._saw_epoch(reg.epoch)
+        self.node_id = reg.node_id
+        log.info("registered as node %s with the NameNode at %s (epoch %d)", self.node_id, self.nn.address,
+                 reg.epoch)
+
+    def _saw_epoch(self, epoch: int) -> None:
+        if epoch > self.epoch:
+            if self.epoch:
+                log.info("a new active NameNode: fencing epoch %d (was %d)", epoch, self.epoch)
+            self.epoch = epoch
+
+    def fenced(self, res: m.HeartbeatOrders) -> bool:
+        """Whether a heartbeat reply comes from a deposed NameNode: its epoch is below the highest seen (epoch 0,
+        an embedded NameNode's, is obeyed while nothing higher was seen). Its orders are then refused, logged and
+        counted: a deposed leader can never delete a block."""
+        if res.epoch >= self.epoch:
+            self._saw_epoch(res.epoch)
+            return False
+        self.stale_orders += 1
+        STALE_ORDERS.inc()
+        log.warning("refusing the orders of a deposed NameNode (%s): its epoch %d is below %d (delete %d blocks, "
+                    "%d copy orders, scrub %s, reregister %s)", self.nn.address, res.epoch, self.epoch,
+                    len(res.delete.blocks) if res.delete else 0, len(res.copy), res.scrub is not None,
+                    res.reregister)
+        return True
 
     async def report_bad(self, block_ids: list[int]) -> list[int]:
         """Tell the NameNode that this node's copies of `block_ids` are corrupt or missing, so that a good holder
@@ -106,6 +133,11 @@ class Heartbeat(Worker):
                 write_error=self.store.write_error or "", report=report,
                 scrub=None if scrub is None else m.ScrubProgress(**scrub)))
         except errors.Unavailable:
+            if self.copies:
+                self.copies.give_back(copied, failed)
+            return PassStats(failed=1)
+        if self.fenced(res):
+            # what this heartbeat reported may not have reached the current leader: report it again
             if self.copies:
                 self.copies.give_back(copied, failed)
             return PassStats(failed=1)
