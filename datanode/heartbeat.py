@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import time
 
@@ -22,6 +23,7 @@ log = logging.getLogger("epochfs.datanode")
 # bad copies reported before one heartbeat (one call each): a damaged disk may turn up thousands at once, and the
 # heartbeat must not be late for them
 REPORT_BAD_PER_BEAT = 64
+EPOCH_FILE = "fencing-epoch"
 
 
 class Heartbeat(Worker):
@@ -38,7 +40,10 @@ class Heartbeat(Worker):
         self.node_id: int | None = None
         self._reported = float("-inf")  # monotonic time of the last block report the NameNode received
         self._deleted: list[int] = []
-        self.epoch = 0  # the highest fencing epoch a NameNode's reply carried (HA: orders below it are refused)
+        # the highest fencing epoch a NameNode's reply carried (HA: orders below it are refused); kept in the data
+        # directory, so that a restarted DataNode never obeys a deposed NameNode it hears from first
+        self._epoch_file = data_dir / EPOCH_FILE if data_dir is not None else None
+        self.epoch = self._load_epoch()
         self.stale_orders = 0  # replies refused for an epoch below it (epochfs_datanode_stale_orders_total)
 
     def capacity(self) -> int:
@@ -55,11 +60,28 @@ class Heartbeat(Worker):
         log.info("registered as node %s with the NameNode at %s (epoch %d)", self.node_id, self.nn.address,
                  reg.epoch)
 
+    def _load_epoch(self) -> int:
+        try:
+            return int(self._epoch_file.read_text()) if self._epoch_file is not None else 0
+        except FileNotFoundError:
+            return 0
+        except ValueError:
+            log.warning("ignoring %s: not a number", self._epoch_file)
+            return 0
+
     def _saw_epoch(self, epoch: int) -> None:
-        if epoch > self.epoch:
-            if self.epoch:
-                log.info("a new active NameNode: fencing epoch %d (was %d)", epoch, self.epoch)
-            self.epoch = epoch
+        if epoch <= self.epoch:
+            return
+        if self.epoch:
+            log.info("a new active NameNode: fencing epoch %d (was %d)", epoch, self.epoch)
+        self.epoch = epoch
+        if self._epoch_file is not None:  # written once per failover: durably, then renamed over the old one
+            tmp = self._epoch_file.with_suffix(".tmp")
+            with open(tmp, "w") as f:
+                f.write(str(epoch))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._epoch_file)
 
     def fenced(self, res: m.HeartbeatOrders) -> bool:
         """Whether a heartbeat reply comes from a deposed NameNode: its epoch is below the highest seen (epoch 0,

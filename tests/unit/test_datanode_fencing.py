@@ -108,6 +108,18 @@ def test_orders_of_a_deposed_namenode_are_refused(tmp_path, caplog):
             await new.reply_once(m.HeartbeatOrders(epoch=5, delete=m.DeleteOrder(blocks=[12])))
             assert await dn.has([12]) == [True] and hb.stale_orders == 2 and stale_count() == stale0 + 2
             await dn.close()
+
+        # restarted, the DataNode still knows epoch 6: the deposed leader's orders are refused from the first beat
+        assert (tmp_path / "fencing-epoch").read_text() == "6"
+        new.epoch = 5
+        app = create_app(settings)
+        async with app.router.lifespan_context(app):
+            hb = app.state.heartbeat
+            assert hb.epoch == 6
+            dn = DataNodeClient(RpcClient("127.0.0.1", rpc_port, SECRET))
+            await new.reply_once(m.HeartbeatOrders(epoch=5, delete=m.DeleteOrder(blocks=[12])))
+            assert await dn.has([12]) == [True] and hb.stale_orders >= 1
+            await dn.close()
         await old.server.stop()
         await new.server.stop()
     asyncio.run(asyncio.wait_for(main(), 60))
