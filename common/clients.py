@@ -422,14 +422,24 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
                                                  connect_timeout=first.connect_timeout)
         return pool
 
-    def _move(self, addr: str | None = None) -> None:
-        """Send the next calls to `addr` (or to the address after the current one)."""
-        if addr is None:
-            names = list(self._pools)
-            addr = names[(names.index(self.address) + 1) % len(names)] if self.address in self._pools else names[0]
-        pool = self._pool(addr)
+    def _move(self, failed: RpcClient, leader: str = "") -> None:
+        """A call to `failed` was refused or did not get through: send the next calls to `leader` (named by a
+        standby), else to the address after `failed`'s -- unless a concurrent call moved on already."""
+        if leader and leader != f"{failed.host}:{failed.port}":
+            try:
+                pool = self._pool(leader)
+            except errors.Unavailable:
+                pool = None
+            if pool is not None:
+                self._set(pool)
+                return
+        if self.rpc is failed:
+            pools = list(self._pools.values())
+            self._set(pools[(pools.index(failed) + 1) % len(pools)] if failed in pools else pools[0])
+
+    def _set(self, pool: RpcClient) -> None:
         if pool is not self.rpc:
-            log.info("NameNode calls go to %s now (were going to %s)", addr, self.address)
+            log.info("NameNode calls go to %s:%s now (were going to %s)", pool.host, pool.port, self.address)
             self.rpc = pool
             self.leader_changes += 1
             NN_LEADER_CHANGES.inc()
@@ -446,18 +456,15 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
         delay = 0.05
         failed = 0  # addresses that failed in a row
         while True:
+            rpc = self.rpc
             try:
-                reply, _ = await self.rpc.request(req, payload, timeout=timeout)
+                reply, _ = await rpc.request(req, payload, timeout=timeout)
                 return reply
             except errors.NotLeader as e:
                 self.redirects += 1
                 NN_REDIRECTS.inc()
-                leader = str(e.details.get("leader") or "")
                 failed += 1
-                try:
-                    self._move(leader if leader and leader != self.address else None)
-                except errors.Unavailable:
-                    self._move()
+                self._move(rpc, str(e.details.get("leader") or ""))
                 err = e
             except errors.Unavailable as e:
                 if isinstance(e, errors.NotEnoughReplicas):
@@ -466,7 +473,7 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
                     failed = len(self._pools)  # the NameNode's answer: wait before asking again
                 else:
                     failed += 1
-                    self._move()
+                    self._move(rpc)
                 err = e
             if failed >= len(self._pools):
                 if time.monotonic() + delay > deadline:

@@ -212,3 +212,25 @@ def test_ha_status_from_each_namenode_and_embedded_when_unknown():
             await act.stop()
             await old.stop()
     run(main())
+
+
+def test_concurrent_calls_move_once():
+    """16 calls at once find the first address dead and a standby second: each moves on, but the client's address
+    moves to the leader once per step, not once per call (no calls bouncing it round the list)."""
+    async def main():
+        nns = [await FakeNameNode(f"nn{i}").start() for i in range(3)]
+        nns[2].active = True
+        nns[1].leader = nns[2].addr
+        c = NameNodeClient.connect(f"127.0.0.1:{free_port()},{nns[0].addr},{nns[1].addr},{nns[2].addr}", SECRET,
+                                   retry_s=5)
+        nns[0].leader = nns[2].addr
+        try:
+            names = await asyncio.gather(*(answered_by(c) for _ in range(16)))
+            assert names == ["nn2"] * 16 and c.address == nns[2].addr
+            assert c.leader_changes == 2, c.leader_changes  # dead -> nn0 (a standby) -> nn2
+            assert nns[1].calls == 0
+        finally:
+            await c.close()
+            for n in nns:
+                await n.stop()
+    run(main())
