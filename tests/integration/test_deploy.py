@@ -283,6 +283,7 @@ def _ha_env(service: str, name: str, data: Path) -> dict[str, str]:
     if service == "gateway":
         env["GW_USERS"] = ":".join(USER)
         env["GW_NAMENODE_RETRY_S"] = "10"
+        env["GW_RPC_TIMEOUT_S"] = "5"  # a call in flight to the NameNode cut off fails over after 5 s, not 30
     return env
 
 
