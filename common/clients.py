@@ -373,15 +373,18 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
     It keeps the address of the one that answered last. A standby answers NotLeader with the active one's address
     (`details["leader"]`, "" while none is elected): the call goes there at once (an address not configured is
     added: the leader advertises itself). An address out of reach (or answering Unavailable) sends the call to the
-    next. Once every address failed in a row the client waits (50 ms, doubling up to 1 s) and goes round again,
-    until `retry_s` has passed since the call began; then the last error is raised (Unavailable or NotLeader: 503 at
-    the gateway). With retry_s 0 each address is tried once. A DomainError the NameNode raises is raised at once;
+    next. Once every address failed in a row the client waits (50 ms, doubling up to MAX_BACKOFF_S) and goes round
+    again, until `retry_s` has passed since the call began; then the last error is raised (Unavailable or NotLeader:
+    503 at the gateway). With retry_s 0 each address is tried once. A DomainError the NameNode raises is raised at once;
     NotEnoughReplicas is its answer too, retried only with `retry_not_enough`.
 
     `leader_changes` and `redirects` count moves to another address and NotLeader answers (Prometheus counters of
     common/metrics.py too). One connection pool per address."""
 
     MAX_ADDRS = 16  # addresses learnt from NotLeader answers are added up to this many
+    # the longest wait between two rounds: a failover is seen at most this long after the new leader serves (a
+    # round costs a NotLeader answer or a refused connection per address, next to nothing for a NameNode)
+    MAX_BACKOFF_S = 0.25
 
     def __init__(self, rpc: RpcClient | Sequence[RpcClient], *, retry_s: float = 0.0) -> None:
         pools = [rpc] if isinstance(rpc, RpcClient) else list(rpc)
@@ -479,5 +482,5 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
                 if time.monotonic() + delay > deadline:
                     raise err
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                delay = min(delay * 2, self.MAX_BACKOFF_S)
                 failed = 0

@@ -190,8 +190,10 @@ def cmd_up(args) -> int:
             if c.name == f"etcd{N_ETCD}":  # members wait for each other: all started, then all healthy
                 for client, _ in ports["etcd"]:
                     wait_ready(f"http://{host}:{client}/health", procs, lambda j: j.get("health") == "true", 60)
-            if c.name.startswith("namenode"):
-                wait_ready(nn_health[len([n for n in procs if n.startswith("namenode")]) - 1], procs)
+            if c.name == "namenode":
+                wait_ready(nn_health[0], procs)
+            elif c.name == f"namenode{N_NAMENODES_HA}":  # all started: one of them is elected and serves
+                wait_any_ready(nn_health, procs, lambda j: True, timeout=60)
         wait_ready(f"http://{host}:{ports['gateway']}/healthz", procs)
         wait_any_ready(nn_health, procs, lambda j: j.get("nodes", 0) >= N_DATANODES)  # the active one's
         endpoint = f"http://{host}:{ports['gateway']}"
@@ -225,9 +227,11 @@ def wait_any_ready(urls: list[str], procs: dict, check, timeout: float = 30.0) -
             try:
                 wait_ready(url, procs, check, timeout=0.2)
                 return
-            except RuntimeError as e:
-                if "exited" in str(e) or time.monotonic() > deadline:
+            except RuntimeError:
+                if any(p.poll() is not None for p in procs.values()):
                     raise
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for one of {', '.join(urls)}")
 
 
 class RestartDelay:
