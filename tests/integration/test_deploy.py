@@ -107,6 +107,10 @@ def test_compose_and_kubernetes_manifests():
     def env_of(kind_name):
         c = by_name[kind_name]["spec"]["template"]["spec"]["containers"][0]
         return {e["name"]: e.get("value") for e in c["env"]}
+    policy = by_name[("NetworkPolicy", "epochfs-etcd")]["spec"]  # only NameNodes and members reach etcd
+    assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "epochfs-etcd"}
+    assert [r["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for r in policy["ingress"]] == [
+        "epochfs-namenode", "epochfs-etcd"]
     etcd_env = env_of(("StatefulSet", "epochfs-etcd"))
     assert etcd_env["ETCD_INITIAL_CLUSTER"] == ",".join(
         f"epochfs-etcd-{i}=http://epochfs-etcd-{i}.epochfs-etcd:2380" for i in range(3))
