@@ -440,6 +440,11 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
             pools = list(self._pools.values())
             self._set(pools[(pools.index(failed) + 1) % len(pools)] if failed in pools else pools[0])
 
+    def move_on(self) -> None:
+        """The NameNode this client talks to answered as a deposed leader would (a fencing epoch below one already
+        seen): send the next calls to the next address."""
+        self._move(self.rpc)
+
     def _set(self, pool: RpcClient) -> None:
         if pool is not self.rpc:
             log.info("NameNode calls go to %s:%s now (were going to %s)", pool.host, pool.port, self.address)

@@ -96,6 +96,7 @@ class Heartbeat(Worker):
                     "%d copy orders, scrub %s, reregister %s)", self.nn.address, res.epoch, self.epoch,
                     len(res.delete.blocks) if res.delete else 0, len(res.copy), res.scrub is not None,
                     res.reregister)
+        self.nn.move_on()  # the active NameNode is elsewhere
         return True
 
     async def report_bad(self, block_ids: list[int]) -> list[int]:

@@ -127,6 +127,11 @@ def cmd_up(args) -> int:
         if etcd is None:
             print("epochfs up --ha: etcd is not installed (Debian: apt-get install etcd-server)", file=sys.stderr)
             return 1
+    other = data_dir / ("namenode" if args.ha else "namenode1")
+    if other.exists():  # the namespace of the other mode would not be seen: never start over silently
+        print(f"epochfs up: {data_dir} holds a cluster started {'without' if args.ha else 'with'} --ha ({other}); "
+              f"start it the same way, or use another --data-dir", file=sys.stderr)
+        return 1
     root = _root_credentials(data_dir)
     secret = _load_or_create(data_dir / "cluster.json", lambda: {"secret": secrets.token_urlsafe(32)})["secret"]
     users = [f"{root['access_key']}:{root['secret_key']}:{root.get('owner_id', '')}:{root.get('name', 'root')}"]

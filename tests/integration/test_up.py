@@ -158,3 +158,7 @@ def test_up_ha_runs_etcd_three_namenodes_and_stops_them_all(tmp_path):
             time.sleep(0.1)
     assert not (data / "up.pid").exists()
     json.loads((data / "cluster.json").read_text())  # the cluster's secret is kept for the next `up --ha`
+    # the same data directory without --ha would show an empty namespace: refused, saying why
+    r = subprocess.run([*cli, "up", "--data-dir", str(data), "--port", str(port)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and "started with --ha" in r.stderr and not (data / "namenode").exists()
