@@ -7,12 +7,17 @@ RPC of common/rpc.py and returns the typed reply (and, for block reads, the raw 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 
 from . import errors
 from . import messages as m
+from .config import parse_addr
+from .metrics import NN_LEADER_CHANGES, NN_REDIRECTS
 from .rpc import RpcClient, TrioRpcClient
+
+log = logging.getLogger("epochfs.clients")
 
 
 class DataNodeClient:
@@ -82,9 +87,9 @@ class _NodeCalls:
     """Nodes, heartbeats and the orders that ride on them."""
     _call = None  # NameNodeClient._call
 
-    async def register(self, req: m.Register) -> int:
-        """Register a DataNode; its node id."""
-        return (await self._call(req)).node_id
+    async def register(self, req: m.Register) -> m.Registered:
+        """Register a DataNode: its node id and the registering NameNode's fencing epoch."""
+        return await self._call(req)
 
     async def heartbeat(self, req: m.Heartbeat) -> m.HeartbeatOrders:
         """A DataNode's heartbeat; the orders riding on the reply."""
@@ -334,37 +339,153 @@ class _KeyJobCalls:
     async def job_start(self, kind: str, node: int | None = None) -> m.JobInfo:
         return await self._call(m.JobStart(kind=kind, node=node))
 
+    async def ha_status(self, addr: str | None = None) -> m.HaState:
+        """Who is active and how far each NameNode applied the metadata log, as the NameNode at `addr` (default:
+        the one this client talks to) sees it; a standby answers too. A NameNode that does not know the call (one
+        without HA) is described as the embedded NameNode it is."""
+        if addr is None:
+            addr = self.address
+        try:
+            reply, _ = await self._pool(addr).request(m.HaStatus())
+            return reply
+        except errors.InvalidInput:  # "bad rpc request": its server has no such op
+            return m.HaState(mode="embedded", name=addr, role="embedded", leader=addr,
+                             members=[m.HaMember(name=addr, addr=addr, role="embedded")])
+
     # (end of keys and jobs)
 
 
-class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCalls, _PosixCalls, _KeyJobCalls):
-    """The NameNode's typed client. While the NameNode is unreachable (a restart), a call is retried for `retry_s`
-    before Unavailable is raised (0: no retry); a DomainError the NameNode raises is raised at once."""
+def parse_addrs(addrs: str) -> list[str]:
+    """"h1:p1,h2:p2" -> ["h1:p1", "h2:p2"] (spaces and empty items dropped, duplicates kept once, order kept)."""
+    out: list[str] = []
+    for a in addrs.split(","):
+        a = a.strip()
+        if a and a not in out:
+            out.append(a)
+    if not out:
+        raise ValueError(f"no NameNode address in {addrs!r}")
+    return out
 
-    def __init__(self, rpc: RpcClient, *, retry_s: float = 0.0) -> None:
-        self.rpc = rpc
+
+class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCalls, _PosixCalls, _KeyJobCalls):
+    """The NameNode's typed client, over one NameNode or several (HA: one active, the others standbys).
+
+    It keeps the address of the one that answered last. A standby answers NotLeader with the active one's address
+    (`details["leader"]`, "" while none is elected): the call goes there at once (an address not configured is
+    added: the leader advertises itself). An address out of reach (or answering Unavailable) sends the call to the
+    next. Once every address failed in a row the client waits (50 ms, doubling up to MAX_BACKOFF_S) and goes round
+    again, until `retry_s` has passed since the call began; then the last error is raised (Unavailable or NotLeader:
+    503 at the gateway). With retry_s 0 each address is tried once. A DomainError the NameNode raises is raised at once;
+    NotEnoughReplicas is its answer too, retried only with `retry_not_enough`.
+
+    `leader_changes` and `redirects` count moves to another address and NotLeader answers (Prometheus counters of
+    common/metrics.py too). One connection pool per address."""
+
+    MAX_ADDRS = 16  # addresses learnt from NotLeader answers are added up to this many
+    # the longest wait between two rounds: a failover is seen at most this long after the new leader serves (a
+    # round costs a NotLeader answer or a refused connection per address, next to nothing for a NameNode)
+    MAX_BACKOFF_S = 0.25
+
+    def __init__(self, rpc: RpcClient | Sequence[RpcClient], *, retry_s: float = 0.0) -> None:
+        pools = [rpc] if isinstance(rpc, RpcClient) else list(rpc)
+        if not pools:
+            raise ValueError("NameNodeClient needs at least one address")
+        self._pools: dict[str, RpcClient] = {f"{p.host}:{p.port}": p for p in pools}
+        self.rpc = pools[0]  # the pool of the NameNode calls go to
         self.retry_s = retry_s
+        self.leader_changes = 0
+        self.redirects = 0
+
+    @classmethod
+    def connect(cls, addrs: str, secret: str, *, timeout: float = 30.0, retry_s: float = 0.0) -> "NameNodeClient":
+        """A client of the NameNodes at `addrs` ("host:port", or several comma-separated)."""
+        return cls([RpcClient(*parse_addr(a), secret, timeout=timeout) for a in parse_addrs(addrs)],
+                   retry_s=retry_s)
 
     def __repr__(self) -> str:
-        return f"NameNodeClient({self.rpc.host}:{self.rpc.port})"
+        return f"NameNodeClient({','.join(self._pools)}; at {self.address})"
+
+    @property
+    def address(self) -> str:
+        """The NameNode calls go to now, "host:port"."""
+        return f"{self.rpc.host}:{self.rpc.port}"
+
+    @property
+    def addresses(self) -> list[str]:
+        return list(self._pools)
+
+    def _pool(self, addr: str) -> RpcClient:
+        pool = self._pools.get(addr)
+        if pool is None:
+            host, port = parse_addr(addr)
+            if not port or len(self._pools) >= self.MAX_ADDRS:
+                raise errors.Unavailable(f"cannot follow the NameNode to {addr!r}")
+            first = next(iter(self._pools.values()))
+            pool = self._pools[addr] = RpcClient(host, port, first.secret, timeout=first.timeout,
+                                                 connect_timeout=first.connect_timeout)
+        return pool
+
+    def _move(self, failed: RpcClient, leader: str = "") -> None:
+        """A call to `failed` was refused or did not get through: send the next calls to `leader` (named by a
+        standby), else to the address after `failed`'s -- unless a concurrent call moved on already."""
+        if leader and leader != f"{failed.host}:{failed.port}":
+            try:
+                pool = self._pool(leader)
+            except errors.Unavailable:
+                pool = None
+            if pool is not None:
+                self._set(pool)
+                return
+        if self.rpc is failed:
+            pools = list(self._pools.values())
+            self._set(pools[(pools.index(failed) + 1) % len(pools)] if failed in pools else pools[0])
+
+    def move_on(self) -> None:
+        """The NameNode this client talks to answered as a deposed leader would (a fencing epoch below one already
+        seen): send the next calls to the next address."""
+        self._move(self.rpc)
+
+    def _set(self, pool: RpcClient) -> None:
+        if pool is not self.rpc:
+            log.info("NameNode calls go to %s:%s now (were going to %s)", pool.host, pool.port, self.address)
+            self.rpc = pool
+            self.leader_changes += 1
+            NN_LEADER_CHANGES.inc()
 
     async def close(self) -> None:
-        await self.rpc.close()
+        for pool in self._pools.values():
+            await pool.close()
 
     async def _call(self, req: m.Request, payload=b"", *, timeout: float | None = None,
                     retry_not_enough: bool = False):
-        """Send `req`; its typed reply (the reply payload is dropped: NameNode replies carry none). NotEnoughReplicas
-        is the NameNode's answer, not a NameNode out of reach: retried only with `retry_not_enough` (an allocation
-        while DataNodes are still registering)."""
+        """Send `req` to the active NameNode; its typed reply (the reply payload is dropped: NameNode replies carry
+        none)."""
         deadline = time.monotonic() + self.retry_s
         delay = 0.05
+        failed = 0  # addresses that failed in a row
         while True:
+            rpc = self.rpc
             try:
-                reply, _ = await self.rpc.request(req, payload, timeout=timeout)
+                reply, _ = await rpc.request(req, payload, timeout=timeout)
                 return reply
+            except errors.NotLeader as e:
+                self.redirects += 1
+                NN_REDIRECTS.inc()
+                failed += 1
+                self._move(rpc, str(e.details.get("leader") or ""))
+                err = e
             except errors.Unavailable as e:
-                if isinstance(e, errors.NotEnoughReplicas) and not retry_not_enough or \
-                        time.monotonic() + delay > deadline:
-                    raise
+                if isinstance(e, errors.NotEnoughReplicas):
+                    if not retry_not_enough:
+                        raise
+                    failed = len(self._pools)  # the NameNode's answer: wait before asking again
+                else:
+                    failed += 1
+                    self._move(rpc)
+                err = e
+            if failed >= len(self._pools):
+                if time.monotonic() + delay > deadline:
+                    raise err
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                delay = min(delay * 2, self.MAX_BACKOFF_S)
+                failed = 0

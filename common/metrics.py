@@ -16,6 +16,12 @@ from starlette.responses import Response
 
 CACHE_REQUESTS = Counter("epochfs_cache_requests_total", "Lookups in in-process caches", ["cache", "result"])
 RPC_CALLS = Counter("epochfs_rpc_calls_total", "Internal RPC requests served, by operation", ["op"])
+# the NameNode client of this process (common/clients.py), following the active NameNode (HA)
+NN_LEADER_CHANGES = Counter("epochfs_namenode_client_moves_total",
+                            "Times this process's NameNode calls moved to another NameNode address (a failover, "
+                            "a NotLeader redirect, an address out of reach)")
+NN_REDIRECTS = Counter("epochfs_namenode_client_redirects_total",
+                       "NotLeader answers this process got from a standby NameNode (each one redirects the call)")
 
 _SERIES: dict[tuple, object] = {}
 

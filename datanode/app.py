@@ -9,11 +9,10 @@ import anyio
 from fastapi import FastAPI
 
 from epochfs.common.clients import NameNodeClient
-from epochfs.common.config import parse_addr
 from epochfs.common.kv import RocksKV
 from epochfs.common.metrics import mount_metrics
 from epochfs.common.peers import Peers
-from epochfs.common.rpc import RpcClient, RpcServer
+from epochfs.common.rpc import RpcServer
 
 from . import metrics
 from .api import OPEN_OPS, make_handlers
@@ -60,8 +59,7 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
                     continue
                 await anyio.sleep(settings.replication_interval_s)
 
-        nn_host, nn_port = parse_addr(settings.namenode)
-        nn = NameNodeClient(RpcClient(nn_host, nn_port, settings.cluster_secret, timeout=10.0))
+        nn = NameNodeClient.connect(settings.namenode, settings.cluster_secret, timeout=10.0)
         scrubber = Scrubber(store, bytes_per_s=settings.scrub_bytes_per_s, interval_s=settings.scrub_interval_s)
         hb = Heartbeat(store, nn, uuid=node_uuid(settings.data_dir), host=settings.advertise_host or settings.host,
                        rpc_port=settings.rpc_port, http_port=settings.port, capacity=settings.capacity_bytes,

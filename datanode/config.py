@@ -11,7 +11,8 @@ class DataNodeSettings(ServiceSettings):
     port: int = 9864
     rpc_port: int = 9866
     namenode: str = "127.0.0.1:9871"
-    """NameNode RPC address host:port."""
+    """NameNode RPC address host:port; with several NameNodes (HA) all of them, comma-separated: heartbeats go to
+    the active one and follow it on a failover."""
     advertise_host: str = ""
     """Address peers and the gateway use to reach this node's RPC port (default: host)."""
     capacity_bytes: int = 0

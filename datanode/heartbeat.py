@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import time
 
@@ -14,6 +15,7 @@ from epochfs.common.kv import StorageError
 from epochfs.common.worker import PassStats, Worker
 
 from .blockstore import BlockStore
+from .metrics import STALE_ORDERS
 from .replicator import CopyOrders, Replicator
 from .scrubber import Scrubber
 
@@ -21,6 +23,7 @@ log = logging.getLogger("epochfs.datanode")
 # bad copies reported before one heartbeat (one call each): a damaged disk may turn up thousands at once, and the
 # heartbeat must not be late for them
 REPORT_BAD_PER_BEAT = 64
+EPOCH_FILE = "fencing-epoch"
 
 
 class Heartbeat(Worker):
@@ -37,6 +40,11 @@ class Heartbeat(Worker):
         self.node_id: int | None = None
         self._reported = float("-inf")  # monotonic time of the last block report the NameNode received
         self._deleted: list[int] = []
+        # the highest fencing epoch a NameNode's reply carried (HA: orders below it are refused); kept in the data
+        # directory, so that a restarted DataNode never obeys a deposed NameNode it hears from first
+        self._epoch_file = data_dir / EPOCH_FILE if data_dir is not None else None
+        self.epoch = self._load_epoch()
+        self.stale_orders = 0  # replies refused for an epoch below it (epochfs_datanode_stale_orders_total)
 
     def capacity(self) -> int:
         if self.capacity_cfg:
@@ -44,10 +52,52 @@ class Heartbeat(Worker):
         return shutil.disk_usage(self.data_dir).free + self.store.used
 
     async def register(self) -> None:
-        self.node_id = await self.nn.register(m.Register(uuid=self.uuid, host=self.host, rpc_port=self.rpc_port,
-                                                         http_port=self.http_port, capacity=self.capacity(),
-                                                         used=self.store.used))
-        log.info("registered as node %s", self.node_id)
+        reg = await self.nn.register(m.Register(uuid=self.uuid, host=self.host, rpc_port=self.rpc_port,
+                                                http_port=self.http_port, capacity=self.capacity(),
+                                                used=self.store.used))
+        self._saw_epoch(reg.epoch)
+        self.node_id = reg.node_id
+        log.info("registered as node %s with the NameNode at %s (epoch %d)", self.node_id, self.nn.address,
+                 reg.epoch)
+
+    def _load_epoch(self) -> int:
+        try:
+            return int(self._epoch_file.read_text()) if self._epoch_file is not None else 0
+        except FileNotFoundError:
+            return 0
+        except ValueError:
+            log.warning("ignoring %s: not a number", self._epoch_file)
+            return 0
+
+    def _saw_epoch(self, epoch: int) -> None:
+        if epoch <= self.epoch:
+            return
+        if self.epoch:
+            log.info("a new active NameNode: fencing epoch %d (was %d)", epoch, self.epoch)
+        self.epoch = epoch
+        if self._epoch_file is not None:  # written once per failover: durably, then renamed over the old one
+            tmp = self._epoch_file.with_suffix(".tmp")
+            with open(tmp, "w") as f:
+                f.write(str(epoch))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._epoch_file)
+
+    def fenced(self, res: m.HeartbeatOrders) -> bool:
+        """Whether a heartbeat reply comes from a deposed NameNode: its epoch is below the highest seen (epoch 0,
+        an embedded NameNode's, is obeyed while nothing higher was seen). Its orders are then refused, logged and
+        counted: a deposed leader can never delete a block."""
+        if res.epoch >= self.epoch:
+            self._saw_epoch(res.epoch)
+            return False
+        self.stale_orders += 1
+        STALE_ORDERS.inc()
+        log.warning("refusing the orders of a deposed NameNode (%s): its epoch %d is below %d (delete %d blocks, "
+                    "%d copy orders, scrub %s, reregister %s)", self.nn.address, res.epoch, self.epoch,
+                    len(res.delete.blocks) if res.delete else 0, len(res.copy), res.scrub is not None,
+                    res.reregister)
+        self.nn.move_on()  # the active NameNode is elsewhere
+        return True
 
     async def report_bad(self, block_ids: list[int]) -> list[int]:
         """Tell the NameNode that this node's copies of `block_ids` are corrupt or missing, so that a good holder
@@ -106,6 +156,11 @@ class Heartbeat(Worker):
                 write_error=self.store.write_error or "", report=report,
                 scrub=None if scrub is None else m.ScrubProgress(**scrub)))
         except errors.Unavailable:
+            if self.copies:
+                self.copies.give_back(copied, failed)
+            return PassStats(failed=1)
+        if self.fenced(res):
+            # what this heartbeat reported may not have reached the current leader: report it again
             if self.copies:
                 self.copies.give_back(copied, failed)
             return PassStats(failed=1)

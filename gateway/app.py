@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from epochfs.common.messages import BucketRecord, WrittenBlock
-from epochfs.common.metrics import CACHE_REQUESTS, mount_metrics
+from epochfs.common.metrics import CACHE_REQUESTS, gauge, mount_metrics
 
 from .admin.router import mount as mount_admin
 from .cluster import Cluster
@@ -112,6 +112,9 @@ def create_app(settings: GatewaySettings):
     async def healthz():
         return {"status": "ok"}
 
+    gauge("epochfs_gateway_namenode", "The NameNode this gateway's calls go to now (1; HA: the active one as last "
+          "seen). Moves and redirects: epochfs_namenode_client_moves_total, epochfs_namenode_client_redirects_total",
+          lambda: [((ctx.cluster.namenode.address,), 1)], labels=("address",))
     mount_metrics(api, settings.metrics_token)
     mount_admin(api)
     s3 = S3App(ctx)

@@ -14,9 +14,7 @@ from epochfs.common import defaults, errors
 from epochfs.common import messages as m
 from epochfs.common.blocks import crc32c
 from epochfs.common.clients import NameNodeClient
-from epochfs.common.config import parse_addr
 from epochfs.common.peers import Peers
-from epochfs.common.rpc import RpcClient
 
 log = logging.getLogger("epochfs.gateway")
 
@@ -32,8 +30,7 @@ LEASE_TTL_S = 30.0
 
 class Cluster:
     def __init__(self, namenode: str, secret: str, *, rpc_timeout_s: float = 30.0, nn_retry_s: float = 10.0) -> None:
-        host, port = parse_addr(namenode)
-        self.namenode = NameNodeClient(RpcClient(host, port, secret, timeout=rpc_timeout_s), retry_s=nn_retry_s)
+        self.namenode = NameNodeClient.connect(namenode, secret, timeout=rpc_timeout_s, retry_s=nn_retry_s)
         self.peers = Peers(secret, timeout=rpc_timeout_s)
         self.nn_retry_s = nn_retry_s
         self._block_size: dict[str, tuple[int, float]] = {}  # bucket -> (block size, when the NameNode said so)

@@ -14,7 +14,8 @@ class GatewaySettings(ServiceSettings):
 
     port: int = 9000
     namenode: str = "127.0.0.1:9871"
-    """NameNode RPC address host:port."""
+    """NameNode RPC address host:port; with several NameNodes (HA) all of them, comma-separated: calls go to the
+    active one and follow it on a failover."""
     region: str = "us-east-1"
     users: str = ""
     """S3 users: comma-separated ACCESS_KEY:SECRET_KEY[:OWNER_ID[:DISPLAY_NAME]]. The first one is the root user."""

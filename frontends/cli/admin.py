@@ -102,6 +102,36 @@ def show_status(c: AdminClient) -> Table:
     return _table("epochfs cluster", ["", ""], rows)
 
 
+def show_ha(c: AdminClient) -> Table:
+    h = c.call("GET", "/ha")
+    rows = [[n["name"], n["address"], n["role"] + (" (this gateway's)" if n["current"] else ""),
+             n["applied"] if h["mode"] == "etcd" else "-", n["lag"] if h["mode"] == "etcd" else "-",
+             n["error"] or ""] for n in h["namenodes"]]
+    title = (f"NameNodes: {h['mode']}" + (f", epoch {h['epoch']}, leader {h['leader'] or 'none'}, log "
+                                          f"{h['log_first']}..{h['log_end']}" if h["mode"] == "etcd" else ""))
+    t = _table(title, ["name", "address", "role", "applied", "lag", "error"], rows)
+    if h["mode"] != "etcd":
+        return t
+    grid = Table.grid()
+    grid.add_row(t)
+    grid.add_row(_table("etcd", ["endpoint", "health", "leader", "db size", "revision", "error"], [
+        [e["endpoint"], "healthy" if e["healthy"] else "UNHEALTHY", "yes" if e["leader"] else "",
+         None if e["db_size"] is None else _size(e["db_size"]), e["revision"], e["error"] or ""]
+        for e in h["etcd"]]))
+    return grid
+
+
+def show_cluster(c: AdminClient):
+    """`admin status`: the cluster summary (if the active NameNode answers) and the NameNodes' HA state."""
+    grid = Table.grid()
+    try:
+        grid.add_row(show_status(c))
+    except AdminError as e:
+        grid.add_row(f"cluster summary unavailable: {e}")
+    grid.add_row(show_ha(c))
+    return grid
+
+
 def show_nodes(c: AdminClient) -> Table:
     rows = [[n["id"], n["address"], n["state"] + (f": {n['write_error']}" if n.get("write_error") else ""),
              _size(n["capacity"]), _size(n["used"]), n["blocks"],
@@ -165,7 +195,7 @@ def run(args) -> int:
             job = c.call("POST", f"/nodes/{args.node}/decommission")
             out.print(f"DataNode {args.node}: decommission {job['state']} (job {job['id']})")
         else:
-            out.print({"status": show_status, "nodes": show_nodes, "buckets": show_buckets, "keys": show_keys,
+            out.print({"status": show_cluster, "nodes": show_nodes, "buckets": show_buckets, "keys": show_keys,
                        "jobs": show_jobs}[args.what](c))
     except (AdminError, httpx.HTTPError) as e:
         print(f"epochfs admin: {e}", file=sys.stderr)
@@ -196,7 +226,7 @@ def add_parser(sub) -> None:
     ap.add_argument("--access-key", help="admin access key (default: $AWS_ACCESS_KEY_ID)")
     ap.add_argument("--secret-key", help="admin secret key (default: $AWS_SECRET_ACCESS_KEY)")
     what = ap.add_subparsers(dest="what", required=True)
-    for name, help_ in (("status", "cluster summary"), ("nodes", "DataNodes"), ("buckets", "buckets and quotas")):
+    for name, help_ in (("status", "cluster summary, NameNodes (role, log position, lag) and etcd"), ("nodes", "DataNodes"), ("buckets", "buckets and quotas")):
         what.add_parser(name, help=help_)
     jobs = what.add_parser("jobs", help="list scrub / rebalance / decommission / gc jobs, or start one")
     jobs.add_argument("action", nargs="?", default="list", choices=("list", "scrub", "rebalance", "gc"))

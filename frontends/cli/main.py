@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from . import admin, transfer
 
 DEFAULT_PORT = 9000
 N_DATANODES = 3
+N_NAMENODES_HA = 3
+N_ETCD = 3
 
 
 def _service(module: str):
@@ -28,10 +31,39 @@ def _service(module: str):
     return run
 
 
-def cluster_ports(port: int) -> dict:
-    """Ports of a local cluster, all derived from the gateway's so that several clusters can run side by side."""
-    return {"gateway": port, "nn_http": port + 1, "nn_rpc": port + 2,
-            "dn": [(port + 10 + 2 * i, port + 11 + 2 * i) for i in range(N_DATANODES)]}
+def cluster_ports(port: int, ha: bool = False) -> dict:
+    """Ports of a local cluster, all derived from the gateway's so that several clusters can run side by side (and
+    etcd's stay the same across restarts: its members keep their peers' addresses in their data). `nn`: (HTTP, RPC)
+    of each NameNode; `etcd`: (client, peer) of each etcd member (HA only)."""
+    nns = N_NAMENODES_HA if ha else 1
+    return {"gateway": port, "nn_http": port + 1, "nn_rpc": port + 2,  # the (first) NameNode's
+            "nn": [(port + 1 + 2 * i, port + 2 + 2 * i) for i in range(nns)],
+            "dn": [(port + 10 + 2 * i, port + 11 + 2 * i) for i in range(N_DATANODES)],
+            "etcd": [(port + 20 + 2 * i, port + 21 + 2 * i) for i in range(N_ETCD if ha else 0)]}
+
+
+def etcd_argv(etcd: str, host: str, ports: list[tuple[int, int]], i: int, data_dir: Path) -> list[str]:
+    """The command line of etcd member `i` (0-based) of `epochfs up --ha`'s etcd cluster."""
+    client, peer = ports[i]
+    cluster = ",".join(f"etcd{j + 1}=http://{host}:{p}" for j, (_, p) in enumerate(ports))
+    return [etcd, "--name", f"etcd{i + 1}", "--data-dir", str(data_dir / f"etcd{i + 1}"),
+            "--listen-client-urls", f"http://{host}:{client}", "--advertise-client-urls", f"http://{host}:{client}",
+            "--listen-peer-urls", f"http://{host}:{peer}", "--initial-advertise-peer-urls", f"http://{host}:{peer}",
+            "--initial-cluster", cluster, "--initial-cluster-state", "new",
+            "--initial-cluster-token", "epochfs-up", "--logger", "zap", "--log-level", "warn"]
+
+
+def _ports_in_use(host: str, ports: list[int]) -> list[int]:
+    import socket
+    busy = []
+    for p in ports:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the services bind (TIME_WAIT is no use)
+            try:
+                s.bind((host, p))
+            except OSError:
+                busy.append(p)
+    return busy
 
 
 def _load_or_create(path: Path, make) -> dict:
@@ -87,8 +119,19 @@ def cmd_up(args) -> int:
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "logs").mkdir(exist_ok=True)
-    ports = cluster_ports(args.port)
+    ports = cluster_ports(args.port, args.ha)
     host = args.host
+    etcd = None
+    if args.ha:
+        etcd = shutil.which("etcd") or ("/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None)
+        if etcd is None:
+            print("epochfs up --ha: etcd is not installed (Debian: apt-get install etcd-server)", file=sys.stderr)
+            return 1
+    other = data_dir / ("namenode" if args.ha else "namenode1")
+    if other.exists():  # the namespace of the other mode would not be seen: never start over silently
+        print(f"epochfs up: {data_dir} holds a cluster started {'without' if args.ha else 'with'} --ha ({other}); "
+              f"start it the same way, or use another --data-dir", file=sys.stderr)
+        return 1
     root = _root_credentials(data_dir)
     secret = _load_or_create(data_dir / "cluster.json", lambda: {"secret": secrets.token_urlsafe(32)})["secret"]
     users = [f"{root['access_key']}:{root['secret_key']}:{root.get('owner_id', '')}:{root.get('name', 'root')}"]
@@ -102,17 +145,39 @@ def cmd_up(args) -> int:
             e[f"{prefix}{k.upper()}"] = str(v)
         return e
 
-    specs = [("namenode", "epochfs.namenode",
-              env("NN_", port=ports["nn_http"], rpc_port=ports["nn_rpc"], data_dir=data_dir / "namenode",
-                  block_size=args.block_size, replication=args.replication))]
-    nn_addr = f"{host}:{ports['nn_rpc']}"
-    for i, (http, rpc) in enumerate(ports["dn"], 1):
-        specs.append((f"datanode{i}", "epochfs.datanode",
-                      env("DN_", port=http, rpc_port=rpc, data_dir=data_dir / f"datanode{i}", namenode=nn_addr)))
-    specs.append(("gateway", "epochfs.gateway",
-                  env("GW_", port=ports["gateway"], namenode=nn_addr, users=",".join(users))))
+    def service(module: str) -> list[str]:
+        return [sys.executable, "-m", module]
 
-    children = [Child(name, module, e, data_dir / "logs" / f"{name}.log") for name, module, e in specs]
+    specs = []  # (name, argv, env) in start order; stopped in the reverse order
+    nn_args = dict(block_size=args.block_size, replication=args.replication)
+    if args.ha:
+        # etcd first (the NameNodes' journal and lock), then 3 NameNodes that elect one of them through it
+        for i in range(N_ETCD):
+            specs.append((f"etcd{i + 1}", etcd_argv(etcd, host, ports["etcd"], i, data_dir), dict(base_env)))
+        ha = dict(etcd_endpoints=",".join(f"http://{host}:{c}" for c, _ in ports["etcd"]), advertise_host=host)
+        for i, (http, rpc) in enumerate(ports["nn"], 1):
+            specs.append((f"namenode{i}", service("epochfs.namenode"),
+                          env("NN_", port=http, rpc_port=rpc, data_dir=data_dir / f"namenode{i}", name=f"nn{i}",
+                              **ha, **nn_args)))
+    else:
+        http, rpc = ports["nn"][0]
+        specs.append(("namenode", service("epochfs.namenode"),
+                      env("NN_", port=http, rpc_port=rpc, data_dir=data_dir / "namenode", **nn_args)))
+    nn_addrs = ",".join(f"{host}:{rpc}" for _, rpc in ports["nn"])  # every NameNode: clients follow the active one
+    for i, (http, rpc) in enumerate(ports["dn"], 1):
+        specs.append((f"datanode{i}", service("epochfs.datanode"),
+                      env("DN_", port=http, rpc_port=rpc, data_dir=data_dir / f"datanode{i}", namenode=nn_addrs)))
+    specs.append(("gateway", service("epochfs.gateway"),
+                  env("GW_", port=ports["gateway"], namenode=nn_addrs, users=",".join(users))))
+
+    busy = _ports_in_use(host, [ports["gateway"], *(p for pair in ports["nn"] + ports["dn"] + ports["etcd"]
+                                                    for p in pair)])
+    if busy:
+        print(f"epochfs up: port(s) {', '.join(map(str, busy))} on {host} are in use (another cluster? pick "
+              f"another --port; the services use ports {args.port} to {args.port + (25 if args.ha else 15)})",
+              file=sys.stderr)
+        return 1
+    children = [Child(name, argv, e, data_dir / "logs" / f"{name}.log") for name, argv, e in specs]
     stopping = False
 
     def stop(*_):
@@ -123,17 +188,25 @@ def cmd_up(args) -> int:
     signal.signal(signal.SIGINT, stop)
     (data_dir / "up.pid").write_text(str(os.getpid()))
     procs: dict[str, subprocess.Popen] = {}  # those started so far
+    nn_health = [f"http://{host}:{http}/healthz" for http, _ in ports["nn"]]
     try:
         for c in children:
             procs[c.name] = c.start()
+            if c.name == f"etcd{N_ETCD}":  # members wait for each other: all started, then all healthy
+                for client, _ in ports["etcd"]:
+                    wait_ready(f"http://{host}:{client}/health", procs, lambda j: j.get("health") == "true", 60)
             if c.name == "namenode":
-                wait_ready(f"http://{host}:{ports['nn_http']}/healthz", procs)
+                wait_ready(nn_health[0], procs)
+            elif c.name == f"namenode{N_NAMENODES_HA}":  # all started: one of them is elected and serves
+                wait_any_ready(nn_health, procs, lambda j: True, timeout=60)
         wait_ready(f"http://{host}:{ports['gateway']}/healthz", procs)
-        wait_ready(f"http://{host}:{ports['nn_http']}/healthz", procs, lambda j: j.get("nodes", 0) >= N_DATANODES)
+        wait_any_ready(nn_health, procs, lambda j: j.get("nodes", 0) >= N_DATANODES)  # the active one's
         endpoint = f"http://{host}:{ports['gateway']}"
         print(f"export AWS_ENDPOINT_URL={endpoint} AWS_ACCESS_KEY_ID={root['access_key']} "
               f"AWS_SECRET_ACCESS_KEY={root['secret_key']} AWS_DEFAULT_REGION=us-east-1", flush=True)
-        print(f"# epochfs is up: S3 endpoint {endpoint}, data in {data_dir}, logs in {data_dir / 'logs'}; "
+        ha_note = (f", NameNodes {nn_addrs}, etcd {','.join(f'http://{host}:{c}' for c, _ in ports['etcd'])}"
+                   if args.ha else "")
+        print(f"# epochfs is up: S3 endpoint {endpoint}{ha_note}, data in {data_dir}, logs in {data_dir / 'logs'}; "
               "Ctrl-C stops it", file=sys.stderr, flush=True)
         while not stopping:
             for c in children:
@@ -149,6 +222,21 @@ def cmd_up(args) -> int:
     (data_dir / "up.pid").unlink(missing_ok=True)
     print("# epochfs stopped", file=sys.stderr)
     return 0
+
+
+def wait_any_ready(urls: list[str], procs: dict, check, timeout: float = 30.0) -> None:
+    """wait_ready until one of `urls` passes `check` (HA: the active NameNode is the one DataNodes report to)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for url in urls:
+            try:
+                wait_ready(url, procs, check, timeout=0.2)
+                return
+            except RuntimeError:
+                if any(p.poll() is not None for p in procs.values()):
+                    raise
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for one of {', '.join(urls)}")
 
 
 class RestartDelay:
@@ -169,8 +257,8 @@ class RestartDelay:
 class Child:
     """One service of `epochfs up`: started, and started again (after a RestartDelay) whenever it exits."""
 
-    def __init__(self, name: str, module: str, env: dict, log_path: Path) -> None:
-        self.name, self.module, self.env, self.log_path = name, module, env, log_path
+    def __init__(self, name: str, argv: list[str], env: dict, log_path: Path) -> None:
+        self.name, self.argv, self.env, self.log_path = name, argv, env, log_path
         self.proc: subprocess.Popen | None = None
         self.started = 0.0
         self.due: float | None = None  # when a restart is pending: its time
@@ -178,8 +266,7 @@ class Child:
 
     def start(self) -> subprocess.Popen:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", self.module], env=self.env, stdout=log, stderr=log,
-                                         stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         self.started, self.due = time.monotonic(), None
         return self.proc
 
@@ -289,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="default block size of new buckets, in bytes (a multiple of 64 KiB, 64 KiB to 32 MiB)")
     up.add_argument("--replication", type=int, default=defaults.REPLICATION)
     up.add_argument("--log-level", default="info")
+    up.add_argument("--ha", action="store_true",
+                    help="NameNode high availability: a 3-member etcd cluster (Debian's etcd-server) and 3 NameNodes, "
+                         "one active; DataNodes and the gateway follow the active one")
     up.add_argument("-d", "--detach", action="store_true", help="run in the background; print the exports and exit")
     up.set_defaults(func=cmd_up)
     down = sub.add_parser("down", help="stop a cluster started with `epochfs up --detach`")

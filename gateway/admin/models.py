@@ -187,3 +187,39 @@ class Job(Msg):
     progress: float | None = Field(description="0..1 where known")
     node: int | None = None
     detail: dict = Field(default_factory=dict)
+
+
+class HaNameNode(Msg):
+    """One NameNode as the metadata log and this gateway see it."""
+    name: str
+    address: str = Field(description="its RPC address, host:port")
+    http: str = ""
+    role: str = Field(description="active, standby, rebuilding, embedded (no HA), or unreachable (from this gateway)")
+    applied: int = Field(description="sequence number of the last command it applied from the metadata log")
+    lag: int = Field(description="commands it is behind the log's end")
+    reachable: bool | None = Field(description="whether it answered this gateway (null: not among the addresses "
+                                               "the gateway was given)")
+    error: str | None = None
+    current: bool = Field(description="whether this gateway's NameNode calls go to it now")
+
+
+class EtcdMember(Msg):
+    endpoint: str
+    healthy: bool
+    leader: bool | None = None
+    db_size: int | None = None
+    revision: int | None = None
+    error: str | None = None
+
+
+class HaStatus(Msg):
+    """NameNode high availability: `mode` embedded (one NameNode, no etcd) or etcd."""
+    mode: str
+    epoch: int = Field(description="the active NameNode's fencing epoch (its etcd leader key's revision; 0 embedded)")
+    leader: str = Field(description="the active NameNode's RPC address (\"\": none elected)")
+    log_first: int
+    log_end: int
+    namenodes: list[HaNameNode]
+    etcd: list[EtcdMember]
+    gateway_moves: int = Field(description="times this gateway's NameNode calls moved to another address")
+    gateway_redirects: int = Field(description="NotLeader answers this gateway got (each one redirected a call)")

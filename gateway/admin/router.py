@@ -10,7 +10,7 @@ from starlette.routing import Match
 
 from epochfs.common import errors
 
-from . import buckets, cluster, keys, ui
+from . import buckets, cluster, ha, keys, ui
 
 PREFIX = "/admin/v1"
 # domain errors from the NameNode -> HTTP status of the admin API
@@ -34,7 +34,7 @@ async def method_not_allowed(request: Request, exc: HTTPException):
 
 
 def mount(api: FastAPI) -> None:
-    for r in (cluster.router, buckets.router, keys.router):
+    for r in (cluster.router, ha.router, buckets.router, keys.router):
         api.include_router(r, prefix=PREFIX)
     api.include_router(ui.router)
     api.add_exception_handler(errors.DomainError, domain_error)

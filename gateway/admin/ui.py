@@ -36,6 +36,10 @@ table{border-collapse:collapse;width:100%} td,th{padding:3px 6px;text-align:left
 <text x="4" y="12" font-size="10" id="chart-max"></text></svg>
 <div><span style="color:#2563eb">&#9632; in</span> <span style="color:#16a34a">&#9632; out</span>
 <span id="rates"></span></div></section>
+<section style="grid-column:1/-1"><h2>NameNodes <span id="ha-mode"></span></h2><table><thead><tr><th>name</th>
+<th>address</th><th>role</th><th>applied</th><th>lag</th><th>error</th></tr></thead><tbody id="namenodes"></tbody></table>
+<table id="etcd-table"><thead><tr><th>etcd endpoint</th><th>health</th><th>leader</th><th>db size</th><th>revision</th>
+<th>error</th></tr></thead><tbody id="etcd"></tbody></table><div id="ha-err"></div></section>
 <section style="grid-column:1/-1"><h2>DataNodes</h2><table><thead><tr><th>id</th><th>address</th><th>state</th>
 <th>capacity used</th><th>used / capacity</th><th>blocks</th><th>last heartbeat</th><th>replication lag</th></tr></thead>
 <tbody id="nodes"></tbody></table></section>
@@ -66,7 +70,25 @@ function drawChart() {
   if (last) document.getElementById("rates").textContent =
     ` in ${fmt(last.in)}/s, out ${fmt(last.out)}/s, ${last.req.toFixed(1)} req/s`;
 }
+async function refreshHa() {
+  try {
+    const h = await get("ha"), etcd = h.mode === "etcd";
+    document.getElementById("ha-mode").textContent = etcd ?
+      `(etcd, epoch ${h.epoch}, leader ${h.leader || "none"}, log ${h.log_first}..${h.log_end})` : `(${h.mode})`;
+    document.getElementById("namenodes").innerHTML = h.namenodes.map(n => `<tr class="namenode"
+      data-role="${esc(n.role)}"><td>${esc(n.name)}</td><td>${esc(n.address)}</td>
+      <td>${esc(n.role + (n.current ? " (this gateway's)" : ""))}</td><td>${etcd ? n.applied : "-"}</td>
+      <td>${etcd ? n.lag : "-"}</td><td>${esc(n.error || "")}</td></tr>`).join("");
+    document.getElementById("etcd-table").style.display = etcd ? "" : "none";
+    document.getElementById("etcd").innerHTML = h.etcd.map(e => `<tr class="etcd"><td>${esc(e.endpoint)}</td>
+      <td>${e.healthy ? "healthy" : "UNHEALTHY"}</td><td>${e.leader ? "yes" : ""}</td>
+      <td>${e.db_size == null ? "-" : fmt(e.db_size)}</td><td>${e.revision == null ? "-" : e.revision}</td>
+      <td>${esc(e.error || "")}</td></tr>`).join("");
+    document.getElementById("ha-err").textContent = "";
+  } catch (e) { document.getElementById("ha-err").textContent = String(e); }
+}
 async function refresh() {
+  refreshHa();
   try {
     const [s, nodes] = await Promise.all([get("summary"), get("nodes")]);
     const h = document.getElementById("health");

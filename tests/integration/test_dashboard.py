@@ -47,6 +47,12 @@ def test_dashboard_shows_live_cluster(cluster, browser, tmp_path):
                            timeout=15_000)
     page.wait_for_function("document.getElementById('rates').textContent.includes('req/s')", timeout=15_000)
     assert "objects" in page.inner_text("#summary")
+    # the NameNode of this (embedded) cluster: one row, the gateway's, no etcd table
+    page.wait_for_selector("tr.namenode", timeout=15_000)
+    nns = page.query_selector_all("tr.namenode")
+    assert len(nns) == 1 and nns[0].get_attribute("data-role") == "embedded"
+    assert "this gateway's" in nns[0].inner_text() and page.inner_text("#ha-mode") == "(embedded)"
+    assert not page.is_visible("#etcd-table") and page.inner_text("#ha-err") == ""
     assert page.inner_text("#err") == ""
     shot = tmp_path / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)

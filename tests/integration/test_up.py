@@ -11,16 +11,16 @@ import pytest
 from cluster import ephemeral_low
 
 
-def free_port() -> int:
-    """A gateway port whose next 16 ports (the other services of `epochfs up`) are free too, below the ephemeral
-    range (cluster.free_port says why)."""
+def free_port(span: int = 17) -> int:
+    """A gateway port whose next `span - 1` ports (the other services of `epochfs up`: 16, 26 with --ha) are free
+    too, below the ephemeral range (cluster.free_port says why)."""
     import random
     import socket
     while True:
-        base = random.randint(10000, ephemeral_low() - 18)
+        base = random.randint(10000, ephemeral_low() - span - 1)
         try:
             socks = []
-            for p in range(base, base + 17):
+            for p in range(base, base + span):
                 s = socket.socket()
                 socks.append(s)
                 s.bind(("127.0.0.1", p))
@@ -94,3 +94,71 @@ def test_up_takes_the_root_key_from_the_environment(tmp_path):
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=30) == 0
+
+
+def test_up_ha_runs_etcd_three_namenodes_and_stops_them_all(tmp_path):
+    """`epochfs up --ha`: a 3-member etcd (Debian's etcd binary), 3 NameNodes given its endpoints, 3 DataNodes and
+    the gateway given every NameNode; S3 works, `epochfs admin status` lists the 3 NameNodes, `epochfs down` stops
+    all ten processes."""
+    import json
+    import shutil
+    import time
+
+    import httpx
+    from epochfs.frontends.cli.main import cluster_ports
+    if not shutil.which("etcd") and not os.path.exists("/usr/bin/etcd"):
+        pytest.skip("etcd is not installed (apt-get install etcd-server)")
+    data, port = tmp_path / "data", free_port(27)
+    cli = [sys.executable, "-m", "epochfs.frontends.cli.main"]
+    r = subprocess.run([*cli, "up", "--ha", "--detach", "--data-dir", str(data), "--port", str(port)],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr + (data / "up.out").read_text()
+    exports = dict(kv.split("=", 1) for kv in r.stdout.strip().splitlines()[0].split()[1:])
+    up_pid = int((data / "up.pid").read_text())
+    ports = cluster_ports(port, ha=True)
+    try:
+        kids = children(up_pid)
+        assert len(kids) == 10  # 3 etcd, 3 NameNodes, 3 DataNodes, gateway
+        cmdlines = [open(f"/proc/{k}/cmdline").read().split("\0") for k in kids]
+        etcds = [c for c in cmdlines if c[0].endswith("etcd")]
+        assert len(etcds) == 3 and all(str(data) in " ".join(c) for c in etcds)
+        for client_port, _ in ports["etcd"]:  # every member healthy: the cluster has its quorum
+            assert httpx.get(f"http://127.0.0.1:{client_port}/health", timeout=5).json()["health"] == "true"
+        endpoints = ",".join(f"http://127.0.0.1:{c}" for c, _ in ports["etcd"])
+        nn_addrs = ",".join(f"127.0.0.1:{rpc}" for _, rpc in ports["nn"])
+        envs = [dict(kv.split("=", 1) for kv in open(f"/proc/{k}/environ").read().split("\0") if "=" in kv)
+                for k in kids]
+        nn_envs = [e for e in envs if "NN_DATA_DIR" in e]
+        assert sorted(e["NN_NAME"] for e in nn_envs) == ["nn1", "nn2", "nn3"]
+        assert all(e["NN_ETCD_ENDPOINTS"] == endpoints and e["NN_ADVERTISE_HOST"] == "127.0.0.1" for e in nn_envs)
+        assert len({e["NN_DATA_DIR"] for e in nn_envs}) == 3
+        assert [e["DN_NAMENODE"] for e in envs if "DN_DATA_DIR" in e] == [nn_addrs] * 3
+        assert [e["GW_NAMENODE"] for e in envs if "GW_PORT" in e] == [nn_addrs]
+
+        s3 = client(exports)
+        s3.create_bucket(Bucket="ha-up")
+        s3.put_object(Bucket="ha-up", Key="k", Body=b"kept")
+        assert s3.get_object(Bucket="ha-up", Key="k")["Body"].read() == b"kept"
+        st = subprocess.run([*cli, "admin", "status"], env={**os.environ, **exports}, capture_output=True, text=True,
+                            timeout=60)
+        assert st.returncode == 0, st.stderr
+        for _, rpc in ports["nn"]:
+            assert f"127.0.0.1:{rpc}" in st.stdout
+        roles = [n["role"] for n in httpx.get(f"{exports['AWS_ENDPOINT_URL']}/admin/v1/ha", timeout=30, auth=(
+            exports["AWS_ACCESS_KEY_ID"], exports["AWS_SECRET_ACCESS_KEY"])).json()["namenodes"]]
+        # each NameNode embedded (no HA in the NameNode yet), or one active and two standbys
+        assert sorted(roles) in (["embedded"] * 3, ["active", "standby", "standby"]), roles
+    finally:
+        down = subprocess.run([*cli, "down", "--data-dir", str(data)], capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0, down.stderr
+    deadline = time.monotonic() + 30
+    for k in kids:
+        while os.path.exists(f"/proc/{k}") and open(f"/proc/{k}/stat").read().split()[2] != "Z":
+            assert time.monotonic() < deadline, f"process {k} still runs after epochfs down"
+            time.sleep(0.1)
+    assert not (data / "up.pid").exists()
+    json.loads((data / "cluster.json").read_text())  # the cluster's secret is kept for the next `up --ha`
+    # the same data directory without --ha would show an empty namespace: refused, saying why
+    r = subprocess.run([*cli, "up", "--data-dir", str(data), "--port", str(port)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and "started with --ha" in r.stderr and not (data / "namenode").exists()

@@ -47,8 +47,8 @@ def run(test):
 def test_register_heartbeat_and_the_delete_order_riding_on_it():
     async def t(nn: NameNodeClient, meta: MetaStore):
         assert (await nn.heartbeat(m.Heartbeat(node_id=7))).reregister  # unknown: must register first
-        nid = await nn.register(m.Register(uuid="u1", host="127.0.0.1", rpc_port=9001, capacity=1 << 30))
-        assert nid == await nn.register(m.Register(uuid="u1", host="127.0.0.1", rpc_port=9001))  # same uuid, same id
+        nid = (await nn.register(m.Register(uuid="u1", host="127.0.0.1", rpc_port=9001, capacity=1 << 30))).node_id
+        assert nid == (await nn.register(m.Register(uuid="u1", host="127.0.0.1", rpc_port=9001))).node_id  # same uuid
         meta.put_object("a", "k", {"size": 3, "etag": '"e"', "blk": [[11, 3, 0, [nid]]]})
         meta.free_grace_s = 0.0  # the freed block is garbage at once (no reader to wait for)
         meta.delete_object("a", "k")
