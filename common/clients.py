@@ -386,7 +386,10 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
     # round costs a NotLeader answer or a refused connection per address, next to nothing for a NameNode)
     MAX_BACKOFF_S = 0.25
 
-    def __init__(self, rpc: RpcClient | Sequence[RpcClient], *, retry_s: float = 0.0) -> None:
+    def __init__(self, rpc: RpcClient | Sequence[RpcClient], *, retry_s: float = 0.0, follow: bool = True) -> None:
+        """`follow` False: the client stays with the addresses it was given (a NotLeader naming another one is raised,
+        not followed): for asking one particular NameNode, as operators' tools and tests do."""
+        self.follow = follow
         pools = [rpc] if isinstance(rpc, RpcClient) else list(rpc)
         if not pools:
             raise ValueError("NameNodeClient needs at least one address")
@@ -417,6 +420,8 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
     def _pool(self, addr: str) -> RpcClient:
         pool = self._pools.get(addr)
         if pool is None:
+            if not self.follow:
+                raise errors.Unavailable(f"not following the NameNode to {addr!r}")
             host, port = parse_addr(addr)
             if not port or len(self._pools) >= self.MAX_ADDRS:
                 raise errors.Unavailable(f"cannot follow the NameNode to {addr!r}")

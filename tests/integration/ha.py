@@ -128,7 +128,7 @@ class HaNameNodes:
     def call(self, i: int, fn, timeout: float = 10.0):
         """fn(NameNodeClient of nn i) run to completion."""
         async def go():
-            c = NameNodeClient(RpcClient("127.0.0.1", self.ports[i][1], SECRET, timeout=timeout))
+            c = NameNodeClient(RpcClient("127.0.0.1", self.ports[i][1], SECRET, timeout=timeout), follow=False)
             try:
                 return await fn(c)
             finally:

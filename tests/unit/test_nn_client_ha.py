@@ -13,7 +13,7 @@ from epochfs.common import errors
 from epochfs.common import messages as m
 from epochfs.common.clients import NameNodeClient, parse_addrs
 from epochfs.common.metrics import NN_LEADER_CHANGES, NN_REDIRECTS
-from epochfs.common.rpc import RpcServer
+from epochfs.common.rpc import RpcClient, RpcServer
 
 SECRET = "s3cret"
 
@@ -159,6 +159,24 @@ def test_learns_a_leader_address_it_was_not_given():
         c = NameNodeClient.connect(standby.addr, SECRET)  # only the standby configured
         try:
             assert await answered_by(c) == "act" and set(c.addresses) == {standby.addr, active.addr}
+        finally:
+            await c.close()
+            await standby.stop()
+            await active.stop()
+    run(main())
+
+
+def test_a_pinned_client_reports_not_leader_instead_of_following():
+    async def main():
+        standby, active = await FakeNameNode("sb").start(), await FakeNameNode("act").start()
+        active.active = True
+        standby.leader = active.addr
+        c = NameNodeClient(RpcClient("127.0.0.1", standby.port, SECRET), retry_s=1.0, follow=False)
+        try:
+            with pytest.raises(errors.NotLeader) as e:
+                await c.bucket_list()
+            assert e.value.details["leader"] == active.addr and c.addresses == [standby.addr]
+            assert active.calls == 0
         finally:
             await c.close()
             await standby.stop()
