@@ -478,8 +478,13 @@ class S3Client:
                 it["if_none_match"] = if_none_match
             index.append(it)
         head = orjson.dumps({"items": index})
-        body = [len(head).to_bytes(4, "big"), head, *(d for _, d in items)]
-        r = await self._fs_send("POST", f"put/{bucket}", content=b"".join(body))
+        pieces = [len(head).to_bytes(4, "big"), head, *(d for _, d in items)]
+
+        async def body():  # the pieces as they are: joining 8 MiB cost the CLI a sixth of its CPU
+            for p in pieces:
+                yield p
+        r = await self._fs_send("POST", f"put/{bucket}", content=body(),
+                                headers={"content-length": str(sum(len(p) for p in pieces))})
         out: list[str | errors.DomainError] = []
         for (key, _), res in zip(items, orjson.loads(r.content)["items"]):
             out.append(_item_error(res, bucket, key) if "err" in res else res["etag"].strip('"'))

@@ -32,7 +32,7 @@ from epochfs.common.blocks import crc32c
 
 from . import args
 from .access import bucket_access
-from .body import BodyCheck, read_all
+from .body import BodyCheck, read_exactly
 from .errors import S3Error, from_domain, invalid_request
 from .ext import extension
 from .http import Response
@@ -67,7 +67,7 @@ def _malformed(why: str) -> S3Error:
     return S3Error("MalformedBatch", f"Bad batch body: {why}.", 400)
 
 
-def _parse(body: bytes) -> tuple[list[_Item], memoryview]:
+def _parse(body: memoryview) -> tuple[list[_Item], memoryview]:
     if len(body) < _LEN.size:
         raise _malformed("it must start with the 4-byte length of its JSON index")
     n = _LEN.unpack_from(body)[0]
@@ -81,7 +81,7 @@ def _parse(body: bytes) -> tuple[list[_Item], memoryview]:
         raise _malformed("no items")
     if len(items) > MAX_ITEMS:
         raise invalid_request(f"A batch holds at most {MAX_ITEMS} items; this one has {len(items)}.")
-    data = memoryview(body)[_LEN.size + n:]
+    data = body[_LEN.size + n:]
     if any(it.size < 0 for it in items) or sum(it.size for it in items) != len(data):
         raise _malformed(f"the item sizes add up to {sum(it.size for it in items)}, the data is {len(data)} bytes")
     if len({it.key for it in items}) != len(items):
@@ -140,10 +140,7 @@ async def batch_put(ctx, req):
     if payload_hash in _STREAMING or "aws-chunked" in h.get("content-encoding", ""):
         raise invalid_request("A batch body can't be aws-chunked: send it with its Content-Length.")
     base = object_attrs(req, info)  # the request's ACL and storage class, for every item
-    body = await read_all(req.receive, MAX_BODY)
-    if len(body) != length:
-        raise S3Error("IncompleteBody", "You did not provide the number of bytes specified by the Content-Length "
-                      "HTTP header.", 400)
+    body = await read_exactly(req.receive, length)
     if payload_hash != UNSIGNED:
         if len(payload_hash) != 64:
             raise errors.InvalidInput("x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a SHA-256 hex digest")
