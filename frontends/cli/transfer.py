@@ -21,10 +21,11 @@ from epochfs.common.client import INGEST_MAX_ITEMS, S3Client
 
 REMOTE = ("epochfs://", "s3://")
 # Uploads of files up to SMALL_FILE go in batch PUTs (POST /_epochfs/put: one request, one NameNode command and one
-# call per DataNode for many files) of up to BATCH_BYTES, BATCH_INFLIGHT of them at once while the next are read.
+# call per DataNode for many files) of up to BATCH_BYTES, -j / JOBS_PER_BATCH of them at once (4 for the default -j 16)
+# while the next are read.
 SMALL_FILE = 1 << 20
 BATCH_BYTES = 8 << 20
-BATCH_INFLIGHT = 4
+JOBS_PER_BATCH = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +169,7 @@ async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool, ba
             sem = asyncio.Semaphore(jobs)
             small = [e for e in work if e.size <= SMALL_FILE] if rs is None and batch else []
             single = [e for e in work if e.size > SMALL_FILE] if small else work
-            batch_sem = asyncio.Semaphore(BATCH_INFLIGHT)
+            batch_sem = asyncio.Semaphore(max(1, jobs // JOBS_PER_BATCH))
 
             async def one(e: Entry) -> None:
                 async with sem:
