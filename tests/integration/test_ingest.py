@@ -11,7 +11,6 @@ import subprocess
 import sys
 import uuid
 
-import botocore.exceptions
 import fsspec
 import httpx
 import pytest
