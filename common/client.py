@@ -7,6 +7,7 @@ and used in one event loop, and never carried across a fork.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import hashlib
@@ -25,12 +26,15 @@ import sniffio
 
 from . import defaults, errors, sigv4
 from . import messages as m
-from .blocks import pick_replica, pieces_within
+from .blocks import crc32c, pick_replica, pieces_within
 from .clients import DataNodeClient
 from .config import parse_addr
 from .rpc import RpcClient, TrioRpcClient
 
 MIN_PART = defaults.MIN_PART_SIZE
+# what one batch PUT (gateway/s3/ingest.py) may hold
+INGEST_MAX_ITEMS = 1000
+INGEST_MAX_BYTES = 32 << 20
 # after the DataNodes could not be reached directly, batch reads go through the gateway for this long
 DIRECT_RETRY_S = 30.0
 
@@ -457,6 +461,35 @@ class S3Client:
                 pass  # a refused token, a bad replica: the gateway's path sorts it out
         return await self._batch_proxy(items, body)
 
+    # ---------------------------------------------------------------- batch ingest (gateway/s3/ingest.py)
+    async def put_many(self, bucket: str, items: list[tuple[str, bytes]], *, content_types: list[str | None] = None,
+                       if_none_match: str | None = None) -> list[str | errors.DomainError]:
+        """Store many small objects (key, bytes) in one request (at most INGEST_MAX_ITEMS items, INGEST_MAX_BYTES
+        bytes); each result is the object's ETag or its own error. Every item carries its CRC32C, which the gateway
+        verifies and stores as its x-amz-checksum-crc32c (the body itself is sent unsigned, as every body here)."""
+        index = []
+        for j, (key, data) in enumerate(items):
+            it = {"key": key, "size": len(data),
+                  "checksum": {"crc32c": base64.b64encode(crc32c(data).to_bytes(4, "big")).decode()}}
+            ct = content_types[j] if content_types else None
+            if ct:
+                it["ctype"] = ct
+            if if_none_match:
+                it["if_none_match"] = if_none_match
+            index.append(it)
+        head = orjson.dumps({"items": index})
+        pieces = [len(head).to_bytes(4, "big"), head, *(d for _, d in items)]
+
+        async def body():  # the pieces as they are: joining 8 MiB cost the CLI a sixth of its CPU
+            for p in pieces:
+                yield p
+        r = await self._fs_send("POST", f"put/{bucket}", content=body(),
+                                headers={"content-length": str(sum(len(p) for p in pieces))})
+        out: list[str | errors.DomainError] = []
+        for (key, _), res in zip(items, orjson.loads(r.content)["items"]):
+            out.append(_item_error(res, bucket, key) if "err" in res else res["etag"].strip('"'))
+        return out
+
     def _datanode(self, addr: str) -> DataNodeClient:
         """The client of a DataNode, for the event loop this client runs on (asyncio, or the mount's trio)."""
         dn = self._datanodes.get(addr)
@@ -580,6 +613,66 @@ class S3Client:
                 yield orjson.loads(buf)
         finally:
             await resp.aclose()
+
+
+class PutBatcher:
+    """Coalesces small PUTs made at the same time into batch PUTs (S3Client.put_many), for asyncio callers that
+    start many uploads at once (fsspec's put and pipe of many files): `await put(bucket, key, data)` returns the
+    object's ETag or raises its own error. Puts started in one turn of the event loop go out together when that
+    turn ends, or as soon as a batch reaches `max_bytes` or `max_items`; batches go out concurrently."""
+
+    def __init__(self, client: S3Client, *, max_bytes: int = 8 << 20, max_items: int = INGEST_MAX_ITEMS) -> None:
+        self.client = client
+        self.max_bytes, self.max_items = min(max_bytes, INGEST_MAX_BYTES - (1 << 20)), max_items
+        self._open: dict[tuple[str, str | None], list] = {}  # (bucket, if_none_match) -> [items, bytes]
+        self._scheduled = False
+        self._tasks: set[asyncio.Task] = set()
+
+    async def put(self, bucket: str, key: str, data: bytes, *, if_none_match: str | None = None) -> str:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        slot = (bucket, if_none_match)
+        batch = self._open.get(slot)
+        if batch is not None and (key in batch[2] or batch[1] + len(data) > self.max_bytes):
+            self._send(slot)  # a key twice in one batch is refused: the later put goes in the next one
+            batch = None
+        if batch is None:
+            batch = self._open[slot] = [[], 0, set()]
+        batch[0].append((key, data, fut))
+        batch[1] += len(data)
+        batch[2].add(key)
+        if len(batch[0]) >= self.max_items:
+            self._send(slot)
+        elif not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._send_all)
+        return await fut
+
+    def _send_all(self) -> None:
+        self._scheduled = False
+        for slot in list(self._open):
+            self._send(slot)
+
+    def _send(self, slot) -> None:
+        items, _, _ = self._open.pop(slot)
+        t = asyncio.ensure_future(self._go(slot, items))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _go(self, slot, items: list) -> None:
+        bucket, inm = slot
+        try:
+            res = await self.client.put_many(bucket, [(k, d) for k, d, _ in items], if_none_match=inm)
+        except BaseException as e:  # the whole request failed: every item with it
+            for _, _, fut in items:
+                if not fut.done():
+                    fut.set_exception(e if isinstance(e, Exception) else errors.Unavailable(repr(e)))
+            if not isinstance(e, Exception):
+                raise
+            return
+        for (_, _, fut), r in zip(items, res):
+            if not fut.done():
+                fut.set_exception(r) if isinstance(r, errors.DomainError) else fut.set_result(r)
 
 
 def _with_grant(plan: dict) -> dict:

@@ -41,10 +41,18 @@ class DataNodeClient:
         """Store a replica: from its primary (fresh, the write's own replication) or a repair copy."""
         await self.rpc.request(m.PutReplica(block_id=block_id, crc=crc, fresh=fresh), data)
 
-    async def put_replicas(self, heads: list[m.ReplicaHead], data) -> dict[int, str]:
-        """Store several repair copies, their bytes back to back in `data`: the error class of each one (by index in
-        `heads`) that was not stored."""
-        reply, _ = await self.rpc.request(m.PutReplicas(blocks=heads), data)
+    async def put_replicas(self, heads: list[m.ReplicaHead], data, *, fresh: bool = False) -> dict[int, str]:
+        """Store several copies, their bytes back to back in `data`: repair copies, or a primary's fresh ones (a
+        put_many batch's replication, answered once on disk): the error class of each one (by index in `heads`)
+        that was not stored."""
+        reply, _ = await self.rpc.request(m.PutReplicas(blocks=heads, fresh=fresh), data)
+        return reply.errs
+
+    async def put_many(self, blocks: list[m.NewBlock], data, addrs: dict[str, str], acks: int = 1) -> dict[int, str]:
+        """Store many blocks as their primary (their bytes back to back in `data`, a list sent without joining), in
+        one write batch; it replicates them and answers once `acks` copies of each are on disk: the error class of
+        each block (by index) that was not stored."""
+        reply, _ = await self.rpc.request(m.PutMany(blocks=blocks, addrs=addrs, acks=acks), data)
         return reply.errs
 
     async def get(self, block_id: int, offset: int = 0, length: int = -1, *, timeout: float | None = None):
@@ -135,6 +143,10 @@ class _BucketObjectCalls:
                          if_match: str | None = None, if_none_match: str | None = None) -> m.Committed:
         return await self._call(m.PutObject(bucket=bucket, key=key, obj=obj, blocks=tuple(blocks),
                                             if_match=if_match, if_none_match=if_none_match))
+
+    async def put_objects(self, bucket: str, items: list[m.PutItem]) -> m.CommittedMany:
+        """Commit many objects of one bucket in one command; each item's Committed or its own error."""
+        return await self._call(m.PutObjects(bucket=bucket, items=items))
 
     async def stat(self, bucket: str, key: str, version_id: str | None = None,
                    range: tuple[int, int | None] | None = None) -> m.Located:

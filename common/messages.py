@@ -142,8 +142,31 @@ class PutReplica(Request, tag="put_replica"):
 
 
 class PutReplicas(Request, tag="put_replicas"):
-    """Store several repair copies at once (a NameNode copy order): their bytes back to back in the payload."""
+    """Store several copies at once, their bytes back to back in the payload: repair copies (a NameNode copy order),
+    or fresh ones (a primary's replication of a put_many batch: a block deleted meanwhile is dropped, and the reply
+    waits until the copies are on disk)."""
     blocks: list[ReplicaHead]
+    fresh: bool = False
+    Reply = Stored
+
+
+class NewBlock(Msg, array_like=True):
+    """One block of a put_many batch: on the wire [id, crc, size, secondaries]; its bytes are `size` bytes of the
+    payload, `secondaries` the node ids it is replicated to (their addresses in PutMany.addrs)."""
+    id: I64
+    crc: I64
+    size: I64
+    secondaries: tuple[I64, ...] = ()
+
+
+class PutMany(Request, tag="put_many"):
+    """Store many blocks (the payload, back to back) as their primary in one write batch with their replication
+    jobs, replicate them as `put` does (one put_replicas per secondary for the whole batch) and answer once `acks`
+    copies of each, this one included, are on disk. A block that fails (CRC mismatch, no room) is that block's error
+    in the reply, the others are stored."""
+    blocks: list[NewBlock]
+    addrs: dict[str, str] = {}  # str(node id) -> "host:port" of every secondary named
+    acks: I64 = 1
     Reply = Stored
 
 
@@ -456,6 +479,31 @@ class PutObject(Request, tag="put_object"):
     if_match: str | None = None
     if_none_match: str | None = None
     Reply = Committed
+
+
+class PutItem(Msg):
+    """One object of a put_objects batch: as PutObject's fields."""
+    key: str
+    obj: ObjectRecord
+    blocks: tuple[WrittenBlock, ...] = ()
+    if_match: str | None = None
+    if_none_match: str | None = None
+
+
+class CommittedMany(Msg):
+    """What a put_objects batch made: per item (in request order) its Committed, or None and its error in `errs`
+    (by index: [error class, message])."""
+    done: list[Committed | None]
+    errs: dict[int, PieceError] = {}
+
+
+class PutObjects(Request, tag="put_objects"):
+    """Commit many new objects of one bucket in one NameNode command: each is committed as PutObject would (whole or
+    not at all, its own ETag, version and conditions), in one write batch; an item that fails a check (quota,
+    condition, write policy) is that item's error and the others still commit."""
+    bucket: str
+    items: list[PutItem]
+    Reply = CommittedMany
 
 
 class Located(Msg):

@@ -60,13 +60,69 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
             await store.synced()  # on disk before the primary counts it (sync:N) or completes its job
         return DONE
 
+    async def put_many(req: m.PutMany, payload) -> m.Stored:
+        """Many blocks as their primary (a gateway's batch PUT of small objects): all stored in one write batch with
+        their replication jobs, then replicated as `put` does, one put_replicas call per secondary for the batch.
+        Answers once `req.acks` copies of each are on disk (as put); a block that fails (CRC mismatch, no room, too
+        few replicas for sync:N) is that block's error, the others are stored."""
+        if sum(h.size for h in req.blocks) != len(payload) or any(h.size < 0 for h in req.blocks):
+            raise errors.InvalidInput("put_many: the block sizes do not add up to the payload")
+        if any(str(t) not in req.addrs for h in req.blocks for t in h.secondaries):
+            raise errors.InvalidInput("put_many: a secondary without an address")
+        acks = req.acks
+        mv, off, errs, todo, where = memoryview(payload), 0, {}, [], []
+        for i, h in enumerate(req.blocks):
+            data, off = mv[off:off + h.size], off + h.size
+            targets = [(t, req.addrs[str(t)]) for t in h.secondaries]
+            try:
+                if acks > 1 + len(targets):
+                    raise errors.NotEnoughReplicas(f"block {h.id}: too few nodes placed for the write policy")
+                check_room(h.id, h.size)
+            except errors.DomainError as e:
+                errs[i] = type(e).__name__
+                continue
+            todo.append((h.id, data, h.crc, targets))
+            where.append(i)
+        for j, err in store.store_many(todo, jobs_due_in=FAST_PATH_GRACE_S).items():
+            errs[where[j]] = err
+        stored = [(blk, i) for blk, i in zip(todo, where) if i not in errs]
+        if acks > 1:
+            _, short = await asyncio.gather(store.synced(), replicator.push_many([b for b, _ in stored], acks - 1))
+            if short:
+                store.delete(sorted(short))
+                errs.update({i: "NotEnoughReplicas" for (bid, *_), i in stored if bid in short})
+            return m.Stored(errs=errs)
+        if any(b[3] for b, _ in stored):
+            spawn(replicator.push_many([b for b, _ in stored], 0))
+        await store.synced()
+        return m.Stored(errs=errs)
+
     async def put_replicas(req: m.PutReplicas, payload) -> m.Stored:
-        """Several blocks in one call (a NameNode copy order: re-replication, read repair, rebalance), each stored
-        like a repair copy of put_replica, their bytes back to back in the payload. Answers the error class of each
-        block not stored (no room, CRC mismatch)."""
+        """Several blocks in one call, their bytes back to back in the payload: a NameNode copy order
+        (re-replication, read repair, rebalance), each stored like a repair copy of put_replica, or a primary's
+        fresh copies of a put_many batch (`fresh`: one deleted meanwhile is dropped, as put_replica drops it; all in
+        one write batch, answered once on disk). Answers the error class of each block not stored (no room, CRC
+        mismatch)."""
         if sum(h.size for h in req.blocks) != len(payload) or any(h.size < 0 for h in req.blocks):
             raise errors.InvalidInput("put_replicas: the block sizes do not add up to the payload")
         mv, off, errs = memoryview(payload), 0, {}
+        if req.fresh:
+            todo, where = [], []
+            for i, h in enumerate(req.blocks):
+                data, off = mv[off:off + h.size], off + h.size
+                if store.recently_deleted(h.id):
+                    continue
+                try:
+                    check_room(h.id, h.size)
+                except errors.DomainError as e:
+                    errs[i] = type(e).__name__
+                    continue
+                todo.append((h.id, data, h.crc, []))
+                where.append(i)
+            for j, err in store.store_many(todo).items():
+                errs[where[j]] = err
+            await store.synced()
+            return m.Stored(errs=errs)
         for i, h in enumerate(req.blocks):
             data, off = mv[off:off + h.size], off + h.size
             try:
@@ -122,6 +178,6 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         s = await replicator.run_once(everything=True)
         return m.ReplicationPass(ok=s.ok, failed=s.failed)
 
-    return {m.Put: put, m.PutReplica: put_replica, m.PutReplicas: put_replicas, m.Get: get, m.GetMany: get_many,
+    return {m.Put: put, m.PutMany: put_many, m.PutReplica: put_replica, m.PutReplicas: put_replicas, m.Get: get, m.GetMany: get_many,
             m.ReadTokened: read_tokened, m.Delete: delete, m.Has: has, m.Blocks: blocks,
             m.ReplicateOnce: replicate_once}

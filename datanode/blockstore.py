@@ -88,15 +88,7 @@ class BlockStore:
         the durable fallback if that push fails or the process dies."""
         mv = memoryview(data)
         n = len(mv)
-        cs = self.chunk_size
-        chunk_crcs = [crc32c(mv[i:i + cs]) for i in range(0, n, cs)]
-        whole = 0
-        for i, c in enumerate(chunk_crcs):
-            whole = combine_crc32c(whole, c, min(cs, n - i * cs)) if i else c
-        if whole != crc or (n == 0 and crc != 0):
-            raise errors.CorruptBlock(f"block {block_id}: data does not match its crc32c")
-        chunks = ((keys.chunk(block_id, i), c.to_bytes(4, "big") + mv[i * cs:(i + 1) * cs])
-                  for i, c in enumerate(chunk_crcs))
+        chunks = self._checked_chunks(block_id, mv, crc)
         bulk = self.bulk is not None and n >= self.bulk_min
         try:
             old = self.kv.get(keys.meta(block_id))
@@ -126,6 +118,63 @@ class BlockStore:
             self.used += n
             self.count += 1
 
+    def _checked_chunks(self, block_id: int, mv: memoryview, crc: int):
+        """The (key, value) chunks of a block to store; raises CorruptBlock if the data doesn't match `crc`."""
+        n, cs = len(mv), self.chunk_size
+        chunk_crcs = [crc32c(mv[i:i + cs]) for i in range(0, n, cs)]
+        whole = 0
+        for i, c in enumerate(chunk_crcs):
+            whole = combine_crc32c(whole, c, min(cs, n - i * cs)) if i else c
+        if whole != crc or (n == 0 and crc != 0):
+            raise errors.CorruptBlock(f"block {block_id}: data does not match its crc32c")
+        return [(keys.chunk(block_id, i), c.to_bytes(4, "big") + mv[i * cs:(i + 1) * cs])
+                for i, c in enumerate(chunk_crcs)]
+
+    def put_many(self, blocks: list[tuple[int, memoryview, int, list[tuple[int, str]]]], *,
+                 jobs_due_in: float = 0.0) -> dict[int, str]:
+        """Store many blocks, each (id, data, crc, secondaries), with their replication jobs in one atomic write
+        batch (a block of bulk_min bytes or more goes through `put` on its own). Returns the error class of each
+        block (by index) not stored: its data doesn't match its CRC."""
+        errs: dict[int, str] = {}
+        small = []
+        for i, (bid, data, crc, secondaries) in enumerate(blocks):
+            mv = memoryview(data)
+            if self.bulk is not None and len(mv) >= self.bulk_min:
+                try:
+                    self.put(bid, mv, crc, secondaries, jobs_due_in=jobs_due_in)
+                except errors.CorruptBlock as e:
+                    errs[i] = type(e).__name__
+                continue
+            try:
+                chunks = self._checked_chunks(bid, mv, crc)
+            except errors.CorruptBlock as e:
+                errs[i] = type(e).__name__
+                continue
+            try:
+                old = self.kv.get(keys.meta(bid))
+            except StorageError:
+                old = None
+            small.append((bid, len(mv), crc, chunks, secondaries, old))
+        now = time.time()
+        jobs = {}
+        with self.kv.batch() as b:
+            for bid, n, crc, chunks, secondaries, old in small:
+                b.put(keys.meta(bid), n.to_bytes(8, "big") + crc.to_bytes(4, "big"))
+                for k, v in chunks:
+                    b.put(k, v)
+                if old is not None and _in_bulk(old):
+                    self._forget_chunks(b, bid, old)
+                for target, addr in secondaries:
+                    job = jobs[(target, bid)] = {"a": addr, "n": 0, "due": now + jobs_due_in, "t": now}
+                    b.put(keys.repl(target, bid), orjson.dumps(job))
+        self._jobs.update(jobs)
+        for bid, n, _, _, _, old in small:
+            self.bad.discard(bid)
+            if old is None:
+                self.used += n
+                self.count += 1
+        return errs
+
     def store(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
               jobs_due_in: float = 0.0) -> None:
         """`put`, noting in `write_error` whether the storage engine takes writes. One it refuses (RocksDB after a
@@ -139,6 +188,19 @@ class BlockStore:
             self.write_error = str(e)[:500] or type(e).__name__
             raise errors.Unavailable(f"this DataNode's store refuses writes: {e}") from None
         self.write_error = ""
+
+    def store_many(self, blocks: list[tuple[int, memoryview, int, list[tuple[int, str]]]], *,
+                   jobs_due_in: float = 0.0) -> dict[int, str]:
+        """`put_many`, noting in `write_error` whether the storage engine takes writes (as `store`)."""
+        try:
+            errs = self.put_many(blocks, jobs_due_in=jobs_due_in)
+        except StorageError as e:
+            if not self.write_error:
+                log.error("the store refuses writes: %s", e)
+            self.write_error = str(e)[:500] or type(e).__name__
+            raise errors.Unavailable(f"this DataNode's store refuses writes: {e}") from None
+        self.write_error = ""
+        return errs
 
     def _forget_chunks(self, b, block_id: int, meta: bytes) -> None:
         """In batch `b`: delete a stored block's chunks, or for a bulk block mark them for `purge` (the block is gone

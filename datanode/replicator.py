@@ -92,6 +92,34 @@ class Replicator(Worker):
                 f"block {block_id}: only {ok + 1} of the {need + 1} replicas the write policy requires could be "
                 f"written ({len(targets) - ok} of {len(targets)} secondaries unreachable or full)")
 
+    async def push_many(self, blocks: list[tuple[int, object, int, list[tuple[int, str]]]], need: int) -> set[int]:
+        """Push blocks just written in one batch (id, data, crc, secondaries), one put_replicas call per secondary
+        for all its blocks; each copy stored completes its queued job, a failure leaves the job for the retry pass.
+        Returns the blocks that fewer than `need` secondaries stored (the sync:N write policy; need 0: async)."""
+        by_target: dict[tuple[int, str], list] = {}
+        for blk in blocks:
+            for target, addr in blk[3]:
+                by_target.setdefault((target, addr), []).append(blk)
+        copies: dict[int, int] = {}
+
+        async def one(target: int, addr: str, blks: list) -> None:
+            heads = [m.ReplicaHead(bid, crc, len(data)) for bid, data, crc, _ in blks]
+            try:
+                errs = await self.peers.get(addr).put_replicas(heads, [b[1] for b in blks], fresh=True)
+            except errors.DomainError as e:
+                for bid, *_ in blks:
+                    self._outcome(target, bid, e)
+                return
+            for i, (bid, *_) in enumerate(blks):
+                if i in errs:
+                    self._outcome(target, bid, errors.by_name(errs[i])(errs[i]))
+                else:
+                    self.store.complete(target, bid)
+                    copies[bid] = copies.get(bid, 0) + 1
+
+        await asyncio.gather(*(one(t, a, blks) for (t, a), blks in by_target.items()))
+        return {bid for bid, *_ in blocks if copies.get(bid, 0) < need} if need else set()
+
     async def run_once(self, *, everything: bool = False) -> PassStats:
         """One pass over the due jobs (every queued job with everything=True, for tests and operators)."""
         stats = PassStats()

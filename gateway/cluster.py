@@ -180,6 +180,72 @@ class Cluster:
             raise
         return blocks, size
 
+    async def write_many(self, bucket: str, objects: list[list[tuple[memoryview, int]]]
+                         ) -> list[list[m.WrittenBlock] | errors.DomainError]:
+        """Store the blocks of many small objects (per object its blocks as (data, crc)) with one allocation and one
+        put_many per primary DataNode; a block its primary can't take (unreachable, full) is written on its own
+        through `_put_block`, which tries the other replicas. Per object: its written blocks, or the error that
+        stopped one of them (that object's other blocks are abandoned here)."""
+        flat = [(i, data, crc) for i, blocks in enumerate(objects) for data, crc in blocks]
+        out: list = [[] for _ in objects]
+        if not flat:
+            return out
+        res = await self.namenode.allocate(bucket, count=len(flat))
+        self._told_block_size(bucket, res)
+        placed, addrs, acks = res.blocks, res.addrs, res.acks
+        written: list[m.WrittenBlock | errors.DomainError | None] = [None] * len(flat)
+        by_primary: dict[int, list[int]] = {}
+        for j, p in enumerate(placed):
+            by_primary.setdefault(p.nodes[0], []).append(j)
+
+        async def alone(j: int) -> None:
+            p, (_, data, crc) = placed[j], flat[j]
+            nodes = p.nodes[1:] + p.nodes[:1]  # its primary failed it: the others first
+            try:
+                used = await self._put_block(p.id, data, crc, nodes, addrs, acks)
+                written[j] = m.WrittenBlock(p.id, len(data), crc, tuple(used), acks)
+            except errors.DomainError as e:
+                written[j] = e
+
+        async def node(primary: int, js: list[int]) -> None:
+            heads = [m.NewBlock(placed[j].id, flat[j][2], len(flat[j][1]), placed[j].nodes[1:]) for j in js]
+            sec = {str(n): addrs[str(n)] for j in js for n in placed[j].nodes[1:]}
+            try:
+                errs = await self.peers.get(addrs[str(primary)]).put_many(heads, [flat[j][1] for j in js], sec, acks)
+            except errors.NotEnoughReplicas:
+                raise
+            except errors.Unavailable as e:
+                log.warning("put_many on node %s failed (%s): its %d blocks one by one", primary, e, len(js))
+                errs = {k: "Unavailable" for k in range(len(js))}
+            retry = []
+            for k, j in enumerate(js):
+                err = errs.get(k)
+                if err is None:
+                    written[j] = m.WrittenBlock(placed[j].id, len(flat[j][1]), flat[j][2], placed[j].nodes, acks)
+                elif err in ("NodeFull", "Unavailable"):
+                    retry.append(j)
+                else:
+                    written[j] = errors.by_name(err)(f"block {placed[j].id}: {err}")
+            await asyncio.gather(*(alone(j) for j in retry))
+
+        try:
+            await asyncio.gather(*(node(n, js) for n, js in by_primary.items()))
+        except BaseException:
+            await self.abandon([p.id for p in placed])
+            raise
+        failed: set[int] = set()
+        for (i, _, _), w in zip(flat, written):
+            if isinstance(w, errors.DomainError):
+                if i not in failed:
+                    out[i] = w
+                    failed.add(i)
+            elif i not in failed:
+                out[i].append(w)
+        lost = [p.id for (i, _, _), p in zip(flat, placed) if i in failed]
+        if lost:
+            await self.abandon(lost)
+        return out
+
     async def _allocate(self, bucket: str, seed: int, index: int) -> tuple[int, tuple[int, ...], dict, int]:
         res = await self.namenode.allocate(bucket, count=1, seed=seed, index=index)
         self._told_block_size(bucket, res)

@@ -67,6 +67,23 @@ class PutObject(Command, frozen=True):
     if_none_match: str | None = None
 
 
+class PutItem(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One object of a PutObjects batch, as PutObject's fields; `vid` its version id if the bucket versions."""
+    key: str
+    obj: Record
+    vid: str
+    if_match: str | None = None
+    if_none_match: str | None = None
+
+
+class PutObjects(Command, frozen=True):
+    """Commit many objects of one bucket in one write batch, each as PutObject would: an item that fails a check
+    (quota, condition) writes nothing and is that item's error; the others commit."""
+    bucket: str
+    items: list[PutItem]
+    t: int
+
+
 class UpdateObject(Command, frozen=True):
     bucket: str
     key: str
@@ -311,7 +328,7 @@ class StampDirs(Command, frozen=True):
 
 
 AnyCommand = Union[
-    InitRoot, CreateBucket, UpdateBucket, DeleteBucket, PutObject, UpdateObject, DeleteObject,
+    InitRoot, CreateBucket, UpdateBucket, DeleteBucket, PutObject, PutObjects, UpdateObject, DeleteObject,
     CreateUpload, PutPart, CompleteUpload, AbortUpload,
     Allocate, Abandon, ExpirePending, ReleaseFreed, GarbageDone, AddGarbage, DropStrayCopy, ReplaceReplicas,
     MarkShort, DropShort, AssignNodeId, SaveNode, CreateAccessKey, UpdateAccessKey, DeleteAccessKey,

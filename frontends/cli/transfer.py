@@ -17,9 +17,15 @@ from pathlib import Path
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from epochfs.common import errors
-from epochfs.common.client import S3Client
+from epochfs.common.client import INGEST_MAX_ITEMS, S3Client
 
 REMOTE = ("epochfs://", "s3://")
+# Uploads of files up to SMALL_FILE go in batch PUTs (POST /_epochfs/put: one request, one NameNode command and one
+# call per DataNode for many files) of up to BATCH_BYTES, -j / JOBS_PER_BATCH of them at once (4 for the default -j 16)
+# while the next are read.
+SMALL_FILE = 1 << 20
+BATCH_BYTES = 8 << 20
+JOBS_PER_BATCH = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +89,39 @@ def _changed(src: Entry, dst: Entry | None) -> bool:
     return dst is None or src.size != dst.size or src.mtime > dst.mtime + 1.0  # 1 s: mtime granularity
 
 
+def _dest(root: Path, key: str, e: Entry) -> str:
+    return _join(key, e.rel) if e.rel else (key if key and not key.endswith("/") else _join(key, root.name))
+
+
+def _batches(entries: list[Entry]) -> list[list[Entry]]:
+    out, cur, n = [], [], 0
+    for e in entries:
+        if cur and (n + e.size > BATCH_BYTES or len(cur) >= INGEST_MAX_ITEMS):
+            out.append(cur)
+            cur, n = [], 0
+        cur.append(e)
+        n += e.size
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _read_all(root: Path, batch: list[Entry]) -> list[bytes]:
+    return [(root / e.rel if e.rel else root).read_bytes() for e in batch]
+
+
+async def _upload_batch(c: S3Client, root: Path, bucket: str, key: str, batch: list[Entry],
+                        advance) -> list[BaseException | None]:
+    """Upload small files in one batch PUT; each file's error or None."""
+    datas = await asyncio.to_thread(_read_all, root, batch)
+    res = await c.put_many(bucket, [(_dest(root, key, e), d) for e, d in zip(batch, datas)])
+    advance(sum(len(d) for d in datas))
+    return [r if isinstance(r, errors.DomainError) else None for r in res]
+
+
 async def _upload(c: S3Client, root: Path, bucket: str, key: str, e: Entry, advance) -> None:
     path = root / e.rel if e.rel else root
-    dest = _join(key, e.rel) if e.rel else (key if key and not key.endswith("/") else _join(key, root.name))
+    dest = _dest(root, key, e)
     if e.size <= c.multipart_threshold:
         await c.put(bucket, dest, await asyncio.to_thread(path.read_bytes))
     else:
@@ -108,7 +144,7 @@ async def _download(c: S3Client, bucket: str, key: str, root: Path, e: Entry, ad
     advance(e.size)
 
 
-async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool) -> tuple[int, int]:
+async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool, batch: bool = True) -> tuple[int, int]:
     """Copy src to dst (one side local, one remote); returns (files copied, files skipped as unchanged)."""
     rs, rd = _remote(src), _remote(dst)
     if (rs is None) == (rd is None):
@@ -131,6 +167,9 @@ async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool) ->
                       TimeRemainingColumn(), disable=quiet or not sys.stderr.isatty(), transient=False) as bar:
             task = bar.add_task(f"{'sync' if sync else 'cp'} {len(work)} files", total=sum(e.size for e in work))
             sem = asyncio.Semaphore(jobs)
+            small = [e for e in work if e.size <= SMALL_FILE] if rs is None and batch else []
+            single = [e for e in work if e.size > SMALL_FILE] if small else work
+            batch_sem = asyncio.Semaphore(max(1, jobs // JOBS_PER_BATCH))
 
             async def one(e: Entry) -> None:
                 async with sem:
@@ -138,7 +177,18 @@ async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool) ->
                         await _upload(c, root, *rd, e, lambda n: bar.advance(task, n))
                     else:
                         await _download(c, *rs, root, e, lambda n: bar.advance(task, n))
-            results = await asyncio.gather(*(one(e) for e in work), return_exceptions=True)
+
+            async def many(b: list[Entry]) -> list[BaseException | None]:
+                async with batch_sem:
+                    try:
+                        return await _upload_batch(c, root, *rd, b, lambda n: bar.advance(task, n))
+                    except (errors.DomainError, OSError) as e:
+                        return [e] * len(b)
+            groups = _batches(small)
+            got = await asyncio.gather(*(many(b) for b in groups), *(one(e) for e in single),
+                                       return_exceptions=True)
+            results = [r for rs_ in got[:len(groups)] for r in rs_] + list(got[len(groups):])
+            work = [e for b in groups for e in b] + single
         failed = [(e, r) for e, r in zip(work, results) if isinstance(r, BaseException)]
         if failed:
             e, r = failed[0]
@@ -149,7 +199,7 @@ async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool) ->
 def cmd_transfer(args) -> int:
     try:
         copied, skipped = asyncio.run(transfer(args.src, args.dst, sync=args.cmd == "sync", jobs=args.jobs,
-                                               quiet=args.quiet))
+                                               quiet=args.quiet, batch=not args.no_batch))
     except (TransferError, errors.DomainError, OSError) as e:
         print(f"epochfs {args.cmd}: {e}", file=sys.stderr)
         return 1
@@ -165,4 +215,6 @@ def add_parser(sub) -> None:
         p.add_argument("dst")
         p.add_argument("-j", "--jobs", type=int, default=16, help="parallel transfers (default 16)")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+        p.add_argument("--no-batch", action="store_true",
+                       help="upload small files one PUT each instead of in batch PUTs")
         p.set_defaults(func=cmd_transfer)

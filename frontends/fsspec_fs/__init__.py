@@ -18,12 +18,15 @@ from fsspec.asyn import AsyncFileSystem, get_loop, sync, sync_wrapper
 from fsspec.spec import AbstractBufferedFile
 
 from ...common import errors
-from ...common.client import MIN_PART, S3Client
+from ...common.client import MIN_PART, PutBatcher, S3Client
 from .. import errmap
 
 
 # items per batch request: a DataLoader batch (typically 32-256 samples) is one request
 BATCH_ITEMS = 256
+# files up to this size that are put or piped at the same time go up together in batch PUTs (common/client.py
+# PutBatcher: one request, one NameNode command and one call per DataNode for many files)
+SMALL_PUT = 1 << 20
 
 
 def _file(bucket: str, o) -> dict:
@@ -68,6 +71,13 @@ class EpochFileSystem(AsyncFileSystem):
             self._client = S3Client(**self._opts)
             self._client_pid = os.getpid()
         return self._client
+
+    @property
+    def batcher(self) -> PutBatcher:
+        client = self.client
+        if getattr(self, "_batcher", None) is None or self._batcher.client is not client:
+            self._batcher = PutBatcher(client)
+        return self._batcher
 
     async def set_session(self) -> S3Client:
         return self.client
@@ -250,9 +260,13 @@ class EpochFileSystem(AsyncFileSystem):
 
     async def _pipe_file(self, path, value, mode="overwrite", **kwargs):
         bucket, key = self.split_path(path)
+        inm = "*" if mode == "create" else None
         try:
             with errmap.as_oserror(path):
-                await self.client.put(bucket, key, value, if_none_match="*" if mode == "create" else None)
+                if len(value) <= SMALL_PUT:  # many pipes at once (pipe of a dict) go up in batch PUTs
+                    await self.batcher.put(bucket, key, bytes(value), if_none_match=inm)
+                else:
+                    await self.client.put(bucket, key, value, if_none_match=inm)
         except OSError as e:
             if isinstance(e.__cause__, errors.PreconditionFailed):
                 raise FileExistsError(path) from e
@@ -268,9 +282,12 @@ class EpochFileSystem(AsyncFileSystem):
         if callback is not None:
             callback.set_size(size)
         c = self.client
+        inm = "*" if mode == "create" else None
         with open(lpath, "rb") as f, errmap.as_oserror(rpath):
-            if size <= c.multipart_threshold:
-                await c.put(bucket, key, f.read(), if_none_match="*" if mode == "create" else None)
+            if size <= SMALL_PUT:  # many puts at once (put of a folder) go up in batch PUTs
+                await self.batcher.put(bucket, key, f.read(), if_none_match=inm)
+            elif size <= c.multipart_threshold:
+                await c.put(bucket, key, f.read(), if_none_match=inm)
             else:
                 await c.put_parts(bucket, key, iter(lambda: f.read(c.part_size), b""))
         if callback is not None:

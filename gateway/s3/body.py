@@ -34,6 +34,20 @@ async def raw_body(receive) -> AsyncIterator[bytes]:
             return
 
 
+async def read_exactly(receive, n: int) -> memoryview:
+    """A body of Content-Length `n` (already bounded by the caller) into one buffer, with one copy."""
+    buf = bytearray(n)
+    view, pos = memoryview(buf), 0
+    async for piece in raw_body(receive):
+        if pos + len(piece) > n:
+            raise invalid_request("the body is longer than its Content-Length")
+        view[pos:pos + len(piece)] = piece
+        pos += len(piece)
+    if pos != n:
+        raise _incomplete()
+    return view
+
+
 async def read_all(receive, limit: int = 64 << 20) -> bytes:
     out = bytearray()
     async for piece in raw_body(receive):

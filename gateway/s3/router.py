@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from epochfs.common import errors
 
-from . import attributes, batch, bucket, cors, ext, listing, multipart, objects, posix, post
+from . import attributes, batch, bucket, cors, ext, ingest, listing, multipart, objects, posix, post
 from ..keys import access_key_of
 from .access import ANONYMOUS
 from .body import ClientDisconnected

@@ -1,6 +1,7 @@
 """Objects: commit, stat, delete, settings, and the listings of keys and versions."""
 from __future__ import annotations
 
+from epochfs.common import errors
 from epochfs.common import messages as m
 from epochfs.common.blocks import block_nodes, covering
 
@@ -20,6 +21,31 @@ def handlers(s: Services) -> dict:
         res = meta.put_object(req.bucket, req.key, obj, if_match=req.if_match, if_none_match=req.if_none_match)
         repair.check_commit(obj["blk"])
         return record(res, m.Committed)
+
+    async def put_objects(req: m.PutObjects, _) -> m.CommittedMany:
+        """Many objects in one command (gateway/s3/ingest.py); an item refused (write policy, quota, condition)
+        is its own error, the others commit."""
+        if len({it.key for it in req.items}) != len(req.items):
+            raise errors.InvalidInput("A batch names a key twice.")
+        errs: dict[int, m.PieceError] = {}
+        todo, where = [], []
+        for i, it in enumerate(req.items):
+            obj = {k: v for k, v in fields(it.obj).items() if k not in _SET_BY_COMMIT}
+            try:
+                obj["blk"] = s.admit(req.bucket, list(it.blocks))
+            except errors.DomainError as e:
+                errs[i] = m.PieceError(type(e).__name__, e.message)
+                continue
+            todo.append((it.key, obj, it.if_match, it.if_none_match))
+            where.append(i)
+        done: list[m.Committed | None] = [None] * len(req.items)
+        for i, (_, obj, _, _), res in zip(where, todo, meta.put_objects(req.bucket, todo) if todo else ()):
+            if isinstance(res, errors.DomainError):
+                errs[i] = m.PieceError(type(res).__name__, res.message)
+            else:
+                repair.check_commit(obj["blk"])
+                done[i] = record(res, m.Committed)
+        return m.CommittedMany(done=done, errs=errs)
 
     async def stat(req: m.Stat, _) -> m.Located:
         rec = meta.stat(req.bucket, req.key, req.version_id)
@@ -55,7 +81,7 @@ def handlers(s: Services) -> dict:
                                   req.max_keys)
         return m.VersionListing(items=page["items"], truncated=page["truncated"])
 
-    return {m.PutObject: put_object, m.Stat: stat, m.DeleteObject: delete_object,
+    return {m.PutObject: put_object, m.PutObjects: put_objects, m.Stat: stat, m.DeleteObject: delete_object,
             m.ObjectSettings: object_settings, m.ListObjects: list_objects, m.ListVersions: list_versions}
 
 

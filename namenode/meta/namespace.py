@@ -183,8 +183,46 @@ class Namespace(StoreBase):
     def _apply_put_object(self, b, c: cmds.PutObject) -> dict:
         return self._put(b, c.bucket, c.key, c.obj, c.t, c.vid, c.if_match, c.if_none_match)
 
+    def put_objects(self, bucket: str, items: list[tuple[str, dict, str | None, str | None]]) -> list:
+        """Commit many objects of one bucket (key, obj, if_match, if_none_match) in one command and one write batch;
+        each item's result ({"ino", "etag", "mt", "vid"}) or the DomainError that refused it (nothing of it
+        written). Directory markers (keys ending in "/") are not batch items."""
+        return self.execute(cmds.PutObjects(bucket=bucket, t=now_ns(), items=[
+            cmds.PutItem(key=k, obj=obj, vid=self._new_vid(), if_match=im, if_none_match=inm)
+            for k, obj, im, inm in items]))
+
+    def _apply_put_objects(self, b, c: cmds.PutObjects) -> list:
+        """Each item's writes are staged apart and join the command's batch only if the item passes every check, so
+        a refused item leaves nothing (and the in-memory usage and counters as they were); directories an earlier
+        item created are found through `made`, since the batch is not readable before it is written."""
+        out: list = []
+        made: dict[tuple[int, str], int] = {}
+        if len({it.key for it in c.items}) != len(c.items):
+            raise errors.InvalidInput("A batch names a key twice.")
+        for it in c.items:
+            staged = _Staged()
+            mine = dict(made)
+            usage = {k: list(v) for k, v in self._usage.items()}
+            counters = dict(self._counters)
+            try:
+                if it.key.endswith("/"):
+                    raise errors.InvalidInput("A directory marker can't be a batch item.")
+                res = self._put(staged, c.bucket, it.key, it.obj, c.t, it.vid, it.if_match, it.if_none_match, mine)
+            except errors.DomainError as e:
+                self._usage.clear()
+                self._usage.update(usage)
+                self._counters.clear()
+                self._counters.update(counters)
+                out.append(e)
+                continue
+            staged.into(b)
+            made = mine
+            out.append(res)
+        return out
+
     def _put(self, b, bucket: str, key: str, obj: dict, t: int, vid: str, if_match: str | None,
-             if_none_match: str | None) -> dict:
+             if_none_match: str | None, made: dict | None = None) -> dict:
+        """made: (directory ino, name) -> ino of the directories created earlier in the same batch (PutObjects)."""
         parts = split_key(key)
         cur = self._stat_or_none(bucket, key) if (if_match is not None or if_none_match is not None) else None
         self.check_conditions(cur, if_match, if_none_match)
@@ -194,12 +232,16 @@ class Namespace(StoreBase):
         self.add_usage(b, d, *delta)
         created: dict[int, dict] = {}  # directories this batch creates (not readable from the KV yet)
         for p in parts[:-1]:
-            nxt = self._lookup(d, p, True)
+            nxt = made.get((d, p)) if made else None
+            if nxt is None:
+                nxt = self._lookup(d, p, True)
             if nxt is None:
                 nxt = self._next(b, b"ino")
                 created[nxt] = {"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0, "mt": t, "ct": t}
                 b.put(keys.inode(nxt), self._enc(created[nxt]))
                 b.put(keys.entry(d, p, True), keys.u64(nxt))
+                if made is not None:
+                    made[(d, p)] = nxt
             d = nxt
         if parts[-1] == "":  # directory marker: metadata only, on the directory inode
             rec = created.get(d) or self.get_inode(d)
@@ -449,3 +491,24 @@ class Namespace(StoreBase):
                 key = base + name
                 if key > after:
                     yield "f", key, (child, v)
+
+
+class _Staged:
+    """A write batch's puts and deletes held back until `into(batch)` (one item of PutObjects)."""
+    __slots__ = ("ops",)
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[bytes, bytes | None]] = []
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.ops.append((key, value))
+
+    def delete(self, key: bytes) -> None:
+        self.ops.append((key, None))
+
+    def into(self, b) -> None:
+        for k, v in self.ops:
+            if v is None:
+                b.delete(k)
+            else:
+                b.put(k, v)

@@ -194,3 +194,23 @@ def test_a_missing_chunk_fails_only_the_reads_that_need_it(tmp_path, bulk_min):
                 s.read(9, off, n)
     finally:
         kv.close()
+
+
+def test_put_many_stores_blocks_and_jobs_in_one_batch_and_refuses_a_bad_one_alone(tmp_path):
+    kv = RocksKV.open(tmp_path / "db", bulk=True)
+    s = BlockStore(kv)
+    small = [os.urandom(n) for n in (0, 1, 1000, CHUNK_SIZE + 5)]
+    big = os.urandom(BULK_MIN)  # through the bulk path, in the same call
+    blocks = [(10 + i, d, crc32c(d), [(2, "h:2")]) for i, d in enumerate(small)]
+    blocks.insert(2, (99, b"corrupt", crc32c(b"other"), [(2, "h:2")]))
+    blocks.append((50, big, crc32c(big), [(3, "h:3")]))
+    errs = s.put_many(blocks, jobs_due_in=5.0)
+    assert errs == {2: "CorruptBlock"} and not s.has(99)
+    for i, d in enumerate(small):
+        assert joined(s.read(10 + i)) == d
+    assert joined(s.read(50)) == big
+    assert s.count == 5 and s.used == sum(map(len, small)) + len(big)
+    assert sorted((t, b) for t, b, _ in s.due_replications(100, now=float("inf"))) == \
+        [(2, 10), (2, 11), (2, 12), (2, 13), (3, 50)]
+    assert s.due_replications(100) == []  # delayed: the primary pushes from memory first
+    kv.close()
