@@ -602,6 +602,15 @@ def _reply(decode, body: bytes, what: str):
         raise MalformedReply(f"malformed {what} reply from the gateway: {e}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class _PinnedPlan:
+    """Where a pinned object's bytes are: its pieces, their offsets in it, the holders' addresses, the read token."""
+    pieces: list[m.LocatedPiece]
+    starts: list[int]
+    addrs: dict
+    grant: m.ReadGrant
+
+
 class PinnedReader:
     """Ranges of one version of one object (ETag `etag`), as a file opened on it reads them: a change of the key
     after the first read doesn't show. The first read locates the whole object (its blocks and a read token, one
@@ -612,8 +621,7 @@ class PinnedReader:
 
     def __init__(self, client: S3Client, bucket: str, key: str, etag: str, size: int) -> None:
         self.c, self.bucket, self.key, self.etag, self.size = client, bucket, key, etag.strip('"'), size
-        # the object's pieces, their offsets in it, the holders' addresses, the read token
-        self._plan: tuple[list[m.LocatedPiece], list[int], dict, m.ReadGrant] | None = None
+        self._plan: _PinnedPlan | None = None
 
     async def read(self, start: int, end: int) -> bytes:
         end = min(end, self.size)
@@ -624,11 +632,11 @@ class PinnedReader:
             return await self._get(start, end)  # all of it in one read: one GET is as atomic, and one request
         if time.monotonic() >= c._direct_after:
             try:
-                if self._plan is None or time.time() >= self._plan[3].exp - 5:
+                if self._plan is None or time.time() >= self._plan.grant.exp - 5:
                     self._plan = await self._locate()
-                if self._plan is not None:
-                    pieces, starts, addrs, grant = self._plan
-                    got = await c.read_pieces(pieces_within(pieces, starts, start, end), addrs, grant)
+                if (plan := self._plan) is not None:
+                    got = await c.read_pieces(pieces_within(plan.pieces, plan.starts, start, end), plan.addrs,
+                                              plan.grant)
                     return got[0] if len(got) == 1 else b"".join(got)
             except errors.Unavailable:
                 c._direct_after = time.monotonic() + DIRECT_RETRY_S
@@ -643,7 +651,7 @@ class PinnedReader:
             raise errors.PreconditionFailed(f"{self.bucket}/{self.key} changed since it was opened (it was ETag "
                                             f"{self.etag}); open it again to read the new version") from None
 
-    async def _locate(self) -> tuple[list[m.LocatedPiece], list[int], dict, m.ReadGrant] | None:
+    async def _locate(self) -> _PinnedPlan | None:
         """The object's pieces, if the key still holds this version (else None: the If-Match GET says why)."""
         plan = await self.c.locate([(self.bucket, self.key, None, None)])
         item = plan.items[0]
@@ -652,4 +660,4 @@ class PinnedReader:
         if item.err is not None or etag != self.etag:
             return None
         pieces = item.pieces or []
-        return pieces, piece_starts(pieces, 0), plan.addrs, plan.grant
+        return _PinnedPlan(pieces, piece_starts(pieces, 0), plan.addrs, plan.grant)
