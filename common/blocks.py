@@ -6,6 +6,7 @@ import bisect
 import crc32c as _crc32c
 
 from .defaults import BLOCK_SIZE as DEFAULT_BLOCK_SIZE  # noqa: F401 (the home of the defaults: defaults.py)
+from .messages import LocatedPiece
 
 
 def crc32c(data, value: int = 0) -> int:
@@ -70,18 +71,29 @@ def covering(blocks: list, start: int, end: int) -> tuple[int, list]:
     return pos, blocks[i:j]
 
 
-def pieces_within(pieces: list, starts: list[int], off: int, end: int) -> list[list]:
-    """The parts of located pieces ([block id, offset in it, length, [node, ...]], piece i at file offset
-    starts[i], ascending) that hold bytes [off, end) of the file."""
+def piece_starts(pieces: list[LocatedPiece], offset: int) -> list[int]:
+    """The file offset of each located piece, the first at `offset` (pieces_within's `starts`)."""
+    starts, pos = [], offset
+    for p in pieces:
+        starts.append(pos)
+        pos += p.length
+    return starts
+
+
+def pieces_within(pieces: list[LocatedPiece], starts: list[int], off: int, end: int) -> list[LocatedPiece]:
+    """The parts of located pieces (piece i at file offset starts[i], ascending) that hold bytes [off, end) of the
+    file."""
     out = []
     for i in range(max(bisect.bisect_right(starts, off) - 1, 0), len(pieces)):
         s = starts[i]
         if s >= end:
             break
-        bid, boff, n, nodes = pieces[i]
-        lo, hi = max(off, s), min(end, s + n)
-        if hi > lo:
-            out.append([bid, boff + lo - s, hi - lo, nodes])
+        p = pieces[i]
+        lo, hi = max(off, s), min(end, s + p.length)
+        if hi <= lo:
+            continue
+        out.append(p if hi - lo == p.length else
+                   LocatedPiece(id=p.id, offset=p.offset + lo - s, length=hi - lo, nodes=p.nodes))
     return out
 
 

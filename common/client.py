@@ -26,7 +26,7 @@ import sniffio
 
 from . import defaults, errors, sigv4
 from . import messages as m
-from .blocks import crc32c, pick_replica, pieces_within
+from .blocks import crc32c, pick_replica, piece_starts, pieces_within
 from .clients import DataNodeClient
 from .config import parse_addr
 from .rpc import RpcClient, TrioRpcClient
@@ -93,8 +93,12 @@ class PieceFailed(Exception):
     """A DataNode could not serve a piece of a direct batch read (the gateway's path retries other replicas)."""
 
 
-def _item_error(meta: dict, bucket: str, key: str) -> errors.DomainError:
-    return S3_CODES.get(meta["err"], errors.DomainError)(f"{meta['msg']} (/{bucket}/{key})", code=meta["err"])
+class MalformedReply(errors.DomainError):
+    """A gateway's answer that doesn't decode into its type (common/messages.py): the error says what is wrong where."""
+
+
+def _item_error(item: m.BatchItem, bucket: str, key: str) -> errors.DomainError:
+    return S3_CODES.get(item.err, errors.DomainError)(f"{item.msg} (/{bucket}/{key})", code=item.err)
 
 
 def _batch_body(items: list[tuple[str, str, int | None, int | None]]) -> bytes:
@@ -417,19 +421,19 @@ class S3Client:
         r = await self._fs_send("GET", f"fs/{bucket}", query=[("ino", ino), ("off", offset), ("len", length)])
         return r.content
 
-    async def fs_locate(self, bucket: str, ino: int, offset: int, length: int) -> dict:
-        """Where bytes [offset, offset + length) of file `ino` are: {"etag", "size", "p", "addrs", "grant"}, the
-        pieces to give read_pieces (gateway/s3/posix.py)."""
+    async def fs_locate(self, bucket: str, ino: int, offset: int, length: int) -> m.FileLocated:
+        """Where bytes [offset, offset + length) of file `ino` are: the file's version and size, the pieces to give
+        read_pieces with the holders' addresses and the read token (gateway/s3/posix.py)."""
         r = await self._fs_send("GET", f"fs/{bucket}", query=[("ino", ino), ("off", offset), ("len", length),
                                                              ("locate", 1)])
-        return _with_grant(orjson.loads(r.content))
+        return _reply(_decode_file_located, r.content, "locate")
 
-    async def fs_write(self, bucket: str, ino: int, layout: dict, chunks: AsyncIterator[bytes]) -> dict:
-        """New content of file `ino` (in `bucket`): `layout` {"base", "size", "segs"} says which blocks of version
-        `base` stay and which extents are new, `chunks` streams the new extents' bytes (gateway/s3/posix.py
-        fs_write); returns the file's new attributes, with its new layout, once the content is committed."""
-        head = orjson.dumps(layout)
-        new = sum(v for kind, v in layout["segs"] if kind == "n")
+    async def fs_write(self, bucket: str, ino: int, layout: m.FileWrite, chunks: AsyncIterator[bytes]) -> dict:
+        """New content of file `ino` (in `bucket`): `layout` says which blocks of version `layout.base` stay and
+        which extents are new, `chunks` streams the new extents' bytes (gateway/s3/posix.py fs_write); returns the
+        file's new attributes, with its new layout, once the content is committed."""
+        head = msgspec.json.encode(layout)
+        new = sum(seg.length for seg in layout.segs if type(seg) is m.NewExtent)
 
         async def body():
             yield len(head).to_bytes(4, "big") + head
@@ -500,8 +504,8 @@ class S3Client:
                                                              connect_timeout=1.0))
         return dn
 
-    async def read_pieces(self, pieces: list, addrs: dict, grant: m.ReadGrant) -> list[memoryview]:
-        """Block pieces [[block id, offset, length, [node, ...]], ...] as a locate answer lists them, read straight
+    async def read_pieces(self, pieces: list[m.LocatedPiece], addrs: dict, grant: m.ReadGrant) -> list[memoryview]:
+        """Block pieces as a locate answer lists them, read straight
         from the DataNodes with its read token: one call per node for all the pieces it holds, the nodes in
         parallel. A piece a node can't serve (a bad or missing copy; the DataNode reports it for repair) or a node
         that can't be reached is read from the block's next holder; a node that could not be reached is skipped
@@ -517,13 +521,13 @@ class S3Client:
         while todo:
             by_node: dict[str, list[int]] = {}
             for i in todo:
-                bid, _, _, nodes = pieces[i]
-                addr = pick_replica(bid, nodes, addrs, tried[i])
+                p = pieces[i]
+                addr = pick_replica(p.id, p.nodes, addrs, tried[i])
                 if addr is None:
                     if not last or all(isinstance(e, errors.Unavailable) for e in last):
-                        raise errors.Unavailable(f"no holder of block {bid} can be reached: "
+                        raise errors.Unavailable(f"no holder of block {p.id} can be reached: "
                                                  f"{last[-1] if last else 'all down or unknown'}")
-                    raise PieceFailed(f"no holder of block {bid} could serve it: {last[-1]}")
+                    raise PieceFailed(f"no holder of block {p.id} could serve it: {last[-1]}")
                 tried[i].add(addr)
                 by_node.setdefault(addr, []).append(i)
             todo = []
@@ -531,7 +535,8 @@ class S3Client:
             async def node_reads(addr: str, refs: list[int]) -> None:
                 try:
                     head, payload = await self._datanode(addr).read_tokened(
-                        [m.BlockRead(*pieces[i][:3]) for i in refs], grant)
+                        [m.BlockRead(id=p.id, offset=p.offset, length=p.length) for p in (pieces[i] for i in refs)],
+                        grant)
                 except errors.Unauthorized as e:  # the token: every holder refuses it alike
                     refused.append(e)
                     return
@@ -560,24 +565,25 @@ class S3Client:
                 raise refused[0]
         return out
 
-    async def locate(self, items: list[tuple[str, str, int | None, int | None]]) -> dict:
-        """Where the bytes of batch items are, instead of the bytes (gateway/s3/batch.py batch_locate): {"items":
-        [index entry with "p": pieces for read_pieces | {"err", "msg"}], "addrs", "grant"}."""
+    async def locate(self, items: list[tuple[str, str, int | None, int | None]]) -> m.BatchLocated:
+        """Where the bytes of batch items are, instead of the bytes (gateway/s3/batch.py batch_locate): each item's
+        pieces for read_pieces (or its error), the holders' addresses and the read token."""
         return await self._locate(_batch_body(items))
 
-    async def _locate(self, body: bytes) -> dict:
-        return _with_grant(orjson.loads((await self._fs_send("POST", "locate", content=body)).content))
+    async def _locate(self, body: bytes) -> m.BatchLocated:
+        r = await self._fs_send("POST", "locate", content=body)
+        return _reply(_decode_batch_located, r.content, "locate")
 
     async def _batch_direct(self, items: list, body: bytes) -> list[bytes | errors.DomainError]:
         plan = await self._locate(body)
-        flat = [p for meta in plan["items"] for p in meta.get("p", ())]
-        got = iter(await self.read_pieces(flat, plan["addrs"], plan["grant"]))
+        flat = [p for item in plan.items if item.pieces for p in item.pieces]
+        got = iter(await self.read_pieces(flat, plan.addrs, plan.grant))
         out: list[bytes | errors.DomainError] = []
-        for (b, k, _, _), meta in zip(items, plan["items"]):
-            if "err" in meta:
-                out.append(_item_error(meta, b, k))
+        for (b, k, _, _), item in zip(items, plan.items):
+            if item.err is not None:
+                out.append(_item_error(item, b, k))
             else:
-                out.append(b"".join([next(got) for _ in meta["p"]]))
+                out.append(b"".join([next(got) for _ in item.pieces or ()]))
         return out
 
     async def _batch_proxy(self, items: list, body: bytes) -> list[bytes | errors.DomainError]:
@@ -585,12 +591,12 @@ class S3Client:
         n = int.from_bytes(content[:4], "big")
         pos = 4 + n
         out: list[bytes | errors.DomainError] = []
-        for (b, k, _, _), meta in zip(items, orjson.loads(content[4:pos])["items"]):
-            if "err" in meta:
-                out.append(_item_error(meta, b, k))
+        for (b, k, _, _), item in zip(items, _reply(_decode_batch_index, content[4:pos], "batch").items):
+            if item.err is not None:
+                out.append(_item_error(item, b, k))
                 continue
-            out.append(content[pos:pos + meta["len"]])
-            pos += meta["len"]
+            out.append(content[pos:pos + item.length])
+            pos += item.length
         return out
 
     def pinned(self, bucket: str, key: str, etag: str, size: int) -> "PinnedReader":
@@ -675,10 +681,28 @@ class PutBatcher:
                 fut.set_exception(r) if isinstance(r, errors.DomainError) else fut.set_result(r)
 
 
-def _with_grant(plan: dict) -> dict:
-    """A locate answer with its read token ("grant") typed, as read_pieces sends it to the DataNodes."""
-    plan["grant"] = msgspec.convert(plan["grant"], m.ReadGrant)
-    return plan
+
+# the gateway's read plans, one decoder per reply type (msgspec decoders are plain functions: asyncio and trio alike)
+_decode_file_located = msgspec.json.Decoder(m.FileLocated).decode
+_decode_batch_located = msgspec.json.Decoder(m.BatchLocated).decode
+_decode_batch_index = msgspec.json.Decoder(m.BatchIndex).decode
+
+
+def _reply(decode, body: bytes, what: str):
+    """A gateway reply decoded into its type; a malformed one is an error that says where it is malformed."""
+    try:
+        return decode(body)
+    except msgspec.DecodeError as e:  # ValidationError too
+        raise MalformedReply(f"malformed {what} reply from the gateway: {e}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class _PinnedPlan:
+    """Where a pinned object's bytes are: its pieces, their offsets in it, the holders' addresses, the read token."""
+    pieces: list[m.LocatedPiece]
+    starts: list[int]
+    addrs: dict
+    grant: m.ReadGrant
 
 
 class PinnedReader:
@@ -691,7 +715,7 @@ class PinnedReader:
 
     def __init__(self, client: S3Client, bucket: str, key: str, etag: str, size: int) -> None:
         self.c, self.bucket, self.key, self.etag, self.size = client, bucket, key, etag.strip('"'), size
-        self._plan: tuple[list, list[int], dict, m.ReadGrant] | None = None  # pieces, their offsets, addrs, grant
+        self._plan: _PinnedPlan | None = None
 
     async def read(self, start: int, end: int) -> bytes:
         end = min(end, self.size)
@@ -702,11 +726,11 @@ class PinnedReader:
             return await self._get(start, end)  # all of it in one read: one GET is as atomic, and one request
         if time.monotonic() >= c._direct_after:
             try:
-                if self._plan is None or time.time() >= self._plan[3].exp - 5:
+                if self._plan is None or time.time() >= self._plan.grant.exp - 5:
                     self._plan = await self._locate()
-                if self._plan is not None:
-                    pieces, starts, addrs, grant = self._plan
-                    got = await c.read_pieces(pieces_within(pieces, starts, start, end), addrs, grant)
+                if (plan := self._plan) is not None:
+                    got = await c.read_pieces(pieces_within(plan.pieces, plan.starts, start, end), plan.addrs,
+                                              plan.grant)
                     return got[0] if len(got) == 1 else b"".join(got)
             except errors.Unavailable:
                 c._direct_after = time.monotonic() + DIRECT_RETRY_S
@@ -721,16 +745,13 @@ class PinnedReader:
             raise errors.PreconditionFailed(f"{self.bucket}/{self.key} changed since it was opened (it was ETag "
                                             f"{self.etag}); open it again to read the new version") from None
 
-    async def _locate(self) -> tuple[list, list[int], dict, m.ReadGrant] | None:
+    async def _locate(self) -> _PinnedPlan | None:
         """The object's pieces, if the key still holds this version (else None: the If-Match GET says why)."""
         plan = await self.c.locate([(self.bucket, self.key, None, None)])
-        item = plan["items"][0]
-        etag = item.get("etag", "").strip('"')
+        item = plan.items[0]
+        etag = (item.etag or "").strip('"')
         self.etag = self.etag or etag  # opened without knowing it (an info that had none): the first one found
-        if "err" in item or etag != self.etag:
+        if item.err is not None or etag != self.etag:
             return None
-        starts, pos = [], 0
-        for p in item["p"]:
-            starts.append(pos)
-            pos += p[2]
-        return item["p"], starts, plan["addrs"], plan["grant"]
+        pieces = item.pieces or []
+        return _PinnedPlan(pieces, piece_starts(pieces, 0), plan.addrs, plan.grant)

@@ -1122,6 +1122,81 @@ FS_OPS = (FsLookup, FsGetattr, FsReaddir, FsReadlink, FsLayout, FsMkdir, FsMknod
 # (end of POSIX)
 
 # ---------------------------------------------------------------------------------------------------------------------
+# The gateway's read plans for native clients (gateway/s3/batch.py /_epochfs/locate and /batch, gateway/s3/posix.py
+# GET /_epochfs/fs?locate=1), and the layout of a mount's write (PUT /_epochfs/fs). JSON over HTTP, decoded by
+# common/client.py (one decoder per reply type); the wire form is the one these always had (pieces and segments are
+# lists), so clients and gateways of either side of the change work together.
+# ---------------------------------------------------------------------------------------------------------------------
+
+class LocatedPiece(Msg, array_like=True, gc=False):
+    """Bytes [offset, offset + length) of block `id`, held by `nodes` (primary first): on the wire
+    [id, offset, length, [node, ...]]. What a client reads from a DataNode with the plan's read token. (gc=False: it
+    holds only ints, so it can't be part of a reference cycle, and a plan's hundreds of them decode ~5% faster.)"""
+    id: int
+    offset: int
+    length: int
+    nodes: tuple[int, ...]
+
+
+class FileLocated(Msg):
+    """Where bytes of a mount's file are (GET /_epochfs/fs/<bucket>?ino=&off=&len=&locate=1): its version (ETag) and
+    size, the pieces holding the bytes asked for in order, the RPC address of every holder (str(node id) ->
+    "host:port") and a read token for every block listed."""
+    etag: str
+    size: int
+    pieces: list[LocatedPiece] = field(name="p")
+    addrs: dict[str, str]
+    grant: ReadGrant
+
+
+class BatchItem(Msg):
+    """One item of a batch's index (POST /_epochfs/batch and /locate), in request order: either the item's length,
+    the object's size, ETag (unquoted) and mtime (ns), with its pieces in a locate answer, or its error (`err`, the
+    S3 code; `msg`). Fields left unset are not sent: an item carries `len` exactly when it succeeded."""
+    length: int | None = field(name="len", default=None)
+    size: int | None = None
+    etag: str | None = None
+    mt: int | None = None
+    pieces: list[LocatedPiece] | None = field(name="p", default=None)
+    err: str | None = None
+    msg: str | None = None
+
+
+class BatchIndex(Msg):
+    """The index ahead of a batch read's bytes (POST /_epochfs/batch): the items' bytes follow in this order."""
+    items: list[BatchItem]
+
+
+class BatchLocated(Msg):
+    """A batch read's plan instead of its bytes (POST /_epochfs/locate): the items with their pieces, the RPC
+    address of every holder and one read token for every block listed."""
+    items: list[BatchItem]
+    addrs: dict[str, str]
+    grant: ReadGrant
+
+
+class KeepBlock(Msg, array_like=True, tag="k"):
+    """A block of the base version a file write keeps as it is: on the wire ["k", block id]."""
+    id: Nat
+
+
+class NewExtent(Msg, array_like=True, tag="n"):
+    """`length` new bytes of a file write, sent in the body after the layout: on the wire ["n", length]."""
+    length: Nat
+
+
+class FileWrite(Msg):
+    """The layout ahead of a mount's file write (PUT /_epochfs/fs/<bucket>?ino=): the new content, `size` bytes, is
+    `segs` in order, blocks kept from version `base` (its ETag; None: no base) and new extents. `mt`: an mtime set
+    with utimens after the last write, which the commit takes instead of its own time."""
+    base: str | None
+    size: Nat
+    segs: list[KeepBlock | NewExtent]
+    mt: Nat | None = None
+
+# (end of read plans)
+
+# ---------------------------------------------------------------------------------------------------------------------
 # NameNode protocol: access keys, jobs and operator calls (namenode/api/keys.py, jobs.py).
 # ---------------------------------------------------------------------------------------------------------------------
 

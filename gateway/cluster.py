@@ -352,7 +352,8 @@ class Cluster:
         plan = plan_range(blocks, start, end)
         if len(plan) > 1:
             # the first holder of the first block that holds them all: its primary as a rule, as read_block reads
-            node = next((n for n in plan[0][0].nodes
+            first, _, _ = plan[0]
+            node = next((n for n in first.nodes
                          if str(n) in addrs and all(n in b.nodes for b, _, _ in plan[1:])), None)
             if node is not None:
                 addr = addrs[str(node)]

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import trio
 
 from epochfs.common import errors
-from epochfs.common.blocks import pieces_within
+from epochfs.common.blocks import piece_starts, pieces_within
 from epochfs.common.client import DIRECT_RETRY_S, PieceFailed, S3Client
-from epochfs.common.messages import ReadGrant
+from epochfs.common.messages import LocatedPiece, ReadGrant
 
 from .cache import BlockCache
 from .inodes import InodeTable
@@ -58,7 +58,7 @@ class _Plan:
     start: int
     end: int
     starts: list[int]                        # file offset of each piece
-    pieces: list[list]                       # [block id, offset in it, length, [node, ...]]
+    pieces: list[LocatedPiece]
     addrs: dict
     grant: ReadGrant
 
@@ -66,7 +66,7 @@ class _Plan:
         return etag.strip('"') == self.etag and self.start <= off and min(end, self.size) <= self.end and \
             time.time() < self.grant.exp - PLAN_MARGIN_S
 
-    def within(self, off: int, end: int) -> list[list]:
+    def within(self, off: int, end: int) -> list[LocatedPiece]:
         """The pieces of bytes [off, end)."""
         return pieces_within(self.pieces, self.starts, off, end)
 
@@ -250,7 +250,7 @@ class Reader:
                 ev = self.locating[ino] = trio.Event()
                 try:
                     r = await self.c.fs_locate(bucket, ino, off, LOCATE_SPAN)
-                    self._keep_plan(ino, r["etag"], r["size"], off, r["p"], r["addrs"], r["grant"])
+                    self._keep_plan(ino, r.etag, r.size, off, r.pieces, r.addrs, r.grant)
                 finally:
                     del self.locating[ino]
                     ev.set()
@@ -258,11 +258,9 @@ class Reader:
         plan = self.plans.get(ino)
         return plan if plan is not None and plan.covers(etag, off, end) else None
 
-    def _keep_plan(self, ino: int, etag: str, size: int, off: int, pieces: list, addrs: dict, grant: ReadGrant) -> None:
-        starts, pos = [], off
-        for p in pieces:
-            starts.append(pos)
-            pos += p[2]
+    def _keep_plan(self, ino: int, etag: str, size: int, off: int, pieces: list[LocatedPiece], addrs: dict,
+                   grant: ReadGrant) -> None:
+        starts = piece_starts(pieces, off)
         if len(self.plans) >= MAX_PLANS:
             del self.plans[next(iter(self.plans))]
         self.plans[ino] = _Plan(etag.strip('"'), size, off, min(off + LOCATE_SPAN, size), starts, pieces, addrs,
@@ -282,9 +280,9 @@ class Reader:
             files = [(n, a) for n, a in listing[page[1] * LOCATE_FILES:(page[1] + 1) * LOCATE_FILES]
                      if stat.S_ISREG(a["mode"]) and a["size"] <= self.o.chunk_size]
             r = await self.c.locate([(bucket, self.inodes.keys[p] + n, None, None) for n, _ in files])
-            for (_, a), meta in zip(files, r["items"]):
-                if "p" in meta:
-                    self._keep_plan(a["ino"], meta["etag"], meta["size"], 0, meta["p"], r["addrs"], r["grant"])
+            for (_, a), item in zip(files, r.items):
+                if item.pieces is not None:
+                    self._keep_plan(a["ino"], item.etag, item.size, 0, item.pieces, r.addrs, r.grant)
         finally:
             del self.locating[page]
             ev.set()

@@ -19,7 +19,7 @@ import trio
 
 from epochfs.common import defaults, errors
 from epochfs.common.client import S3Client
-from epochfs.common.messages import BlockSpan
+from epochfs.common.messages import BlockSpan, FileWrite, KeepBlock, NewExtent
 
 from .cache import BlockCache
 from .inodes import InodeTable
@@ -126,21 +126,22 @@ class Writer:
             self.state[i] = GONE if self.starts[i] >= size else DIRTY
         self.size = size
 
-    def layout(self) -> tuple[dict, list[tuple[int, int]]]:
+    def layout(self) -> tuple[FileWrite, list[tuple[int, int]]]:
         """The commit's layout (blocks kept by id, new extents by length) and the new extents as (offset, length)."""
-        segs, extents, pos = [], [], 0
+        segs: list[KeepBlock | NewExtent] = []
+        extents, pos = [], 0
         for i, bid in enumerate(self.ids):
             if self.state[i] in (KEPT, CLEAN):
                 if self.starts[i] > pos:
-                    segs.append(["n", self.starts[i] - pos])
+                    segs.append(NewExtent(length=self.starts[i] - pos))
                     extents.append((pos, self.starts[i] - pos))
-                segs.append(["k", bid])
+                segs.append(KeepBlock(id=bid))
                 pos = self.starts[i + 1]
         if self.size > pos:
-            segs.append(["n", self.size - pos])
+            segs.append(NewExtent(length=self.size - pos))
             extents.append((pos, self.size - pos))
-        return {"base": self.base, "size": self.size, "segs": segs,
-                **({"mt": self.mtime_ns} if self.mtime_set else {})}, extents
+        return FileWrite(base=self.base, size=self.size, segs=segs,
+                         mt=self.mtime_ns if self.mtime_set else None), extents
 
     def committed(self, etag: str, blk: list, bs: int) -> None:
         """The content is now version `etag` made of `blk`: kept blocks stay as they were, new ones are local."""

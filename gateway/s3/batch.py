@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import struct
 
+import msgspec
 import orjson
 from epochfs.common import errors, readtoken
 from epochfs.common import messages as m
@@ -50,13 +51,18 @@ class _Item:
     key: str
     start: int | None
     end: int | None
-    meta: dict | None = None            # the index entry: {"len", "size", "etag", "mt"} or {"err", "msg"}
+    meta: m.BatchItem | None = None     # the index entry: its length, size, ETag and mtime, or its error
     pieces: list = dataclasses.field(default_factory=list)  # (blk, offset, length), then the bytes read
 
     def fail(self, e: Exception) -> None:
         s3e = e if isinstance(e, S3Error) else from_domain(e)
-        self.meta = {"err": s3e.code, "msg": s3e.message}
+        self.meta = m.BatchItem(err=s3e.code, msg=s3e.message)
         self.pieces = []
+
+    @property
+    def length(self) -> int:
+        """The bytes the item reads (none when it failed)."""
+        return self.meta.length or 0
 
 
 def _parse(body: bytes, default_bucket: str | None) -> list[_Item]:
@@ -119,7 +125,7 @@ async def _stat_items(ctx, req, items: list[_Item]) -> dict:
             it.fail(e)
             continue
         s, e = _slice(obj.size, it.start, it.end)
-        it.meta = {"len": e - s, "size": obj.size, "etag": obj.etag.strip('"'), "mt": obj.mt}
+        it.meta = m.BatchItem(length=e - s, size=obj.size, etag=obj.etag.strip('"'), mt=obj.mt)
         it.pieces = plan_range(obj.blk, s, e)
     return res.addrs
 
@@ -128,7 +134,7 @@ def _windows(items: list[_Item]) -> list[list[_Item]]:
     out, cur, n = [], [], 0
     for it in items:
         cur.append(it)
-        n += it.meta.get("len", 0)
+        n += it.length
         if n >= WINDOW_BYTES:
             out.append(cur)
             cur, n = [], 0
@@ -180,11 +186,11 @@ def _read_piece(ctx, piece: tuple, addrs: dict):
 async def batch_read(ctx, req):
     items = _parse(await read_all(req.receive, MAX_BODY), req.bucket)
     addrs = await _stat_items(ctx, req, items)
-    windows = _windows([it for it in items if "len" in it.meta])
+    windows = _windows([it for it in items if it.meta.err is None])
     if windows:
         await _fetch(ctx, windows[0], addrs, first=True)
-    index = orjson.dumps({"items": [it.meta for it in items]})
-    total = _LEN.size + len(index) + sum(it.meta.get("len", 0) for it in items)
+    index = msgspec.json.encode(m.BatchIndex(items=[it.meta for it in items]))
+    total = _LEN.size + len(index) + sum(it.length for it in items)
 
     async def body():
         yield _LEN.pack(len(index)) + index
@@ -211,15 +217,17 @@ async def batch_read(ctx, req):
 @extension("POST", "locate")
 async def batch_locate(ctx, req):
     """The batch read's plan instead of its bytes, for a native client that reads from the DataNodes itself: the
-    body of /batch, checked the same way; the answer is JSON {"items": [index entry + "p": [[block_id, offset, length,
-    [node, ...]], ...]], "addrs": {node: rpc address}, "grant": read token for every block listed}."""
+    body of /batch, checked the same way; the answer is a BatchLocated (common/messages.py): the index entries with
+    their pieces, the holders' RPC addresses and a read token for every block listed."""
     items = _parse(await read_all(req.receive, MAX_BODY), req.bucket)
     addrs = await _stat_items(ctx, req, items)
     for it in items:
-        if "len" in it.meta:
-            it.meta["p"] = [[blk.id, off, n, blk.nodes] for blk, off, n in it.pieces]
-    grant = readtoken.issue(ctx.settings.cluster_secret, (p[0] for it in items for p in it.meta.get("p", ())))
-    body = orjson.dumps({"items": [it.meta for it in items], "addrs": addrs, "grant": m.to_builtins(grant)})
+        if it.meta.err is None:
+            it.meta = msgspec.structs.replace(it.meta, pieces=[
+                m.LocatedPiece(id=blk.id, offset=off, length=n, nodes=blk.nodes) for blk, off, n in it.pieces])
+    grant = readtoken.issue(ctx.settings.cluster_secret,
+                            (p.id for it in items if it.meta.pieces for p in it.meta.pieces))
+    body = msgspec.json.encode(m.BatchLocated(items=[it.meta for it in items], addrs=addrs, grant=grant))
     return Response(200, [("content-type", "application/json")], body)
 
 

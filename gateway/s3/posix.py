@@ -3,10 +3,10 @@
   POST /_epochfs/fs/<bucket>   a typed request of common/messages.py (FS_OPS: {"op": "fs_lookup", "parent": ...,
                                "name": ...}) -> {"r": its reply} or {"err": class, "msg"}
   GET  /_epochfs/fs/<bucket>?ino=&off=&len=   bytes [off, off+len) of the file (short at its end)
-  GET  /_epochfs/fs/<bucket>?ino=&off=&len=&locate=1   where those bytes are instead: {"etag", "size", "p": [[block
-                                     id, offset in it, length, [node, ...]], ...], "addrs": {node: rpc address},
-                                     "grant": read token}, for the mount to read the DataNodes itself (as /locate)
-  PUT  /_epochfs/fs/<bucket>?ino=    the file's new content as a layout (blocks kept, extents new: fs_write); new
+  GET  /_epochfs/fs/<bucket>?ino=&off=&len=&locate=1   where those bytes are instead, a FileLocated: {"etag", "size",
+                                     "p": [[block id, offset in it, length, [node, ...]], ...], "addrs": {node: rpc
+                                     address}, "grant": read token}, for the mount to read the DataNodes itself
+  PUT  /_epochfs/fs/<bucket>?ino=    the file's new content as a layout (a FileWrite: blocks kept, extents new); new
                                      blocks go to the bucket's DataNodes, then one NameNode commit replaces the old
                                      content -> {"r": attributes and the new layout}
   POST /_epochfs/fs with op "fs_statfs" -> capacity, used and inode counts
@@ -26,7 +26,6 @@ import hashlib
 from typing import Union
 
 import msgspec
-import orjson
 from prometheus_client import Counter
 
 from epochfs.common import errors, readtoken
@@ -46,6 +45,7 @@ FS_REQUESTS = Counter("epochfs_fs_requests_total", "Mount API requests", ["op"])
 JSON = [("content-type", "application/json")]
 READ_OPS = frozenset((m.FsGetattr, m.FsLookup, m.FsReaddir, m.FsReadlink, m.FsLayout, m.FsGetxattr, m.FsListxattr))
 _decode_op = msgspec.json.Decoder(Union[m.FS_OPS]).decode  # one of the mount's operations, never another request
+_decode_layout = msgspec.json.Decoder(m.FileWrite).decode   # the layout ahead of a file write's new bytes
 _FORWARD = {  # the NameNodeClient method each goes to
     m.FsLookup: NameNodeClient.fs_lookup, m.FsGetattr: NameNodeClient.fs_getattr,
     m.FsReaddir: NameNodeClient.fs_readdir, m.FsReadlink: NameNodeClient.fs_readlink,
@@ -64,7 +64,7 @@ def _int_arg(req, name: str, default: int | None = None) -> int:
     return args.int_arg(v, name, default, hi=args.MAX_INT, msg=f"{name} must be an integer from 0 to 2^63-1")
 
 
-def _answer(res: dict) -> Response:
+def _answer(res) -> Response:
     return Response(200, JSON, msgspec.json.encode(res))
 
 
@@ -139,9 +139,10 @@ async def fs_read(ctx, req):
     check_object_read(ctx, req, info, res)  # a reader by the bucket's ACL also needs the object's
     end = min(off + n, res.size)
     if req.query.get("locate"):
-        pieces = [[b.id, boff, k, b.nodes] for b, boff, k in plan_range(res.blk, off, end)] if end > off else []
-        grant = readtoken.issue(ctx.settings.cluster_secret, (p[0] for p in pieces))
-        return _answer({"etag": res.etag, "size": res.size, "p": pieces, "addrs": res.addrs, "grant": grant})
+        pieces = [m.LocatedPiece(id=b.id, offset=boff, length=k, nodes=b.nodes)
+                  for b, boff, k in plan_range(res.blk, off, end)] if end > off else []
+        grant = readtoken.issue(ctx.settings.cluster_secret, (p.id for p in pieces))
+        return _answer(m.FileLocated(etag=res.etag, size=res.size, pieces=pieces, addrs=res.addrs, grant=grant))
     if end <= off:
         return Response(200, [("x-epochfs-etag", res.etag)], b"")
     pieces = [p async for p in ctx.cluster.read_range(res.blk, res.addrs, off, end)]
@@ -182,9 +183,9 @@ class _Body:
 
 @extension("PUT", "fs")
 async def fs_write(ctx, req):
-    """New content for file `ino`. The body is a 4-byte length and a JSON layout {"base": ETag or null, "size": N,
-    "segs": [["k", block id] | ["n", length], ...]}, then the bytes of the "n" extents in order: "k" keeps a block
-    of the version `base` names, "n" is new data stored as new blocks. So a write into a large file sends and
+    """New content for file `ino`. The body is a 4-byte length and a JSON layout (m.FileWrite) {"base": ETag or
+    null, "size": N, "segs": [["k", block id] | ["n", length], ...]}, then the bytes of the "n" extents in order:
+    "k" keeps a block of the version `base` names, "n" is new data stored as new blocks. So a write into a large file sends and
     stores only the blocks it changed. The ETag is the content's MD5 when all of it is new; otherwise it can't be
     had without reading the kept blocks, and is an MD5 over the new bytes and the layout with the block count
     after a dash, as multipart ETags are (S3 clients don't take those for an MD5), changing whenever the content
@@ -202,35 +203,31 @@ async def fs_write(ctx, req):
     stream, _ = body_stream(req.receive, req.headers, req.auth)
     body = _Body(stream)
     try:
-        layout = orjson.loads(await body.read(int.from_bytes(await body.read(4), "big")))
-        base, size, segs, mt = layout["base"], layout["size"], layout["segs"], layout.get("mt")
-        if not (type(size) is int and 0 <= size <= args.MAX_INT) or not all(
-                kind in ("k", "n") and type(v) is int and 0 <= v <= args.MAX_INT for kind, v in segs) or \
-                not (mt is None or type(mt) is int and 0 <= mt <= args.MAX_INT):
-            raise ValueError
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        layout = _decode_layout(await body.read(int.from_bytes(await body.read(4), "big")))
+    except msgspec.DecodeError as e:  # not JSON, or not a layout (a field missing, a number out of range)
         raise S3Error("MalformedJSON", "The body must start with a layout {\"base\", \"size\", \"segs\"[, "
-                      "\"mt\"]}.", 400) from None
+                      f"\"mt\"]}}: {e}", 400) from None
     md5 = hashlib.md5()
     blk: list = []
     written: list = []
     committing = False
     try:
-        for kind, v in segs:
-            if kind == "k":
-                blk.append(v)
-            elif v:
-                new, _ = await ctx.cluster.write_stream(req.bucket, body.take(v), md5.update,
+        for seg in layout.segs:
+            if type(seg) is m.KeepBlock:
+                blk.append(seg.id)
+            elif seg.length:
+                new, _ = await ctx.cluster.write_stream(req.bucket, body.take(seg.length), md5.update,
                                                         limit=ctx.settings.max_object_size)
                 written += new
                 blk += new
-        if any(kind == "k" for kind, _ in segs):
-            etag = f'"{hashlib.md5(md5.digest() + orjson.dumps(segs)).hexdigest()}-{len(blk)}"'
+        if any(type(seg) is m.KeepBlock for seg in layout.segs):  # the MD5 over the layout's segs as they were sent
+            etag = f'"{hashlib.md5(md5.digest() + msgspec.json.encode(layout.segs)).hexdigest()}-{len(blk)}"'
         else:
             etag = f'"{md5.hexdigest()}"'
         committing = True
-        attr = await ctx.cluster.namenode.fs_commit(m.FsCommit(ino=ino, blk=blk, size=size, etag=etag,
-                                                               bucket=req.bucket, bi=bi, base=base, mt=mt))
+        attr = await ctx.cluster.namenode.fs_commit(m.FsCommit(ino=ino, blk=blk, size=layout.size, etag=etag,
+                                                               bucket=req.bucket, bi=bi, base=layout.base,
+                                                               mt=layout.mt))
     except errors.DomainError as e:
         await ctx.abandon(written)
         if isinstance(e, errors.NotEnoughReplicas):  # blocks leased before the bucket's write policy changed

@@ -21,10 +21,10 @@ def run(coro):
     return asyncio.run(coro)
 
 
-async def _locate(endpoint, user, items) -> dict:
+async def _locate(endpoint, user, items) -> m.BatchLocated:
     async with S3Client(endpoint, user[0], user[1]) as c:
         body = orjson.dumps({"items": [{"bucket": b, "key": k} for b, k in items]})
-        return orjson.loads((await c._fs_send("POST", "locate", content=body)).content)
+        return msgspec.json.decode((await c._fs_send("POST", "locate", content=body)).content, type=m.BatchLocated)
 
 
 def _read(addr: str, call):
@@ -39,9 +39,9 @@ def _read(addr: str, call):
     return run(go())
 
 
-def _piece(plan: dict, i: int) -> tuple[m.BlockRead, str]:
-    bid, off, n, nodes = plan["items"][i]["p"][0]
-    return m.BlockRead(bid, off, n), plan["addrs"][str(nodes[0])]
+def _piece(plan: m.BatchLocated, i: int) -> tuple[m.BlockRead, str]:
+    p = plan.items[i].pieces[0]
+    return m.BlockRead(id=p.id, offset=p.offset, length=p.length), plan.addrs[str(p.nodes[0])]
 
 
 def test_datanode_serves_a_valid_token_and_refuses_forged_expired_or_foreign_ones(cluster, bucket, s3):
@@ -49,7 +49,7 @@ def test_datanode_serves_a_valid_token_and_refuses_forged_expired_or_foreign_one
     s3.put_object(Bucket=bucket, Key="b", Body=b"beta" * 100)
     plan = run(_locate(cluster.endpoint, MAIN, [(bucket, "a")]))
     read, addr = _piece(plan, 0)
-    grant = msgspec.convert(plan["grant"], m.ReadGrant)
+    grant = plan.grant
     head, data = _read(addr, lambda dn: dn.read_tokened([read], grant))
     assert bytes(data) == b"alpha" * 100 and head.lens == [500] and not head.errs
 
@@ -77,7 +77,7 @@ def test_datanode_serves_a_valid_token_and_refuses_forged_expired_or_foreign_one
 def test_locate_checks_access_like_get_object(cluster, bucket, s3):
     s3.put_object(Bucket=bucket, Key="private", Body=b"x")
     plan = run(_locate(cluster.endpoint, ALT, [(bucket, "private")]))
-    assert plan["items"][0]["err"] == "AccessDenied" and plan["grant"]["blocks"] == []
+    assert plan.items[0].err == "AccessDenied" and plan.grant.blocks == []
 
 
 def test_batch_reads_other_replicas_when_a_datanode_is_unreachable(tmp_path):

@@ -173,9 +173,9 @@ def test_rocksdb_corruption_is_a_bad_replica_read_around_reported_repaired_and_s
         async def direct_reads():
             async with S3Client(c.endpoint, MAIN[0], MAIN[1]) as cl:
                 plan = await cl.locate([("bkt", k, None, None) for k in direct])
-                pieces = [p for item in plan["items"] for p in item["p"]]
-                assert [pick_replica(p[0], p[3], plan["addrs"]) for p in pieces] == [addrs[str(vid)]] * len(direct)
-                return [bytes(b) for b in await cl.read_pieces(pieces, plan["addrs"], plan["grant"])]
+                pieces = [p for item in plan.items for p in item.pieces]
+                assert [pick_replica(p.id, p.nodes, plan.addrs) for p in pieces] == [addrs[str(vid)]] * len(direct)
+                return [bytes(b) for b in await cl.read_pieces(pieces, plan.addrs, plan.grant)]
         assert asyncio.run(direct_reads()) == [data[k] for k in direct]
 
         for k in s3_read + direct:  # reported (by the gateway; by the DataNode for direct reads) and repaired

@@ -11,6 +11,7 @@ import pytest
 from cluster import ALT, MAIN
 from epochfs.common import errors
 from epochfs.common.client import S3Client
+from epochfs.common.messages import FileWrite, NewExtent
 from epochfs.frontends import errmap
 
 pytestmark = pytest.mark.integration
@@ -21,9 +22,9 @@ async def _chunks(data: bytes):
     yield data
 
 
-def _whole(size: int) -> dict:
+def _whole(size: int) -> FileWrite:
     """The layout of a write that replaces a file's whole content."""
-    return {"base": None, "size": size, "segs": [["n", size]]}
+    return FileWrite(base=None, size=size, segs=[NewExtent(length=size)])
 
 
 def _as(cluster, user, fn):

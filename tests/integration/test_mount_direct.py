@@ -155,8 +155,8 @@ def _serving_node(cluster: Cluster, bucket: str, key: str, block: int) -> str:
         async with S3Client(cluster.endpoint, MAIN[0], MAIN[1]) as c:
             return await c.locate([(bucket, key, None, None)])
     r = asyncio.run(locate())
-    bid, _, _, nodes = r["items"][0]["p"][block]
-    port = int(pick_replica(bid, nodes, r["addrs"]).rsplit(":", 1)[1])
+    p = r.items[0].pieces[block]
+    port = int(pick_replica(p.id, p.nodes, r.addrs).rsplit(":", 1)[1])
     return next(n for n, p in cluster.ports.items() if n.startswith("dn") and p[1] == port)
 
 

@@ -3,7 +3,7 @@ import time
 
 import trio
 
-from epochfs.common.messages import ReadGrant
+from epochfs.common.messages import FileLocated, LocatedPiece, ReadGrant
 from epochfs.frontends.fuse.inodes import InodeTable
 from epochfs.frontends.fuse.options import MountOptions
 from epochfs.frontends.fuse.reader import LOCATE_SPAN, Reader
@@ -19,16 +19,17 @@ class SlowLocates:
         self.calls: list[int] = []
         self.running = 0
 
-    async def fs_locate(self, bucket: str, ino: int, off: int, span: int) -> dict:
+    async def fs_locate(self, bucket: str, ino: int, off: int, span: int) -> FileLocated:
         self.calls.append(off)
         self.running += 1
         assert self.running == 1, "two locates of one file at once"
         await trio.sleep(0.01)
         self.running -= 1
         start = off - off % BLOCK
-        pieces = [[b // BLOCK, 0, BLOCK, [1]] for b in range(start, min(off + span, SIZE), BLOCK)]
-        return {"etag": '"e"', "size": SIZE, "p": pieces, "addrs": {"1": "127.0.0.1:1"},
-                "grant": ReadGrant(blocks=[], exp=int(time.time() + 60), tok="")}
+        pieces = [LocatedPiece(id=b // BLOCK, offset=0, length=BLOCK, nodes=(1,))
+                  for b in range(start, min(off + span, SIZE), BLOCK)]
+        return FileLocated(etag='"e"', size=SIZE, pieces=pieces, addrs={"1": "127.0.0.1:1"},
+                           grant=ReadGrant(blocks=[], exp=int(time.time() + 60), tok=""))
 
 
 def test_readers_waiting_for_one_locate_of_a_file_each_get_a_plan_for_their_bytes():

@@ -76,14 +76,14 @@ def test_the_writer_commits_an_mtime_set_after_its_last_write(tmp_path):
     w.set_mtime(5)  # nothing unsaved: the NameNode's setattr is all there is to it
     w.wrote(0, 3)
     w.touched()
-    assert "mt" not in w.layout()[0]
+    assert w.layout()[0].mt is None
     w.set_mtime(1_600_000_000_000_000_000)
-    assert w.layout()[0]["mt"] == 1_600_000_000_000_000_000
+    assert w.layout()[0].mt == 1_600_000_000_000_000_000
     w.touched()  # a write after it: the commit's own time again
-    assert "mt" not in w.layout()[0]
+    assert w.layout()[0].mt is None
     w.set_mtime(7)
     w.committed('"v2"', [[1, 3]], 10)
-    assert not w.mtime_set and "mt" not in w.layout()[0]
+    assert not w.mtime_set and w.layout()[0].mt is None
     w.file.close()
 
 

@@ -4,7 +4,7 @@ import anyio
 import pytest
 
 from epochfs.common import errors
-from epochfs.common.blocks import crc32c
+from epochfs.common.blocks import block_nodes, crc32c
 from epochfs.common.kv import MemoryKV
 from epochfs.datanode import keys as dnkeys
 from epochfs.datanode.blockstore import BlockStore
@@ -40,17 +40,17 @@ def test_moves_converge_to_within_the_slack():
     load = {1: 0, 2: 0, 3: 0, 4: 0}
     blocks = []
     for b in range(60):
-        blocks.append([b, 10, [1, 2, 3]])
+        blocks.append({"size": 10, "nodes": [1, 2, 3]})
         for n in (1, 2, 3):
             load[n] += 10
     for _ in range(3):
         for blk in blocks:
-            mv = rebalance_move(view(1, 2, 3, 4), load, blk[2], blk[1], 15)
+            mv = rebalance_move(view(1, 2, 3, 4), load, blk["nodes"], blk["size"], 15)
             if mv:
-                blk[2] = [mv[1] if n == mv[0] else n for n in blk[2]]
+                blk["nodes"] = [mv[1] if n == mv[0] else n for n in blk["nodes"]]
                 load[mv[0]] -= 10
                 load[mv[1]] += 10
-    assert all(abs(v - 450) <= 15 for v in load.values()) and all(len(set(b[2])) == 3 for b in blocks)
+    assert all(abs(v - 450) <= 15 for v in load.values()) and all(len(set(b["nodes"])) == 3 for b in blocks)
 
 
 # ---------------------------------------------------------------- the rebalance job
@@ -75,8 +75,8 @@ def confirm_all(repair: RepairWorker) -> None:
 def per_node(m: MetaStore) -> dict[int, int]:
     out = {}
     for b in m.stat("b", "x")["blk"]:
-        assert len(set(b[3])) == 3  # never under-replicated
-        for n in b[3]:
+        assert len(set(block_nodes(b))) == 3  # never under-replicated
+        for n in block_nodes(b):
             out[n] = out.get(n, 0) + 1
     return out
 
