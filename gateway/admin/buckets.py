@@ -2,9 +2,11 @@
 its settings; PATCH changes the settings (a new block size or replication factor applies to new writes only)."""
 from __future__ import annotations
 
+import json
+
 from fastapi import APIRouter, HTTPException
 
-from epochfs.common import errors
+from epochfs.common import errors, policy
 from epochfs.common.messages import BucketRecord, Unset
 
 from ..s3.bucket import validate_bucket_name
@@ -14,13 +16,17 @@ from .common import BAD_BODY, CtxDep
 from .models import Bucket, BucketCreate, BucketPatch
 
 router = APIRouter(tags=["buckets"])
-_CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
+_CLEARABLE = ("quota_bytes", "quota_objects", "policy")  # null removes the quota or the policy
 
 
 def bucket_view(b: BucketRecord, usage: tuple[int, int]) -> Bucket:
     return Bucket(name=b.name, owner=b.owner, created=b.created, bytes=usage[0], objects=usage[1],
                   replication=b.replication, block_size=b.block_size, write_policy=b.write_policy or "async",
-                  quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning)
+                  quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning,
+                  policy=b.policy, policy_public=bool(b.policy) and policy.is_public(policy.parse(b.policy)),
+                  public_access_block=None if b.public_access_block is None else {
+                      f: getattr(b.public_access_block, f) for f in ("block_public_acls", "ignore_public_acls",
+                                                                      "block_public_policy", "restrict_public_buckets")})
 
 
 @router.get("/buckets", response_model=list[Bucket])
@@ -64,9 +70,12 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
               responses={**BAD_BODY, 404: {"description": "no such bucket"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
-    theirs), write policy or quotas. A quota set to null is removed."""
+    theirs), write policy, quotas or the bucket policy. A quota or policy set to null is removed; an invalid
+    policy is 400 and changes nothing."""
     changes = {k: Unset() if v is None else v for k, v in patch.model_dump(exclude_unset=True).items()
                if v is not None or k in _CLEARABLE}
+    if isinstance(changes.get("policy"), dict):
+        changes["policy"] = json.dumps(changes["policy"])
     await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
     if changes:
         ctx.forget_bucket(name)

@@ -104,6 +104,10 @@ class Bucket(Msg):
     quota_bytes: int | None
     quota_objects: int | None
     versioning: str | None
+    policy: str | None = Field(None, description="the bucket policy (JSON text), as PutBucketPolicy set it")
+    policy_public: bool = Field(False, description="the policy lets in everyone (S3's policy status IsPublic)")
+    public_access_block: dict[str, bool] | None = Field(
+        None, description="block_public_acls, ignore_public_acls, block_public_policy, restrict_public_buckets")
 
 
 class BucketCreate(In):
@@ -124,6 +128,8 @@ class BucketPatch(In):
     write_policy: WritePolicy | None = None
     quota_bytes: Int(0, MAX_QUOTA) | None = None
     quota_objects: Int(0, MAX_QUOTA) | None = None
+    policy: Annotated[str, Field(max_length=20480)] | dict | None = Field(
+        None, description="a bucket policy, JSON text or object (null removes it; invalid: 400)")
 
 
 class KeyCreate(In):

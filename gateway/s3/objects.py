@@ -38,10 +38,29 @@ def check_key(key: str) -> None:
         raise errors.KeyTooLong("Your key is too long", key_size=len(key.encode()), max_size=1024) from None
 
 
+def _text(v: str) -> str:
+    """A metadata value as text: header bytes (read as latin-1) that are UTF-8, as SDKs send non-ASCII values, are
+    decoded; anything else stays as read."""
+    try:
+        return v.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return v
+
+
+def _header_text(v: str) -> str:
+    """A metadata value for a response header: as is when latin-1 holds it (what http.client and botocore decode
+    headers as, so they read back what was sent), else MIME-encoded (RFC 2047) as S3 does."""
+    try:
+        v.encode("latin-1")
+        return v
+    except UnicodeEncodeError:
+        return "=?UTF-8?B?" + base64.b64encode(v.encode()).decode() + "?="
+
+
 async def object_attrs(ctx, req, info: BucketRecord) -> ObjectRecord:
     """Stored attributes of a new object in bucket `info`, from the request headers (no content yet)."""
     h = req.headers
-    meta = {k[11:]: args.header_value(v, k) for k, v in h.items() if k.startswith("x-amz-meta-")}
+    meta = {k[11:]: args.header_value(_text(v), k) for k, v in h.items() if k.startswith("x-amz-meta-")}
     if not all(_TOKEN.fullmatch(k) for k in meta):  # a POST form's field names need not be header names
         raise errors.InvalidInput("Metadata names must be valid HTTP header names")
     if sum(len(k) + len(v) for k, v in meta.items()) > MAX_META_BYTES:
@@ -72,7 +91,7 @@ def object_headers(obj: ObjectRecord, req, *, with_checksum: bool | None = None)
     for k, v in obj.headers.items():
         h.append((k, v))
     for k, v in obj.meta.items():
-        h.append((f"x-amz-meta-{k}", v))
+        h.append((f"x-amz-meta-{k}", _header_text(v)))
     if obj.storage_class:
         h.append(("x-amz-storage-class", obj.storage_class))
     if obj.part_sizes and "partNumber" in req.query:

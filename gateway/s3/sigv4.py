@@ -193,7 +193,8 @@ class SigV4Verifier:
             v = headers.get(name)
             if v is None:
                 raise S3Error("SignatureDoesNotMatch", f"signed header {name} is missing", 403)
-            signed_headers.append((name, v))
+            # header bytes are read as latin-1; SDKs sign non-ASCII values as their UTF-8 bytes (botocore sends those)
+            signed_headers.append((name, v if v.isascii() else v.encode("latin-1").decode("utf-8", "surrogateescape")))
         canon_query = canonical_query(query, skip="X-Amz-Signature" if presigned else None)
         creq, _ = canonical_request(method, canonical_path(_unquote_path(raw_path)), canon_query, signed_headers,
                                     payload_hash)
