@@ -55,8 +55,9 @@ class AdminClient:
         self.http = httpx.Client(base_url=endpoint.rstrip("/") + "/admin/v1", timeout=timeout,
                                  auth=SigV4Auth(access_key, secret_key))
 
-    def call(self, method: str, path: str, body: dict | None = None):
-        r = self.http.request(method, path, json=body)
+    def call(self, method: str, path: str, body: dict | None = None, content: bytes | None = None):
+        r = self.http.request(method, path, json=body) if content is None else \
+            self.http.request(method, path, content=content, headers={"content-type": "application/json"})
         if r.status_code >= 400:
             try:
                 detail = r.json().get("detail")
@@ -130,13 +131,13 @@ def _bucket_policy(c: AdminClient, args) -> str:
     if args.set is not None:
         text = sys.stdin.read() if args.set == "-" else open(args.set, encoding="utf-8").read()
         try:
-            doc = json.loads(text)
+            json.loads(text)
         except ValueError as e:
             raise AdminError(f"{args.set}: not JSON ({e})") from None
-        c.call("PATCH", f"/buckets/{args.name}", {"policy": doc})
+        c.call("PUT", f"/buckets/{args.name}/policy", content=text.encode())
         return f"{args.name}: policy set"
     if args.delete:
-        c.call("PATCH", f"/buckets/{args.name}", {"policy": None})
+        c.call("DELETE", f"/buckets/{args.name}/policy")
         return f"{args.name}: policy removed"
     b = c.call("GET", f"/buckets/{args.name}")
     if not b.get("policy"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 
 from epochfs.common import errors, policy
 from epochfs.common.messages import BucketRecord, Unset
@@ -16,7 +16,7 @@ from .common import BAD_BODY, CtxDep
 from .models import Bucket, BucketCreate, BucketPatch
 
 router = APIRouter(tags=["buckets"])
-_CLEARABLE = ("quota_bytes", "quota_objects", "policy")  # null removes the quota or the policy
+_CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
 
 
 def bucket_view(b: BucketRecord, usage: tuple[int, int]) -> Bucket:
@@ -70,13 +70,37 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
               responses={**BAD_BODY, 404: {"description": "no such bucket"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
-    theirs), write policy, quotas or the bucket policy. A quota or policy set to null is removed; an invalid
-    policy is 400 and changes nothing."""
+    theirs), write policy or quotas. A quota set to null is removed. (The bucket policy: PUT or DELETE
+    /admin/v1/buckets/{name}/policy.)"""
     changes = {k: Unset() if v is None else v for k, v in patch.model_dump(exclude_unset=True).items()
                if v is not None or k in _CLEARABLE}
-    if isinstance(changes.get("policy"), dict):
-        changes["policy"] = json.dumps(changes["policy"])
     await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
     if changes:
         ctx.forget_bucket(name)
+    return await _one(ctx, name)
+
+
+# The bucket policy, as PutBucketPolicy takes it. Kept out of the OpenAPI schema: no JSON schema tells a valid policy
+# (its resources must name this bucket, its conditions known operators), and the schema's promise is that what it
+# admits is accepted.
+@router.put("/buckets/{name}/policy", response_model=Bucket, include_in_schema=False)
+async def put_policy(name: str, request: Request, _: AdminDep, ctx: CtxDep) -> Bucket:
+    """Set the bucket's policy: the body is the policy document (JSON). Invalid: 400, nothing changes."""
+    body = await request.body()
+    if len(body) > policy.MAX_POLICY_BYTES:
+        raise HTTPException(400, f"Policies must be no larger than {policy.MAX_POLICY_BYTES} bytes")
+    try:
+        text = body.decode("utf-8")
+        json.loads(text)
+    except ValueError:
+        raise HTTPException(400, "the body must be a JSON policy document") from None
+    await ctx.cluster.namenode.bucket_settings(name, policy=text)  # MalformedPolicy: 400
+    ctx.forget_bucket(name)
+    return await _one(ctx, name)
+
+
+@router.delete("/buckets/{name}/policy", response_model=Bucket, include_in_schema=False)
+async def delete_policy(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
+    await ctx.cluster.namenode.bucket_settings(name, policy=Unset())
+    ctx.forget_bucket(name)
     return await _one(ctx, name)

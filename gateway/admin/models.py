@@ -128,8 +128,6 @@ class BucketPatch(In):
     write_policy: WritePolicy | None = None
     quota_bytes: Int(0, MAX_QUOTA) | None = None
     quota_objects: Int(0, MAX_QUOTA) | None = None
-    policy: Annotated[str, Field(max_length=20480)] | dict | None = Field(
-        None, description="a bucket policy, JSON text or object (null removes it; invalid: 400)")
 
 
 class KeyCreate(In):

@@ -376,6 +376,9 @@ def test_aws_cli_and_admin(cluster, s3, bucket, tmp_path):
     assert json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"]) == json.loads(doc.read_text())
     run(*epochfs, "buckets", "policy", bucket, "--delete")
     assert _code(s3.get_bucket_policy, Bucket=bucket) == (404, "NoSuchBucketPolicy")
-    r = httpx.patch(f"{cluster.endpoint}/admin/v1/buckets/{bucket}", auth=(MAIN[0], MAIN[1]),
-                    json={"policy": {"Statement": [_allow("s3:GetObject", f"arn:aws:s3:::{bucket}/*")]}})
+    r = httpx.put(f"{cluster.endpoint}/admin/v1/buckets/{bucket}/policy", auth=(MAIN[0], MAIN[1]),
+                  json={"Statement": [_allow("s3:GetObject", f"arn:aws:s3:::{bucket}/*")]})
     assert r.status_code == 200 and r.json()["policy_public"] is True
+    r = httpx.put(f"{cluster.endpoint}/admin/v1/buckets/{bucket}/policy", auth=(MAIN[0], MAIN[1]), content=b"{")
+    assert r.status_code == 400
+    assert httpx.get(f"{cluster.endpoint}/admin/v1/buckets/{bucket}", auth=(MAIN[0], MAIN[1])).json()["policy_public"]
