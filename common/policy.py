@@ -217,8 +217,10 @@ def parse(text: str | bytes, bucket: str | None = None) -> Policy:
             princ, public = _principals(s["Principal"], "Principal")
             notp = None
         else:
+            if effect == "Allow":  # IAM: NotPrincipal only with Deny
+                raise _bad("NotPrincipal is allowed only with Effect Deny")
             notp, _ = _principals(s["NotPrincipal"], "NotPrincipal")
-            princ, public = None, True  # everyone but some
+            princ, public = None, False
         acts = _strings(s.get("Action", s.get("NotAction")), "Action")
         for a in acts:
             if a != "*" and not re.fullmatch(r"s3:[A-Za-z0-9*?]+", a):
@@ -426,7 +428,7 @@ def _limiting(c: Condition) -> bool:
 
 
 def is_public(policy: Policy) -> bool:
-    """AWS's rule: a policy is public if an Allow statement lets in everyone ("*" or NotPrincipal) without a
+    """AWS's rule: a policy is public if an Allow statement lets in everyone ("*") without a
     condition that pins the caller to fixed accounts, ARNs, VPCs or an IP range of /8 or narrower."""
     for s in policy.statements:
         if s.effect == "Allow" and s.public_principal and not any(_limiting(c) for c in s.conditions):

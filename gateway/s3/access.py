@@ -15,6 +15,7 @@ ACLs are off: they grant nothing, and requests that set one fail with AccessCont
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from typing import Callable
@@ -68,12 +69,18 @@ async def new_object_acl(ctx, req, info: BucketRecord) -> tuple[str, object]:
         return info.owner, "private"
     acl = await canned_acl(ctx, req)
     check_public_acl(info, acl)
-    if info.ownership == "BucketOwnerPreferred" and req.headers.get("x-amz-acl") == "bucket-owner-full-control":
+    canned = req.headers.get("x-amz-acl")
+    if info.ownership == "BucketOwnerPreferred" and canned == "bucket-owner-full-control":
         return info.owner, acl
-    return req.user.owner_id, acl
+    writer = req.user.owner_id
+    if canned in ("bucket-owner-full-control", "bucket-owner-read") and writer != info.owner:
+        # the writer keeps full control and the bucket owner gets the rest, listed as such
+        acl = [[f"id:{writer}", "FULL_CONTROL"],
+               [f"id:{info.owner}", "FULL_CONTROL" if canned == "bucket-owner-full-control" else "READ"]]
+    return writer, acl
 
 
-def _acl(info: BucketRecord, acl):
+def effective_acl(info: BucketRecord, acl):
     """What an ACL stored in bucket `info` grants: nothing while the bucket's ACLs are off; without the grants to
     everyone and to all authenticated users while its public access block ignores public ACLs."""
     if acls_disabled(info):
@@ -248,13 +255,16 @@ def _check_expected_owner(req, info: BucketRecord) -> None:
         raise _denied()
 
 
-def may_list(ctx, req, info: BucketRecord) -> bool:
-    """May the caller list the bucket (and so learn which keys exist)?"""
+def may_list(ctx, req, info: BucketRecord, key: str | None = None) -> bool:
+    """May the caller list the bucket (and so learn which keys exist)? With `key`: list with that key as prefix
+    (s3:prefix), to learn whether that key exists."""
+    if key is not None:
+        req = dataclasses.replace(req, key=None, query={**req.query, "prefix": key})
     verdict = policy_verdict(ctx, req, info, "s3:ListBucket")
     if verdict is not None:
         return verdict == "Allow"
     return is_owner(ctx, req, info) or (req.auth is not None and key_allows(req.user, info.name, "read")) \
-        or grants(_acl(info, info.acl), "read", req)
+        or grants(effective_acl(info, info.acl), "read", req)
 
 
 _DEFAULT_ACTION = {None: "s3:PutBucketAcl", "read": "s3:ListBucket", "write": "s3:PutObject",
@@ -281,7 +291,7 @@ async def bucket_access(ctx, req, perm: str | None = None, action: str | None = 
         raise _denied()
     if owner or verdict == "Allow":
         return info
-    if perm is not None and grants(_acl(info, info.acl), perm, req):
+    if perm is not None and grants(effective_acl(info, info.acl), perm, req):
         return info
     if perm is not None and req.auth is not None and key_allows(req.user, req.bucket, perm):
         return info
@@ -293,7 +303,7 @@ def check_object_write(ctx, req, info: BucketRecord, key: str, action: str) -> N
     verdict = policy_verdict(ctx, req, info, action, key)
     if verdict == "Deny":
         raise _denied()
-    if verdict == "Allow" or is_owner(ctx, req, info) or grants(_acl(info, info.acl), "write", req) or \
+    if verdict == "Allow" or is_owner(ctx, req, info) or grants(effective_acl(info, info.acl), "write", req) or \
             (req.auth is not None and key_allows(req.user, info.name, "write")):
         return
     raise _denied()
@@ -312,19 +322,19 @@ def check_object_read(ctx, req, info: BucketRecord, obj: ObjectRecord | None, ke
     if is_owner(ctx, req, info) or (req.auth is not None and key_allows(req.user, info.name, perm)):
         return
     if obj is None:
-        if may_list(ctx, req, info):
+        if may_list(ctx, req, info, key):
             raise errors.NoSuchKey("The specified key does not exist.")
         raise _denied()
     if verdict == "Allow":
         return
     if perm != "read" and req.auth is not None and obj.owner == req.user.owner_id and not acls_disabled(info):
         return  # an object's writer controls its ACL
-    if not grants(_acl(info, obj.acl), perm, req):
+    if not grants(effective_acl(info, obj.acl), perm, req):
         raise _denied()
 
 
 def acl_xml(acl, owner_id: str, display: str, names=lambda i: i) -> bytes:
-    """An AccessControlPolicy as S3 lists it: a canned ACL as the owner's FULL_CONTROL then the canned grants; an
+    """An AccessControlPolicy as S3 lists it: a canned ACL as its group grants, then the owner's FULL_CONTROL; an
     explicit ACL (an AccessControlPolicy or x-amz-grant-* headers) exactly as it was set, in its order."""
     def grant(grantee: str, perm: str) -> str:
         if grantee.startswith("uri:"):
@@ -336,7 +346,7 @@ def acl_xml(acl, owner_id: str, display: str, names=lambda i: i) -> bytes:
         return (f'<Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" {g}'
                 f"<Permission>{perm}</Permission></Grant>")
     if acl is None or isinstance(acl, str):
-        out = [grant(f"id:{owner_id}", "FULL_CONTROL")] + [grant(g, p) for g, p in _grant_list(acl)]
+        out = [grant(g, p) for g, p in _grant_list(acl)] + [grant(f"id:{owner_id}", "FULL_CONTROL")]
     else:
         out = [grant(g, p) for g, p in acl]
     return xml.doc("AccessControlPolicy", f"{xml.owner(owner_id, display)}<AccessControlList>{''.join(out)}"

@@ -11,7 +11,7 @@ from epochfs.common.messages import BucketRecord, PublicAccessBlock, Unset
 from . import args, xml
 from .body import read_all
 from .access import (OWNERSHIP, acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bucket_access, canned_acl,
-                     check_ownership, key_allows)
+                     check_ownership, effective_acl, is_public_acl, key_allows)
 from .errors import S3Error, malformed_xml
 from .http import Response
 
@@ -206,10 +206,11 @@ async def delete_policy(ctx, req):
 
 
 async def get_policy_status(ctx, req):
+    """IsPublic: the policy lets everyone in (AWS's test: no condition pinning it to accounts or networks), or the
+    bucket's ACL grants everyone or every authenticated user something (unless its public access block ignores
+    public ACLs). A bucket without a policy answers by its ACL alone."""
     info = await bucket_owned(ctx, req)
-    if not info.policy:
-        raise _no_policy(req)
-    public = policy.is_public(policy.parse(info.policy))
+    public = bool(info.policy) and policy.is_public(policy.parse(info.policy)) or is_public_acl(effective_acl(info, info.acl))
     return Response(200, [("content-type", "application/xml")],
                     xml.doc("PolicyStatus", f"<IsPublic>{'true' if public else 'false'}</IsPublic>"))
 
