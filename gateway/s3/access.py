@@ -12,6 +12,12 @@ A bucket's object ownership ("own", set with PutBucketOwnershipControls or x-amz
 who owns the objects written into it: ObjectWriter (also when none is set) the writer; BucketOwnerPreferred the
 bucket owner when the writer grants it bucket-owner-full-control; BucketOwnerEnforced always the bucket owner, and
 ACLs are off: they grant nothing, and requests that set one fail with AccessControlListNotSupported.
+
+A bucket policy (common/policy.py) is evaluated first on every request that reaches the bucket, with the request's
+S3 action (router.action_of) and resource: an explicit Deny refuses it whoever the caller is (the owner keeps the
+policy calls), an Allow admits it, and where the policy says nothing the rules above decide. The public access
+block filters public ACL grants (IgnorePublicAcls), refuses public ACLs (BlockPublicAcls) and lets a public policy
+admit only the owner (RestrictPublicBuckets).
 """
 from __future__ import annotations
 
