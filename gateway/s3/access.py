@@ -333,15 +333,16 @@ def check_object_read(ctx, req, info: BucketRecord, obj: ObjectRecord | None, ke
         raise _denied()
     if verdict == "Allow":
         return
-    if perm != "read" and req.auth is not None and obj.owner == req.user.owner_id and not acls_disabled(info):
-        return  # an object's writer controls its ACL
+    if req.auth is not None and obj.owner == req.user.owner_id and not acls_disabled(info):
+        return  # an object's owner (its writer) has full control of it
     if not grants(effective_acl(info, obj.acl), perm, req):
         raise _denied()
 
 
 def acl_xml(acl, owner_id: str, display: str, names=lambda i: i) -> bytes:
     """An AccessControlPolicy as S3 lists it: a canned ACL as its group grants, then the owner's FULL_CONTROL; an
-    explicit ACL (an AccessControlPolicy or x-amz-grant-* headers) exactly as it was set, in its order."""
+    explicit ACL (an AccessControlPolicy or x-amz-grant-* headers) as it was set, no owner grant added, its group
+    grants first."""
     def grant(grantee: str, perm: str) -> str:
         if grantee.startswith("uri:"):
             g = f'xsi:type="Group"><URI>{xml.esc(grantee[4:])}</URI></Grantee>'
@@ -353,8 +354,8 @@ def acl_xml(acl, owner_id: str, display: str, names=lambda i: i) -> bytes:
                 f"<Permission>{perm}</Permission></Grant>")
     if acl is None or isinstance(acl, str):
         out = [grant(g, p) for g, p in _grant_list(acl)] + [grant(f"id:{owner_id}", "FULL_CONTROL")]
-    else:
-        out = [grant(g, p) for g, p in acl]
+    else:  # group grants first, the others in the order they were set
+        out = [grant(g, p) for g, p in sorted(acl, key=lambda gp: not gp[0].startswith("uri:"))]
     return xml.doc("AccessControlPolicy", f"{xml.owner(owner_id, display)}<AccessControlList>{''.join(out)}"
                                           f"</AccessControlList>")
 
