@@ -792,6 +792,7 @@ class ReadStat(Msg):
     mt: int = 0
     blk: list[BlockRef] = []
     acl: Any = None
+    owner: str = ""  # the object's owner (full control of it, whatever its ACL)
     error: str = ""
     msg: str = ""
 
@@ -909,6 +910,7 @@ class FileBlocks(Msg):
     size: int
     etag: str
     acl: Any = None
+    owner: str = ""  # the object's owner (full control of it, whatever its ACL)
     addrs: dict[str, str] = {}
 
 
