@@ -193,12 +193,6 @@ POLICY_ACTIONS = frozenset(("s3:GetBucketPolicy", "s3:PutBucketPolicy", "s3:Dele
 # condition-key families a feature fills per request: prefix (lower case) -> fn(ctx, req, info, key) -> resolver.
 # Object tagging registers "s3:existingobjecttag/" and "s3:requestobjecttag/" here.
 CONDITION_RESOLVERS: dict[str, Callable] = {}
-_POLICY_HEADERS = ("x-amz-acl", "x-amz-grant-read", "x-amz-grant-write", "x-amz-grant-read-acp",
-                   "x-amz-grant-write-acp", "x-amz-grant-full-control", "x-amz-copy-source",
-                   "x-amz-metadata-directive", "x-amz-server-side-encryption",
-                   "x-amz-server-side-encryption-aws-kms-key-id", "x-amz-storage-class",
-                   "x-amz-content-sha256", "x-amz-object-ownership", "x-amz-website-redirect-location")
-
 
 @functools.lru_cache(maxsize=256)
 def _parsed(text: str) -> policy.Policy:
@@ -228,9 +222,9 @@ def _context(ctx, req, info: BucketRecord, action: str, key: str | None,
             keys[f"s3:{q}"] = req.query[q]
     if "versionId" in req.query:
         keys["s3:versionid"] = req.query["versionId"]
-    for h in _POLICY_HEADERS:
-        if h in req.headers:
-            keys[f"s3:{h}"] = req.headers[h]
+    for h, v in req.headers.items():  # s3:x-amz-acl, s3:x-amz-grant-*, s3:x-amz-server-side-encryption*, ...
+        if h.startswith("x-amz-") and not h.startswith(("x-amz-meta-", "x-amz-date", "x-amz-security-token")):
+            keys[f"s3:{h}"] = v
     resolvers = {prefix: make(ctx, req, info, key) for prefix, make in CONDITION_RESOLVERS.items()}
     return policy.RequestContext(caller, action, policy.arn(info.name, key), keys, resolvers=resolvers,
                                  any_key=any_key)
