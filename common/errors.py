@@ -204,6 +204,10 @@ class NoRoomForAttributes(InvalidInput):
     """The inode has no room for more extended attributes."""
 
 
+class MalformedPolicy(InvalidInput):
+    """The bucket policy is not valid JSON or not a valid policy."""
+
+
 def by_name(name: str) -> type[DomainError]:
     cls = globals().get(name)
     if isinstance(cls, type) and issubclass(cls, DomainError):

@@ -340,6 +340,15 @@ class CorsRule(Msg):
     max_age: int | None = None
 
 
+class PublicAccessBlock(Msg):
+    """A bucket's S3 public access block (PutPublicAccessBlock): each flag on refuses or ignores one kind of public
+    access (public ACLs set, public ACLs honoured, public policies set, public policies honoured)."""
+    block_public_acls: bool = field(default=False, name="bpa")
+    ignore_public_acls: bool = field(default=False, name="ipa")
+    block_public_policy: bool = field(default=False, name="bpp")
+    restrict_public_buckets: bool = field(default=False, name="rpb")
+
+
 class BucketRecord(Msg):
     """A bucket's settings, as the NameNode stores them (in the bucket directory's inode, "bkt")."""
     name: str = ""
@@ -356,6 +365,8 @@ class BucketRecord(Msg):
     quota_objects: int | None = field(default=None, name="qo")
     versioning: str | None = field(default=None, name="ver")  # None (never enabled), "Enabled", "Suspended"
     cors: list[CorsRule] | None = None
+    policy: str | None = field(default=None, name="pol")  # the bucket policy, JSON as the owner put it
+    public_access_block: PublicAccessBlock | None = field(default=None, name="pab")
 
 
 class Buckets(Msg):
@@ -407,6 +418,9 @@ class BucketSettings(Request, tag="bucket_settings"):
     acl: str | list[tuple[str, str]] | None = None
     ownership: str | Unset | None = None
     cors: list[CorsRule] | Unset | None = None
+    policy: str | Unset | None = None  # a bucket policy (JSON; the NameNode validates it: MalformedPolicy)
+    public_access_block: PublicAccessBlock | None = None
+    remove_public_access_block: bool = False  # (a union of two structs can't be decoded untagged: no Unset here)
     Reply = BucketRecord
 
 
@@ -832,6 +846,7 @@ class ReadStat(Msg):
     mt: int = 0
     blk: list[BlockRef] = []
     acl: Any = None
+    owner: str = ""  # the object's owner (full control of it, whatever its ACL)
     error: str = ""
     msg: str = ""
 
@@ -949,6 +964,7 @@ class FileBlocks(Msg):
     size: int
     etag: str
     acl: Any = None
+    owner: str = ""  # the object's owner (full control of it, whatever its ACL)
     addrs: dict[str, str] = {}
 
 

@@ -48,7 +48,7 @@ def scope(date: str, region: str, service: str) -> str:
 
 
 def string_to_sign(amz_date: str, scope_: str, creq: str) -> str:
-    return f"{ALGORITHM}\n{amz_date}\n{scope_}\n{hashlib.sha256(creq.encode()).hexdigest()}"
+    return f"{ALGORITHM}\n{amz_date}\n{scope_}\n{hashlib.sha256(creq.encode('utf-8', 'surrogateescape')).hexdigest()}"
 
 
 @lru_cache(maxsize=1024)

@@ -1,6 +1,7 @@
 """The gateway: the S3 API on a lean ASGI router, FastAPI for /healthz, /metrics and /admin (API, docs, dashboard)."""
 from __future__ import annotations
 
+import hashlib
 import time
 from contextlib import asynccontextmanager
 
@@ -50,6 +51,14 @@ class GatewayContext:
 
     def display_name(self, owner_id: str) -> str:
         return self._names.get(owner_id, owner_id)
+
+    async def canonical_ids(self) -> dict[str, str]:
+        """Every user the cluster knows: canonical id -> e-mail ("" without one), GW_USERS and the NameNode's keys."""
+        out = {u.owner_id: u.email for u in self.users}
+        for rec in await self.cluster.namenode.key_list():
+            oid = rec.owner_id or hashlib.sha256(rec.access_key.encode()).hexdigest()
+            out.setdefault(oid, "")
+        return out
 
     async def bucket(self, name: str) -> BucketRecord:
         """Bucket record (owner, block size...), cached for a few seconds: it only changes by delete + create, and

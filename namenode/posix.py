@@ -228,7 +228,7 @@ class Posix:
         if rec.get("t") == "d":
             raise errors.IsADirectory(f"inode {ino} is a directory")
         return {"blk": rec.get("blk", []), "size": rec.get("size", 0), "etag": rec.get("etag", ""),
-                "acl": rec.get("acl")}
+                "acl": rec.get("acl"), "owner": rec.get("owner", "")}
 
     # ---------------------------------------------------------------- writing helpers
     def _writable_dir(self, parent: int) -> dict:

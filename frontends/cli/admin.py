@@ -55,8 +55,9 @@ class AdminClient:
         self.http = httpx.Client(base_url=endpoint.rstrip("/") + "/admin/v1", timeout=timeout,
                                  auth=SigV4Auth(access_key, secret_key))
 
-    def call(self, method: str, path: str, body: dict | None = None):
-        r = self.http.request(method, path, json=body)
+    def call(self, method: str, path: str, body: dict | None = None, content: bytes | None = None):
+        r = self.http.request(method, path, json=body) if content is None else \
+            self.http.request(method, path, content=content, headers={"content-type": "application/json"})
         if r.status_code >= 400:
             try:
                 detail = r.json().get("detail")
@@ -143,10 +144,35 @@ def show_nodes(c: AdminClient) -> Table:
 
 def show_buckets(c: AdminClient) -> Table:
     rows = [[b["name"], b["owner"][:16], _size(b["bytes"]), b["objects"], _size(b["block_size"]), b["replication"],
-             b["write_policy"], "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"]]
+             b["write_policy"], "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"],
+             "public" if b.get("policy_public") else "yes" if b.get("policy") else "-",
+             ",".join(k for k, v in (b.get("public_access_block") or {}).items() if v) or "-"]
             for b in c.call("GET", "/buckets")]
     return _table("Buckets", ["name", "owner", "size", "objects", "block size", "replicas", "write policy",
-                              "quota bytes", "quota objects"], rows)
+                              "quota bytes", "quota objects", "policy", "public access block"], rows)
+
+
+def _bucket_policy(c: AdminClient, args) -> str:
+    """epochfs admin buckets policy NAME [--set FILE|- | --delete]: show, set or remove a bucket's policy."""
+    if not args.name:
+        raise AdminError("buckets policy needs the bucket name")
+    if args.set is not None and args.delete:
+        raise AdminError("--set and --delete exclude each other")
+    if args.set is not None:
+        text = sys.stdin.read() if args.set == "-" else open(args.set, encoding="utf-8").read()
+        try:
+            json.loads(text)
+        except ValueError as e:
+            raise AdminError(f"{args.set}: not JSON ({e})") from None
+        c.call("PUT", f"/buckets/{args.name}/policy", content=text.encode())
+        return f"{args.name}: policy set"
+    if args.delete:
+        c.call("DELETE", f"/buckets/{args.name}/policy")
+        return f"{args.name}: policy removed"
+    b = c.call("GET", f"/buckets/{args.name}")
+    if not b.get("policy"):
+        return f"{args.name}: no policy"
+    return json.dumps(json.loads(b["policy"]), indent=2)
 
 
 def show_keys(c: AdminClient) -> Table:
@@ -186,7 +212,9 @@ def run(args) -> int:
         return 2
     c, out = AdminClient(endpoint, ak, sk), Console()
     try:
-        if args.what == "keys" and args.action != "list":
+        if args.what == "buckets" and args.action == "policy":
+            print(_bucket_policy(c, args))
+        elif args.what == "keys" and args.action != "list":
             out.print(_key_action(c, args))
         elif args.what == "jobs" and args.action != "list":
             job = c.call("POST", "/jobs", {"kind": args.action, **({} if args.node is None else {"node": args.node})})
@@ -226,8 +254,13 @@ def add_parser(sub) -> None:
     ap.add_argument("--access-key", help="admin access key (default: $AWS_ACCESS_KEY_ID)")
     ap.add_argument("--secret-key", help="admin secret key (default: $AWS_SECRET_ACCESS_KEY)")
     what = ap.add_subparsers(dest="what", required=True)
-    for name, help_ in (("status", "cluster summary, NameNodes (role, log position, lag) and etcd"), ("nodes", "DataNodes"), ("buckets", "buckets and quotas")):
+    for name, help_ in (("status", "cluster summary, NameNodes (role, log position, lag) and etcd"), ("nodes", "DataNodes")):
         what.add_parser(name, help=help_)
+    buckets = what.add_parser("buckets", help="buckets, quotas and policies; show or set a bucket's policy")
+    buckets.add_argument("action", nargs="?", default="list", choices=("list", "policy"))
+    buckets.add_argument("name", nargs="?", help="the bucket (policy)")
+    buckets.add_argument("--set", metavar="FILE", help="set the policy from a JSON file (- reads stdin)")
+    buckets.add_argument("--delete", action="store_true", help="remove the policy")
     jobs = what.add_parser("jobs", help="list scrub / rebalance / decommission / gc jobs, or start one")
     jobs.add_argument("action", nargs="?", default="list", choices=("list", "scrub", "rebalance", "gc"))
     jobs.add_argument("--node", type=int, help="scrub only this DataNode")

@@ -370,8 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", default="./epochfs-data")
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="S3 port; the services use the next ones")
     up.add_argument("--host", default="127.0.0.1")
-    up.add_argument("--user", action="append", metavar="ACCESS:SECRET[:OWNER_ID[:NAME]]",
-                    help="an extra S3 user (repeatable)")
+    up.add_argument("--user", action="append", metavar="ACCESS:SECRET[:OWNER_ID[:NAME[:EMAIL]]]",
+                    help="an extra S3 user (repeatable); ACL grants by emailAddress resolve to it by EMAIL")
     up.add_argument("--block-size", type=int, default=defaults.BLOCK_SIZE,
                     help="default block size of new buckets, in bytes (a multiple of 64 KiB, 64 KiB to 32 MiB)")
     up.add_argument("--replication", type=int, default=defaults.REPLICATION)

@@ -2,9 +2,11 @@
 its settings; PATCH changes the settings (a new block size or replication factor applies to new writes only)."""
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+import json
 
-from epochfs.common import errors
+from fastapi import APIRouter, HTTPException, Request
+
+from epochfs.common import errors, policy
 from epochfs.common.messages import BucketRecord, BucketUsed, Unset
 
 from ..s3.bucket import validate_bucket_name
@@ -20,7 +22,11 @@ _CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
 def bucket_view(b: BucketRecord, usage: BucketUsed) -> Bucket:
     return Bucket(name=b.name, owner=b.owner, created=b.created, bytes=usage.bytes, objects=usage.objects,
                   replication=b.replication, block_size=b.block_size, write_policy=b.write_policy or "async",
-                  quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning)
+                  quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning,
+                  policy=b.policy, policy_public=bool(b.policy) and policy.is_public(policy.parse(b.policy)),
+                  public_access_block=None if b.public_access_block is None else {
+                      f: getattr(b.public_access_block, f) for f in ("block_public_acls", "ignore_public_acls",
+                                                                      "block_public_policy", "restrict_public_buckets")})
 
 
 @router.get("/buckets", response_model=list[Bucket])
@@ -64,10 +70,37 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
               responses={**BAD_BODY, 404: {"description": "no such bucket"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
-    theirs), write policy or quotas. A quota set to null is removed."""
+    theirs), write policy or quotas. A quota set to null is removed. (The bucket policy: PUT or DELETE
+    /admin/v1/buckets/{name}/policy.)"""
     changes = {k: Unset() if v is None else v for k, v in patch.model_dump(exclude_unset=True).items()
                if v is not None or k in _CLEARABLE}
     await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
     if changes:
         ctx.forget_bucket(name)
+    return await _one(ctx, name)
+
+
+# The bucket policy, as PutBucketPolicy takes it. Kept out of the OpenAPI schema: no JSON schema tells a valid policy
+# (its resources must name this bucket, its conditions known operators), and the schema's promise is that what it
+# admits is accepted.
+@router.put("/buckets/{name}/policy", response_model=Bucket, include_in_schema=False)
+async def put_policy(name: str, request: Request, _: AdminDep, ctx: CtxDep) -> Bucket:
+    """Set the bucket's policy: the body is the policy document (JSON). Invalid: 400, nothing changes."""
+    body = await request.body()
+    if len(body) > policy.MAX_POLICY_BYTES:
+        raise HTTPException(400, f"Policies must be no larger than {policy.MAX_POLICY_BYTES} bytes")
+    try:
+        text = body.decode("utf-8")
+        json.loads(text)
+    except ValueError:
+        raise HTTPException(400, "the body must be a JSON policy document") from None
+    await ctx.cluster.namenode.bucket_settings(name, policy=text)  # MalformedPolicy: 400
+    ctx.forget_bucket(name)
+    return await _one(ctx, name)
+
+
+@router.delete("/buckets/{name}/policy", response_model=Bucket, include_in_schema=False)
+async def delete_policy(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
+    await ctx.cluster.namenode.bucket_settings(name, policy=Unset())
+    ctx.forget_bucket(name)
     return await _one(ctx, name)

@@ -104,6 +104,10 @@ class Bucket(Msg):
     quota_bytes: int | None
     quota_objects: int | None
     versioning: str | None
+    policy: str | None = Field(None, description="the bucket policy (JSON text), as PutBucketPolicy set it")
+    policy_public: bool = Field(False, description="the policy lets in everyone (S3's policy status IsPublic)")
+    public_access_block: dict[str, bool] | None = Field(
+        None, description="block_public_acls, ignore_public_acls, block_public_policy, restrict_public_buckets")
 
 
 class BucketCreate(In):

@@ -117,10 +117,10 @@ async def _stat_items(ctx, req, items: list[_Item]) -> dict:
         try:
             if obj.error:
                 e = errors.by_name(obj.error)(obj.msg)
-                if isinstance(e, errors.NoSuchKey):
-                    check_object_read(ctx, req, info, None)  # AccessDenied for those who may not list
+                if isinstance(e, errors.NoSuchKey):  # AccessDenied for those who may not list
+                    check_object_read(ctx, req, info, None, key=it.key, action="s3:GetObject")
                 raise e
-            check_object_read(ctx, req, info, obj)
+            check_object_read(ctx, req, info, obj, key=it.key, action="s3:GetObject")
         except (S3Error, errors.DomainError) as e:
             it.fail(e)
             continue
@@ -235,7 +235,9 @@ async def batch_locate(ctx, req):
 async def manifest(ctx, req):
     if req.bucket is None:
         raise errors.InvalidInput("GET /_epochfs/manifest/<bucket>[/<prefix>]: the bucket is missing")
-    await bucket_access(ctx, req, "read")  # the same right as ListObjects
+    # the same right as ListObjects with this prefix
+    await bucket_access(ctx, dataclasses.replace(req, key=None, query={**req.query, "prefix": req.key or ""}),
+                        "read", action="s3:ListBucket")
     prefix, after = req.key or "", req.query.get("after", "")
     first = await ctx.cluster.namenode.manifest(req.bucket, prefix, after, MANIFEST_PAGE)
 

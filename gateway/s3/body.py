@@ -250,7 +250,10 @@ def body_stream(receive, headers: dict[str, str], auth: AuthResult | None) -> tu
     args.int_arg(headers.get(DECODED_LENGTH), DECODED_LENGTH, 0, hi=args.MAX_INT)  # checked before any is stored
     src = raw_body(receive)
     payload_hash = auth.payload_hash if auth else ""
-    chunked = payload_hash.startswith("STREAMING-") or "aws-chunked" in headers.get("content-encoding", "")
+    # aws-chunked by the signature's payload hash, or (anonymous) by Content-Encoding with the decoded length: a
+    # Content-Encoding of aws-chunked alone is just a stored header (S3 drops the token and keeps the rest)
+    chunked = payload_hash.startswith("STREAMING-") or (
+        "aws-chunked" in headers.get("content-encoding", "") and DECODED_LENGTH in headers)
     if not chunked:
         return _counted(src, headers), None
     signer = ChunkSigner(auth) if auth and payload_hash in (STREAMING_SIGNED, STREAMING_SIGNED_TRAILER) else None

@@ -5,13 +5,13 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from epochfs.common import defaults, errors
-from epochfs.common.messages import BucketRecord, Unset
+from epochfs.common import defaults, errors, policy
+from epochfs.common.messages import BucketRecord, PublicAccessBlock, Unset
 
 from . import args, xml
 from .body import read_all
 from .access import (OWNERSHIP, acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bucket_access, canned_acl,
-                     check_ownership, key_allows)
+                     check_ownership, effective_acl, is_public_acl, key_allows)
 from .errors import S3Error, malformed_xml
 from .http import Response
 
@@ -70,10 +70,10 @@ async def create_bucket(ctx, req):
     if body.strip():
         root = xml.parse(body)
         loc = (root.findtext("LocationConstraint") or "").strip()
-    acl = canned_acl(req)
+    acl = await canned_acl(ctx, req)
     own = req.headers.get("x-amz-object-ownership")
     if own is not None:
-        check_ownership(own, acl)
+        check_ownership(own, acl, req.user.owner_id)
     policy = req.headers.get(WRITE_POLICY_HEADER)  # epochfs's own: async or sync:N (default: the cluster's)
     bs = req.headers.get(BLOCK_SIZE_HEADER)  # epochfs's own: bytes (default: the cluster's, NN_BLOCK_SIZE)
     if bs is not None:
@@ -128,18 +128,18 @@ async def put_versioning(ctx, req):
 
 
 async def get_acl(ctx, req):
-    info = await bucket_owned(ctx, req)
+    info = await bucket_access(ctx, req, "read_acp")
     owner = info.owner
     return Response(200, [("content-type", "application/xml")],
                     acl_xml(info.acl, owner, ctx.display_name(owner), ctx.display_name))
 
 
 async def put_acl(ctx, req):
-    info = await bucket_owned(ctx, req)
+    info = await bucket_access(ctx, req, "write_acp")
     if acls_disabled(info):
         raise acl_not_supported()
     body = await read_all(req.receive, 1 << 20)
-    acl = acl_from_xml(body, info.owner) if body.strip() else canned_acl(req)
+    acl = await acl_from_xml(ctx, body, info.owner) if body.strip() else await canned_acl(ctx, req)
     await ctx.cluster.namenode.bucket_settings(req.bucket, acl=acl)
     ctx.forget_bucket(req.bucket)
     return Response(200)
@@ -160,7 +160,7 @@ async def put_ownership(ctx, req):
     rules = [r.findtext("ObjectOwnership") for r in root.iter("Rule")]
     if root.tag != "OwnershipControls" or len(rules) != 1 or rules[0] not in OWNERSHIP:
         raise malformed_xml()
-    check_ownership(rules[0], info.acl)
+    check_ownership(rules[0], info.acl, info.owner)
     await ctx.cluster.namenode.bucket_settings(req.bucket, ownership=rules[0])
     ctx.forget_bucket(req.bucket)
     return Response(200)
@@ -169,5 +169,84 @@ async def put_ownership(ctx, req):
 async def delete_ownership(ctx, req):
     await bucket_owned(ctx, req)
     await ctx.cluster.namenode.bucket_settings(req.bucket, ownership=Unset())
+    ctx.forget_bucket(req.bucket)
+    return Response(204)
+
+
+# ------------------------------------------------------------------ bucket policy and public access block
+def _no_policy(req) -> S3Error:
+    return S3Error("NoSuchBucketPolicy", "The bucket policy does not exist", 404, BucketName=req.bucket)
+
+
+async def get_policy(ctx, req):
+    info = await bucket_owned(ctx, req)
+    if not info.policy:
+        raise _no_policy(req)
+    return Response(200, [("content-type", "application/json")], info.policy.encode())
+
+
+async def put_policy(ctx, req):
+    await bucket_owned(ctx, req)
+    body = await read_all(req.receive, 1 << 20)  # over 20 KiB: MalformedPolicy from the check
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise errors.MalformedPolicy("This policy contains invalid Json") from None
+    policy.check(text, req.bucket)  # the NameNode checks it again; this answers before anything is sent
+    await ctx.cluster.namenode.bucket_settings(req.bucket, policy=text)
+    ctx.forget_bucket(req.bucket)
+    return Response(204)
+
+
+async def delete_policy(ctx, req):
+    await bucket_owned(ctx, req)
+    await ctx.cluster.namenode.bucket_settings(req.bucket, policy=Unset())
+    ctx.forget_bucket(req.bucket)
+    return Response(204)
+
+
+async def get_policy_status(ctx, req):
+    """IsPublic: the policy lets everyone in (AWS's test: no condition pinning it to accounts or networks), or the
+    bucket's ACL grants everyone or every authenticated user something (unless its public access block ignores
+    public ACLs). A bucket without a policy answers by its ACL alone."""
+    info = await bucket_owned(ctx, req)
+    public = bool(info.policy) and policy.is_public(policy.parse(info.policy)) or is_public_acl(effective_acl(info, info.acl))
+    return Response(200, [("content-type", "application/xml")],
+                    xml.doc("PolicyStatus", f"<IsPublic>{'true' if public else 'false'}</IsPublic>"))
+
+
+_PAB_FIELDS = (("BlockPublicAcls", "block_public_acls"), ("IgnorePublicAcls", "ignore_public_acls"),
+               ("BlockPublicPolicy", "block_public_policy"), ("RestrictPublicBuckets", "restrict_public_buckets"))
+
+
+async def get_public_access_block(ctx, req):
+    info = await bucket_owned(ctx, req)
+    pab = info.public_access_block
+    if pab is None:
+        raise S3Error("NoSuchPublicAccessBlockConfiguration", "The public access block configuration was not found",
+                      404, BucketName=req.bucket)
+    body = "".join(f"<{x}>{'true' if getattr(pab, a) else 'false'}</{x}>" for x, a in _PAB_FIELDS)
+    return Response(200, [("content-type", "application/xml")], xml.doc("PublicAccessBlockConfiguration", body))
+
+
+async def put_public_access_block(ctx, req):
+    await bucket_owned(ctx, req)
+    root = xml.parse(await read_all(req.receive, 64 << 10))
+    if root.tag != "PublicAccessBlockConfiguration":
+        raise malformed_xml()
+    flags = {}
+    for x, a in _PAB_FIELDS:
+        v = root.findtext(x)
+        if v is not None and v.strip().lower() not in ("true", "false"):
+            raise malformed_xml()
+        flags[a] = v is not None and v.strip().lower() == "true"
+    await ctx.cluster.namenode.bucket_settings(req.bucket, public_access_block=PublicAccessBlock(**flags))
+    ctx.forget_bucket(req.bucket)
+    return Response(200)
+
+
+async def delete_public_access_block(ctx, req):
+    await bucket_owned(ctx, req)
+    await ctx.cluster.namenode.bucket_settings(req.bucket, remove_public_access_block=True)
     ctx.forget_bucket(req.bucket)
     return Response(204)

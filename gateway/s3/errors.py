@@ -57,6 +57,7 @@ S3_ERRORS: dict[type[errors.DomainError], tuple[str, int]] = {
     errors.EmptyPartList: ("MalformedXML", 400),
     errors.ChecksumMismatch: ("BadDigest", 400),
     errors.ChecksumModeMismatch: ("InvalidRequest", 400),
+    errors.MalformedPolicy: ("MalformedPolicy", 400),
     errors.EntityTooLarge: ("EntityTooLarge", 400),
 }
 # details of a domain error that S3 shows as fields of the error document, in the order they were given

@@ -36,7 +36,7 @@ def _checksum_choice(req) -> tuple[str | None, str | None]:
 async def create(ctx, req):
     info = await bucket_access(ctx, req, "write")
     check_key(req.key)
-    obj = object_attrs(req, info)
+    obj = await object_attrs(ctx, req, info)
     alg, ctype = _checksum_choice(req)
     attrs = UploadAttrs(content_type=obj.content_type, meta=obj.meta, headers=obj.headers, owner=obj.owner,
                         acl=obj.acl, storage_class=obj.storage_class, checksum_algorithm=alg, checksum_type=ctype)

@@ -18,9 +18,8 @@ from epochfs.common.paths import split_key
 
 from . import args, quota, xml
 from .access import (acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bucket_access, canned_acl,
-                     check_object_read, may_list, new_object_acl)
+                     check_object_read, check_object_write, check_public_acl, new_object_acl)
 from .body import BodyCheck, body_stream, read_all
-from .bucket import bucket_owned
 from .errors import S3Error, invalid_request, malformed_xml
 from .http import Response
 
@@ -39,17 +38,38 @@ def check_key(key: str) -> None:
         raise errors.KeyTooLong("Your key is too long", key_size=len(key.encode()), max_size=1024) from None
 
 
-def object_attrs(req, info: BucketRecord) -> ObjectRecord:
+def _text(v: str) -> str:
+    """A metadata value as text: header bytes (read as latin-1) that are UTF-8, as SDKs send non-ASCII values, are
+    decoded; anything else stays as read."""
+    try:
+        return v.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return v
+
+
+def _header_text(v: str) -> str:
+    """A metadata value for a response header: as is when latin-1 holds it (what http.client and botocore decode
+    headers as, so they read back what was sent), else MIME-encoded (RFC 2047) as S3 does."""
+    try:
+        v.encode("latin-1")
+        return v
+    except UnicodeEncodeError:
+        return "=?UTF-8?B?" + base64.b64encode(v.encode()).decode() + "?="
+
+
+async def object_attrs(ctx, req, info: BucketRecord) -> ObjectRecord:
     """Stored attributes of a new object in bucket `info`, from the request headers (no content yet)."""
     h = req.headers
-    meta = {k[11:]: args.header_value(v, k) for k, v in h.items() if k.startswith("x-amz-meta-")}
+    meta = {k[11:]: args.header_value(_text(v), k) for k, v in h.items() if k.startswith("x-amz-meta-")}
     if not all(_TOKEN.fullmatch(k) for k in meta):  # a POST form's field names need not be header names
         raise errors.InvalidInput("Metadata names must be valid HTTP header names")
     if sum(len(k) + len(v) for k, v in meta.items()) > MAX_META_BYTES:
         raise S3Error("MetadataTooLarge", "Your metadata headers exceed the maximum allowed metadata size.", 400)
     hdr = {k: args.header_value(h[k], k) for k in STD_HEADERS if k in h}
-    if "content-encoding" in hdr:
-        enc = ",".join(e for e in (x.strip() for x in hdr["content-encoding"].split(",")) if e and e != "aws-chunked")
+    if "content-encoding" in hdr:  # kept byte for byte, without the aws-chunked of the transfer
+        enc = hdr["content-encoding"]
+        if any(x.strip() == "aws-chunked" for x in enc.split(",")):
+            enc = ",".join(x for x in enc.split(",") if x.strip() != "aws-chunked").strip()
         if enc:
             hdr["content-encoding"] = enc
         else:
@@ -57,7 +77,7 @@ def object_attrs(req, info: BucketRecord) -> ObjectRecord:
     sc = h.get("x-amz-storage-class", "STANDARD")
     if sc not in STORAGE_CLASSES:
         raise S3Error("InvalidStorageClass", "The storage class you specified is not valid", 400)
-    owner, acl = new_object_acl(req, info)
+    owner, acl = await new_object_acl(ctx, req, info)
     ctype = args.header_value(h.get("content-type", "binary/octet-stream"), "content-type")
     return ObjectRecord(content_type=ctype, meta=meta, headers=hdr, owner=owner,
                         acl=None if acl == "private" else acl, storage_class=None if sc == "STANDARD" else sc)
@@ -71,7 +91,7 @@ def object_headers(obj: ObjectRecord, req, *, with_checksum: bool | None = None)
     for k, v in obj.headers.items():
         h.append((k, v))
     for k, v in obj.meta.items():
-        h.append((f"x-amz-meta-{k}", v))
+        h.append((f"x-amz-meta-{k}", _header_text(v)))
     if obj.storage_class:
         h.append(("x-amz-storage-class", obj.storage_class))
     if obj.part_sizes and "partNumber" in req.query:
@@ -222,7 +242,7 @@ async def put_object(ctx, req):
     info = await bucket_access(ctx, req, "write")
     check_key(req.key)
     await quota.precheck(ctx, req, info, replaces_key=True)
-    attrs = object_attrs(req, info)
+    attrs = await object_attrs(ctx, req, info)
     if "content-length" not in req.headers and "x-amz-decoded-content-length" not in req.headers \
             and "chunked" not in req.headers.get("transfer-encoding", ""):
         raise S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.", 411)
@@ -339,7 +359,7 @@ async def delete_object(ctx, req):
 
 
 async def delete_objects(ctx, req):
-    await bucket_access(ctx, req, "write")
+    info = await bucket_access(ctx, req, "object")  # each key is checked on its own: a policy may name keys
     body = await read_all(req.receive, 2 << 20)
     if "content-md5" not in req.headers and not any(f"x-amz-checksum-{a}" in req.headers for a in ALGORITHMS):
         raise invalid_request("Missing required header for this request: Content-MD5")  # AWS's words
@@ -364,6 +384,7 @@ async def delete_objects(ctx, req):
         vid = o.findtext("VersionId")
         try:
             check_key(key)
+            check_object_write(ctx, req, info, key, "s3:DeleteObjectVersion" if vid else "s3:DeleteObject")
             cond = _delete_conditions(o.findtext("ETag"), o.findtext("LastModifiedTime"), o.findtext("Size"),
                                       http_date=False)
             res = await ctx.cluster.namenode.delete_object(req.bucket, key, vid, **cond)
@@ -405,15 +426,18 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
     """The source object of a copy (after access and x-amz-copy-source-if-* checks) and a stream of its bytes."""
     sb, sk = parse_copy_source(req)
     info = await ctx.bucket(sb)
+    want = req.headers.get("x-amz-source-expected-bucket-owner")
+    if want is not None and want != info.owner:
+        raise errors.PermissionDenied("Access Denied")
     check_key(sk)
-    if not may_list(ctx, req, info):
-        obj = None
-        try:
-            obj, addrs = await _stat(ctx, sb, sk, copy_source_version(req))
-        finally:
-            check_object_read(ctx, req, info, obj)
-    else:
+    action = "s3:GetObjectVersion" if copy_source_version(req) else "s3:GetObject"
+    obj = None
+    try:
         obj, addrs = await _stat(ctx, sb, sk, copy_source_version(req))
+    except errors.NoSuchKey:
+        check_object_read(ctx, req, info, None, key=sk, action=action)
+        raise
+    check_object_read(ctx, req, info, obj, key=sk, action=action)
     check_read_conditions(obj, req.headers, prefix="x-amz-copy-source-if-", copy=True)
     size = obj.size
     start, end = 0, size
@@ -436,12 +460,12 @@ async def copy_object(ctx, req):
     if directive not in ("COPY", "REPLACE"):
         raise errors.InvalidInput("Unknown metadata directive.")
     if directive == "REPLACE":
-        attrs = object_attrs(req, info)
+        attrs = await object_attrs(ctx, req, info)
     else:
-        owner, acl = new_object_acl(req, info)
+        owner, acl = await new_object_acl(ctx, req, info)
         sc = src.storage_class
         if "x-amz-storage-class" in req.headers:
-            sc = object_attrs(req, info).storage_class or "STANDARD"
+            sc = (await object_attrs(ctx, req, info)).storage_class or "STANDARD"
         attrs = ObjectRecord(content_type=src.content_type, meta=src.meta, xattrs=src.xattrs, headers=src.headers,
                              storage_class=sc, owner=owner, acl=None if acl == "private" else acl)
     if (sb, sk) == (req.bucket, req.key) and directive == "COPY" and "x-amz-storage-class" not in req.headers:
@@ -478,8 +502,9 @@ async def copy_object(ctx, req):
 
 
 async def get_acl(ctx, req):
-    info = await bucket_owned(ctx, req)
-    obj, _ = await _stat(ctx, req.bucket, req.key)
+    info = await bucket_access(ctx, req, "object")
+    obj, _ = await _stat(ctx, req.bucket, req.key, req.query.get("versionId"))
+    check_object_read(ctx, req, info, obj, action=req.action, perm="read_acp")
     if acls_disabled(info):  # the bucket owner owns every object, with no other grants
         owner, acl = info.owner, None
     else:
@@ -489,10 +514,13 @@ async def get_acl(ctx, req):
 
 
 async def put_acl(ctx, req):
-    if acls_disabled(await bucket_owned(ctx, req)):
+    info = await bucket_access(ctx, req, "object")
+    if acls_disabled(info):
         raise acl_not_supported()
     obj, _ = await _stat(ctx, req.bucket, req.key)
+    check_object_read(ctx, req, info, obj, action=req.action, perm="write_acp")
     body = await read_all(req.receive, 1 << 20)
-    acl = acl_from_xml(body, obj.owner) if body.strip() else canned_acl(req)
+    acl = await acl_from_xml(ctx, body, obj.owner) if body.strip() else await canned_acl(ctx, req)
+    check_public_acl(info, acl)
     await ctx.cluster.namenode.object_settings(req.bucket, req.key, acl=acl)
     return Response(200)

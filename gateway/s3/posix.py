@@ -79,8 +79,11 @@ def _error(e: errors.DomainError) -> dict:
 
 
 async def _bucket_ino(ctx, req, perm: str) -> int:
-    """The inode of the request's bucket, once the caller's `perm` ("read" or "write") on it is checked."""
-    return (await bucket_access(ctx, req, perm)).ino
+    """The inode of the request's bucket, once the caller's `perm` ("read" or "write") on it is checked. The mount
+    names inodes, not keys: its namespace reads are s3:ListBucket, its changes s3:PutObject, checked bucket-wide
+    against a bucket policy (access.policy_verdict's any_key)."""
+    action = "s3:ListBucket" if perm == "read" else "s3:PutObject"
+    return (await bucket_access(ctx, req, perm, action=action, any_key=perm != "read")).ino
 
 
 async def _visible_buckets(ctx, req, entries: list[m.DirEntry]) -> list[m.DirEntry]:
@@ -131,12 +134,12 @@ async def fs_read(ctx, req):
     if req.bucket is None:
         raise errors.InvalidInput("GET /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     ino, off, n = _int_arg(req, "ino"), _int_arg(req, "off", 0), _int_arg(req, "len")
-    info = await bucket_access(ctx, req, "read")
+    info = await bucket_access(ctx, req, "read", action="s3:ListBucket")
     try:
         res = await ctx.cluster.namenode.fs_blocks(ino, info.ino)
     except errors.OutsideBucket:  # an inode of another bucket: no more said than for any denied request
         raise errors.PermissionDenied("Access Denied") from None
-    check_object_read(ctx, req, info, res)  # a reader by the bucket's ACL also needs the object's
+    check_object_read(ctx, req, info, res, action="s3:GetObject", any_key=True)  # and the object's ACL
     end = min(off + n, res.size)
     if req.query.get("locate"):
         pieces = [m.LocatedPiece(id=b.id, offset=boff, length=k, nodes=b.nodes)

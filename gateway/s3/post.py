@@ -252,7 +252,7 @@ async def post_object(ctx, req):
     req = dataclasses.replace(req, key=key, auth=auth, headers=headers)
     info = await bucket_access(ctx, req, "write")
     check_key(key)
-    attrs = object_attrs(req, info)
+    attrs = await object_attrs(ctx, req, info)
     check = BodyCheck(headers, None)  # the form's x-amz-checksum-* fields, verified like a PUT's headers
     blocks, size = await ctx.cluster.write_stream(req.bucket, form.file(), check.update,
                                                   limit=ctx.settings.max_object_size)

@@ -40,6 +40,11 @@ class S3Request:
     auth: AuthResult | None = None
     vhost: bool = False
     """Addressed virtual-host style (the bucket came from the Host header)."""
+    client_ip: str = ""
+    secure: bool = False
+    """Came over TLS (aws:SecureTransport)."""
+    action: str | None = None
+    """The S3 action a bucket policy sees ("s3:GetObject"), set once the request is routed."""
 
     @property
     def user(self) -> User:
@@ -70,6 +75,10 @@ def route(req: S3Request):
         if "cors" in q:
             h = {"GET": cors.get_cors, "PUT": cors.put_cors, "DELETE": cors.delete_cors}.get(m)
             return h if h is not None else _not_allowed()
+        for sub, table in _BUCKET_SUBRESOURCES.items():
+            if sub in q:
+                h = table.get(m)
+                return h if h is not None else _not_allowed()
         if "ownershipControls" in q:
             h = {"GET": bucket.get_ownership, "PUT": bucket.put_ownership, "DELETE": bucket.delete_ownership}.get(m)
             return h if h is not None else _not_allowed()
@@ -77,8 +86,8 @@ def route(req: S3Request):
             for sub, h in _BUCKET_GET.items():
                 if sub in q:
                     return h
-            for sub in ("policy", "lifecycle", "tagging", "website", "logging", "notification",
-                        "replication", "encryption", "object-lock", "publicAccessBlock",
+            for sub in ("lifecycle", "tagging", "website", "logging", "notification",
+                        "replication", "encryption", "object-lock",
                         "requestPayment", "accelerate", "analytics", "metrics", "inventory",
                         "intelligent-tiering"):
                 if sub in q:
@@ -136,6 +145,51 @@ def route(req: S3Request):
     raise errors.MethodNotAllowed("The specified method is not allowed against this resource.")
 
 
+_BUCKET_SUBRESOURCES = {
+    "policy": {"GET": bucket.get_policy, "PUT": bucket.put_policy, "DELETE": bucket.delete_policy},
+    "policyStatus": {"GET": bucket.get_policy_status},
+    "publicAccessBlock": {"GET": bucket.get_public_access_block, "PUT": bucket.put_public_access_block,
+                          "DELETE": bucket.delete_public_access_block},
+}
+
+# the action a bucket policy names for each handler; (plain, with ?versionId) where a version makes a difference
+_ACTIONS = {
+    bucket.list_buckets: "s3:ListAllMyBuckets", bucket.create_bucket: "s3:CreateBucket",
+    bucket.delete_bucket: "s3:DeleteBucket", bucket.head_bucket: "s3:ListBucket",
+    bucket.get_location: "s3:GetBucketLocation", bucket.get_versioning: "s3:GetBucketVersioning",
+    bucket.put_versioning: "s3:PutBucketVersioning", bucket.get_acl: "s3:GetBucketAcl",
+    bucket.put_acl: "s3:PutBucketAcl", bucket.get_ownership: "s3:GetBucketOwnershipControls",
+    bucket.put_ownership: "s3:PutBucketOwnershipControls", bucket.delete_ownership: "s3:PutBucketOwnershipControls",
+    bucket.get_policy: "s3:GetBucketPolicy", bucket.put_policy: "s3:PutBucketPolicy",
+    bucket.delete_policy: "s3:DeleteBucketPolicy", bucket.get_policy_status: "s3:GetBucketPolicyStatus",
+    bucket.get_public_access_block: "s3:GetBucketPublicAccessBlock",
+    bucket.put_public_access_block: "s3:PutBucketPublicAccessBlock",
+    bucket.delete_public_access_block: "s3:PutBucketPublicAccessBlock",
+    cors.get_cors: "s3:GetBucketCORS", cors.put_cors: "s3:PutBucketCORS", cors.delete_cors: "s3:PutBucketCORS",
+    listing.list_objects_v1: "s3:ListBucket", listing.list_objects_v2: "s3:ListBucket",
+    listing.list_versions: "s3:ListBucketVersions", multipart.list_uploads: "s3:ListBucketMultipartUploads",
+    objects.delete_objects: "s3:DeleteObject", post.post_object: "s3:PutObject",
+    multipart.list_parts: "s3:ListMultipartUploadParts", multipart.create: "s3:PutObject",
+    multipart.upload_part: "s3:PutObject", multipart.upload_part_copy: "s3:PutObject",
+    multipart.complete: "s3:PutObject", multipart.abort: "s3:AbortMultipartUpload",
+    objects.put_object: "s3:PutObject", objects.copy_object: "s3:PutObject",
+    objects.get_acl: ("s3:GetObjectAcl", "s3:GetObjectVersionAcl"),
+    objects.put_acl: ("s3:PutObjectAcl", "s3:PutObjectVersionAcl"),
+    objects.get_object: ("s3:GetObject", "s3:GetObjectVersion"),
+    objects.head_object: ("s3:GetObject", "s3:GetObjectVersion"),
+    objects.delete_object: ("s3:DeleteObject", "s3:DeleteObjectVersion"),
+    attributes.get_object_attributes: ("s3:GetObjectAttributes", "s3:GetObjectVersionAttributes"),
+}
+
+
+def action_of(req: S3Request, handler) -> str | None:
+    """The policy action of a routed request (None: the handler names its own, as the epochfs extensions do)."""
+    a = _ACTIONS.get(handler) or getattr(handler, "s3_action", None)
+    if isinstance(a, tuple):
+        return a[1] if "versionId" in req.query else a[0]
+    return a
+
+
 def _not_allowed():
     raise errors.MethodNotAllowed("The specified method is not allowed against this resource.")
 
@@ -181,11 +235,14 @@ class S3App:
         t0 = time.perf_counter()
         try:
             req = self._parse(method, raw_path, scope.get("query_string", b""), headers, receive, rid)
+            client = scope.get("client")
+            req.client_ip, req.secure = client[0] if client else "", scope.get("scheme") == "https"
             if method != "OPTIONS":  # CORS preflights carry no credentials
                 await self.ctx.keys.load(access_key_of(headers, req.query))
                 req.auth = self.verifier.verify(method, raw_path, req.query_list, headers,  # None: anonymous
                                                 vhost_bucket=req.bucket if req.vhost else None)
             handler = route(req)
+            req.action = action_of(req, handler)
             resp = await handler(self.ctx, req)
         except S3Error as e:
             resp = self._error(e, req, raw_path, rid, method)

@@ -31,6 +31,8 @@ class User:
     admin: bool = False
     buckets: dict | None = None
     """Per-bucket permissions ("read" | "write" | "owner") of a key made through the admin API; None for GW_USERS."""
+    email: str = ""
+    """The e-mail address ACL grants by `emailAddress` resolve to this user (GW_USERS' fifth field)."""
 
 
 def parse_users(spec: str) -> list[User]:
@@ -38,11 +40,12 @@ def parse_users(spec: str) -> list[User]:
     for item in filter(None, (s.strip() for s in spec.split(","))):
         parts = item.split(":")
         if len(parts) < 2:
-            raise ValueError(f"bad user spec {item!r}: want ACCESS:SECRET[:OWNER_ID[:DISPLAY_NAME]]")
+            raise ValueError(f"bad user spec {item!r}: want ACCESS:SECRET[:OWNER_ID[:DISPLAY_NAME[:EMAIL]]]")
         ak, sk = parts[0], parts[1]
         oid = parts[2] if len(parts) > 2 and parts[2] else hashlib.sha256(ak.encode()).hexdigest()
         name = parts[3] if len(parts) > 3 and parts[3] else ak
-        users.append(User(ak, sk, oid, name))
+        email = parts[4] if len(parts) > 4 else ""
+        users.append(User(ak, sk, oid, name, email=email))
     return users
 
 
@@ -190,7 +193,8 @@ class SigV4Verifier:
             v = headers.get(name)
             if v is None:
                 raise S3Error("SignatureDoesNotMatch", f"signed header {name} is missing", 403)
-            signed_headers.append((name, v))
+            # header bytes are read as latin-1; SDKs sign non-ASCII values as their UTF-8 bytes (botocore sends those)
+            signed_headers.append((name, v if v.isascii() else v.encode("latin-1").decode("utf-8", "surrogateescape")))
         canon_query = canonical_query(query, skip="X-Amz-Signature" if presigned else None)
         creq, _ = canonical_request(method, canonical_path(_unquote_path(raw_path)), canon_query, signed_headers,
                                     payload_hash)

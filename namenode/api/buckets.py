@@ -2,7 +2,7 @@
 through these, each setting validated here."""
 from __future__ import annotations
 
-from epochfs.common import defaults, errors, write_policy
+from epochfs.common import defaults, errors, policy, write_policy
 from epochfs.common import messages as m
 
 from .services import Services, fields, record
@@ -37,7 +37,12 @@ def _count(value: int, what: str, lo: int = 0, hi: int = 2 ** 63 - 1) -> int:
     return value
 
 
-def changes(req: m.BucketSettings) -> dict:
+def _public_acl(acl) -> bool:
+    return acl in ("public-read", "public-read-write", "authenticated-read") or not isinstance(acl, str) and any(
+        g.startswith("uri:") and g.endswith(("/AllUsers", "/AuthenticatedUsers")) for g, _ in acl)
+
+
+def changes(req: m.BucketSettings, current: m.BucketRecord | None = None) -> dict:
     """The stored fields a settings change writes (None removes one), each validated: all or nothing."""
     out: dict = {}
     if req.block_size is not None:  # new writes are cut into blocks of this size; existing objects keep theirs
@@ -60,6 +65,24 @@ def changes(req: m.BucketSettings) -> dict:
                                                                              "object ownership")
     if req.cors is not None:
         out["cors"] = None if isinstance(req.cors, m.Unset) else fields(req.cors)
+    if req.public_access_block is not None and req.remove_public_access_block:
+        raise errors.InvalidInput("set or remove the public access block, not both")
+    if req.public_access_block is not None:
+        out["pab"] = fields(req.public_access_block)
+    if req.remove_public_access_block:
+        out["pab"] = None
+    pab = req.public_access_block if req.public_access_block is not None else \
+        None if req.remove_public_access_block else current.public_access_block if current else None
+    if req.policy is not None:
+        if isinstance(req.policy, m.Unset):
+            out["pol"] = None
+        else:
+            parsed = policy.parse(req.policy, req.bucket)  # MalformedPolicy: nothing changes
+            if pab is not None and pab.block_public_policy and policy.is_public(parsed):
+                raise errors.PermissionDenied("the bucket's public access block forbids a public policy")
+            out["pol"] = req.policy
+    if req.acl is not None and pab is not None and pab.block_public_acls and _public_acl(req.acl):
+        raise errors.PermissionDenied("the bucket's public access block forbids a public ACL")
     return out
 
 
@@ -89,7 +112,7 @@ def handlers(s: Services) -> dict:
         return m.Buckets(buckets=[record(b, m.BucketRecord) for b in meta.list_buckets()])
 
     async def bucket_settings(req: m.BucketSettings, _) -> m.BucketRecord:
-        new = changes(req)
+        new = changes(req, record(meta.bucket_info(req.bucket), m.BucketRecord))
         return record(meta.update_bucket(req.bucket, new) if new else meta.bucket_info(req.bucket),
                       m.BucketRecord)
 

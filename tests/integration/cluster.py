@@ -20,8 +20,9 @@ from epochfs.common.clients import DataNodeClient, NameNodeClient
 from epochfs.common.rpc import RpcClient
 from epochfs.frontends.cli.main import wait_ready
 
-MAIN = ("EPOCHMAINKEY0000000", "epochmainsecret000000000000000000000000", "main-user-id", "main")
-ALT = ("EPOCHALTKEY00000000", "epochaltsecret0000000000000000000000000", "alt-user-id", "alt")
+MAIN = ("EPOCHMAINKEY0000000", "epochmainsecret000000000000000000000000", "main-user-id", "main",
+        "main@example.com")
+ALT = ("EPOCHALTKEY00000000", "epochaltsecret0000000000000000000000000", "alt-user-id", "alt", "alt@example.com")
 SECRET = "test-cluster-secret"
 
 
