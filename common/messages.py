@@ -317,6 +317,29 @@ class CorsRule(Msg):
     max_age: int | None = None
 
 
+class LockRule(Msg):
+    """An object-lock default retention: mode GOVERNANCE or COMPLIANCE for `days` or `years` (one of them)."""
+    mode: str = field(name="m")
+    days: int | None = field(default=None, name="d")
+    years: int | None = field(default=None, name="y")
+
+
+class ObjectLockConfig(Msg):
+    """A bucket's object lock: enabled (for good, once on) and optionally a default retention for new versions."""
+    enabled: bool = field(default=True, name="on")
+    rule: LockRule | None = field(default=None, name="r")
+
+
+class LoggingTarget(Msg):
+    """Where a bucket's server access logs go (S3 PutBucketLogging's LoggingEnabled). `grants` are
+    [grantee ("id:..." / "uri:..." / "email:..."), permission]; `key_format` "simple" or
+    "partitioned:EventTime" / "partitioned:DeliveryTime"."""
+    bucket: str = field(name="b")
+    prefix: str = field(default="", name="p")
+    grants: list[tuple[str, str]] = field(default_factory=list, name="g")
+    key_format: str = field(default="simple", name="kf")
+
+
 class BucketRecord(Msg):
     """A bucket's settings, as the NameNode stores them (in the bucket directory's inode, "bkt")."""
     name: str = ""
@@ -333,6 +356,8 @@ class BucketRecord(Msg):
     quota_objects: int | None = field(default=None, name="qo")
     versioning: str | None = field(default=None, name="ver")  # None (never enabled), "Enabled", "Suspended"
     cors: list[CorsRule] | None = None
+    object_lock: ObjectLockConfig | None = field(default=None, name="olk")
+    logging: LoggingTarget | None = field(default=None, name="lgt")
 
 
 class Buckets(Msg):
@@ -349,6 +374,7 @@ class BucketCreate(Request, tag="bucket_create"):
     ownership: str | None = field(default=None, name="own")
     block_size: I64 | None = None
     replication: I64 | None = None
+    object_lock: bool = False  # x-amz-bucket-object-lock-enabled: also turns versioning on, for good
     Reply = BucketRecord
 
 
@@ -384,6 +410,15 @@ class BucketSettings(Request, tag="bucket_settings"):
     acl: str | list[tuple[str, str]] | None = None
     ownership: str | Unset | None = None
     cors: list[CorsRule] | Unset | None = None
+    logging: LoggingTarget | Unset | None = None  # the gateway checks the target bucket first
+    Reply = BucketRecord
+
+
+class BucketObjectLock(Request, tag="bucket_object_lock"):
+    """Set a bucket's object lock configuration (PutObjectLockConfiguration): the bucket must have versioning
+    Enabled (InvalidBucketState) or object lock already; `config.enabled` must be true (it can't be turned off)."""
+    bucket: str
+    config: ObjectLockConfig
     Reply = BucketRecord
 
 
@@ -419,6 +454,9 @@ class ObjectRecord(Msg):
     version_id: str | None = field(default=None, name="vid")
     delete_marker: bool = field(default=False, name="dm")
     upload_id: str | None = field(default=None, name="mpu")  # the multipart upload it was completed from
+    lock_mode: str | None = field(default=None, name="lkm")  # object lock retention: GOVERNANCE or COMPLIANCE
+    lock_until: int | None = field(default=None, name="lku")  # ... until this time (ms since the epoch)
+    legal_hold: bool | None = field(default=None, name="lh")  # None: never set (GET shows no header)
 
 
 class WrittenBlock(Msg, array_like=True):
@@ -482,7 +520,24 @@ class DeleteObject(Request, tag="delete_object"):
     if_match: str | None = None
     if_mtime: I64 | None = None
     if_size: I64 | None = None
+    bypass: bool = False  # x-amz-bypass-governance-retention (the caller may bypass GOVERNANCE retention)
     Reply = Deleted
+
+
+class ObjectLockSet(Request, tag="object_lock_set"):
+    """PutObjectRetention (`retention`: True, with `mode`/`until`; mode None removes it) and/or PutObjectLegalHold
+    (`legal_hold`) on the current version or `version_id`. The NameNode enforces S3's rules: the bucket has object
+    lock (ObjectLockNotEnabled), a date in the future (InvalidInput), COMPLIANCE never shortened, changed or
+    removed while it runs, GOVERNANCE only with `bypass` (ObjectLocked)."""
+    bucket: str
+    key: str
+    version_id: str | None = None
+    retention: bool = False
+    mode: str | None = None
+    until: I64 | None = None  # ms since the epoch
+    legal_hold: bool | None = None
+    bypass: bool = False
+    Reply = ObjectRecord
 
 
 class ObjectSettings(Request, tag="object_settings"):
@@ -568,6 +623,9 @@ class UploadAttrs(Msg):
     storage_class: str | None = field(default=None, name="sc")
     checksum_algorithm: str | None = field(default=None, name="csa")
     checksum_type: str | None = field(default=None, name="cst")  # COMPOSITE or FULL_OBJECT
+    lock_mode: str | None = field(default=None, name="lkm")  # object lock, as ObjectRecord's
+    lock_until: int | None = field(default=None, name="lku")
+    legal_hold: bool | None = field(default=None, name="lh")
 
 
 class UploadRecord(Msg):

@@ -394,6 +394,7 @@ class Posix:
         if found[1]:
             raise errors.IsADirectory(f"{name!r} is a directory")
         rec = self.meta.get_inode(found[0]) or {}
+        self.meta.check_inode_unlocked(found[0], rec, t)  # object lock: EPERM
         size, n = self._visible(rec)
         charge = self._charge(bucket, -size, -n)
         self._drop_link(b, parent, name, found[0], rec, t)
@@ -443,6 +444,9 @@ class Posix:
         if flags & RENAME_EXCHANGE:
             if dst is None:
                 raise errors.NotFound(f"no entry {newname!r}")
+            for ino, is_dir in (src, dst):  # object lock: a locked object does not leave its key
+                if not is_dir:
+                    self.meta.check_inode_unlocked(ino, self._inode(ino), t)
             return self._exchange(b, t, parent, name, src, newparent, newname, dst, src_dir, dst_dir)
         if dst is not None:
             if dst[0] == src[0]:
@@ -455,6 +459,10 @@ class Posix:
                 raise errors.DirectoryNotEmpty(f"{newname!r} is not empty")
         rec = self._inode(src[0])
         drec = (self.meta.get_inode(dst[0]) or {}) if dst is not None else {}
+        if not src[1]:  # object lock: a locked object neither leaves its key nor is replaced (EPERM)
+            self.meta.check_inode_unlocked(src[0], rec, t)
+        if dst is not None and not dst[1]:
+            self.meta.check_inode_unlocked(dst[0], drec, t)
         size, n = self._visible(drec)
         charge = self._charge(bucket, -size, -n)  # the replaced file's name goes; the moved one stays counted
         charge(b)
@@ -513,6 +521,7 @@ class Posix:
             if int(fields["size"]) != 0:
                 raise errors.InvalidInput("only truncation to zero is done in place")
             if rec.get("size", 0) != 0 or rec.get("blk"):
+                self.meta.check_inode_unlocked(ino, rec, t)  # object lock: a locked version is not rewritten
                 charge = self._charge(bucket, -self._visible(rec)[0] * len(rec.get("ln", [1])), 0)
                 charge(b)
                 self.meta.free_blocks(b, rec.get("blk", []), t)
@@ -558,6 +567,7 @@ class Posix:
         old = rec.get("blk", [])
         if base is not None and base != rec.get("etag", ""):
             raise errors.FileChanged(f"inode {ino} changed since it was opened")
+        self.meta.check_inode_unlocked(ino, rec, t)  # object lock: a locked version is not rewritten in place
         have = {block_id(x): x for x in old} if base is not None else {}
         try:
             blk = [have[x] if isinstance(x, int) else x for x in blk]

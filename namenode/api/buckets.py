@@ -60,7 +60,23 @@ def changes(req: m.BucketSettings) -> dict:
                                                                              "object ownership")
     if req.cors is not None:
         out["cors"] = None if isinstance(req.cors, m.Unset) else fields(req.cors)
+    if req.logging is not None:
+        out["lgt"] = None if isinstance(req.logging, m.Unset) else _logging(req.logging)
     return out
+
+
+LOG_KEY_FORMATS = ("simple", "partitioned:EventTime", "partitioned:DeliveryTime")
+
+
+def _logging(t: m.LoggingTarget) -> dict:
+    """A logging target as stored (the gateway checked the target bucket and the caller's rights on it)."""
+    _one_of(t.key_format, LOG_KEY_FORMATS, "log object key format")
+    if len(t.prefix.encode()) > 512 or len(t.grants) > 100:
+        raise errors.InvalidInput("logging TargetPrefix is at most 512 bytes, with at most 100 grants")
+    for grantee, perm in t.grants:
+        if not grantee.startswith(("id:", "uri:", "email:")) or perm not in ("READ", "WRITE", "FULL_CONTROL"):
+            raise errors.InvalidInput(f"invalid logging grant {grantee!r} {perm!r}")
+    return fields(t)
 
 
 def handlers(s: Services) -> dict:
@@ -75,6 +91,8 @@ def handlers(s: Services) -> dict:
             rec["wp"] = write_policy.validate(req.write_policy)
         if req.ownership:
             rec["own"] = _one_of(req.ownership, OWNERSHIP, "object ownership")
+        if req.object_lock:  # versioning on, for good (it can't be suspended while "olk" is set)
+            rec["ver"], rec["olk"] = "Enabled", {"on": True}
         return record(meta.create_bucket(req.bucket, req.owner, rec), m.BucketRecord)
 
     async def bucket_delete(req: m.BucketDelete, _) -> m.Done:
