@@ -143,6 +143,10 @@ class _BucketObjectCalls:
         return await self._call(m.DeleteObject(bucket=bucket, key=key, version_id=version_id, if_match=if_match,
                                                if_mtime=if_mtime, if_size=if_size, bypass=bypass))
 
+    async def bucket_logging(self, bucket: str, target: m.LoggingTarget | None) -> m.BucketRecord:
+        """Set a bucket's server access logging target, or remove it (None)."""
+        return await self._call(m.BucketLogging(bucket=bucket, target=target))
+
     async def bucket_object_lock(self, bucket: str, config: m.ObjectLockConfig) -> m.BucketRecord:
         return await self._call(m.BucketObjectLock(bucket=bucket, config=config))
 

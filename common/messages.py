@@ -410,7 +410,14 @@ class BucketSettings(Request, tag="bucket_settings"):
     acl: str | list[tuple[str, str]] | None = None
     ownership: str | Unset | None = None
     cors: list[CorsRule] | Unset | None = None
-    logging: LoggingTarget | Unset | None = None  # the gateway checks the target bucket first
+    Reply = BucketRecord
+
+
+class BucketLogging(Request, tag="bucket_logging"):
+    """Set (PutBucketLogging) or, with `target` None, remove a bucket's server access logging; the gateway checked
+    the target bucket and the caller's rights first."""
+    bucket: str
+    target: LoggingTarget | None = None
     Reply = BucketRecord
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter
 
 from epochfs.common import errors
-from epochfs.common.messages import LoggingTarget, ObjectRecord, Unset
+from epochfs.common.messages import LoggingTarget, ObjectRecord
 from epochfs.common.worker import PassStats, Worker
 
 from . import xml
@@ -138,7 +138,7 @@ async def put_logging(ctx, req):
     target = parse_logging(await read_document(req))
     if target is not None:
         await check_target(ctx, info.owner, target)
-    await ctx.cluster.namenode.bucket_settings(req.bucket, logging=target if target is not None else Unset())
+    await ctx.cluster.namenode.bucket_logging(req.bucket, target)
     ctx.forget_bucket(req.bucket)
     return Response(200)
 

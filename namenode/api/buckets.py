@@ -60,8 +60,6 @@ def changes(req: m.BucketSettings) -> dict:
                                                                              "object ownership")
     if req.cors is not None:
         out["cors"] = None if isinstance(req.cors, m.Unset) else fields(req.cors)
-    if req.logging is not None:
-        out["lgt"] = None if isinstance(req.logging, m.Unset) else _logging(req.logging)
     return out
 
 
@@ -111,10 +109,15 @@ def handlers(s: Services) -> dict:
         return record(meta.update_bucket(req.bucket, new) if new else meta.bucket_info(req.bucket),
                       m.BucketRecord)
 
+    async def bucket_logging(req: m.BucketLogging, _) -> m.BucketRecord:
+        new = {"lgt": None if req.target is None else _logging(req.target)}
+        return record(meta.update_bucket(req.bucket, new), m.BucketRecord)
+
     async def bucket_usage(req: m.BucketUsage, _) -> m.Usage:
         if req.bucket:
             return m.Usage(usage={req.bucket: tuple(meta.usage(meta.bucket_ino(req.bucket)))})
         return m.Usage(usage={b: tuple(u) for b, u in meta.bucket_usage().items()})
 
     return {m.BucketCreate: bucket_create, m.BucketDelete: bucket_delete, m.BucketInfo: bucket_info,
-            m.BucketList: bucket_list, m.BucketSettings: bucket_settings, m.BucketUsage: bucket_usage}
+            m.BucketList: bucket_list, m.BucketSettings: bucket_settings, m.BucketUsage: bucket_usage,
+            m.BucketLogging: bucket_logging}

@@ -95,7 +95,10 @@ class ObjectLock(StoreBase):
         if not bkt.get("olk") and bkt.get("ver") != "Enabled":
             raise errors.InvalidBucketState("Versioning must be 'Enabled' on the bucket to apply a Object Lock "
                                             "configuration")
-        rec["bkt"] = {**bkt, "olk": {k: v for k, v in c.config.items() if v is not None}, "ver": "Enabled"}
+        olk = {"on": True}
+        if c.config.get("r"):
+            olk["r"] = {k: v for k, v in c.config["r"].items() if v is not None}
+        rec["bkt"] = {**bkt, "olk": olk, "ver": "Enabled"}
         b.put(keys.inode(ino), self._enc(rec))
         return {"name": c.bucket, **rec["bkt"]}
 
