@@ -5,13 +5,15 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 
 from epochfs.common import errors
-from epochfs.common.messages import BucketRecord, Unset
+from epochfs.common.messages import BucketRecord, LockRule, LoggingTarget, ObjectLockConfig, Unset
 
 from ..s3.bucket import validate_bucket_name
 from ..s3.errors import S3Error
 from .auth import AdminDep
 from .common import BAD_BODY, CtxDep
-from .models import Bucket, BucketCreate, BucketPatch
+from ..s3.bucket_logging import check_target
+from .models import Bucket, BucketCreate, BucketPatch, Logging, ObjectLock
+from .models import LockRule as LockRuleIn
 
 router = APIRouter(tags=["buckets"])
 _CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
@@ -20,7 +22,12 @@ _CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
 def bucket_view(b: BucketRecord, usage: tuple[int, int]) -> Bucket:
     return Bucket(name=b.name, owner=b.owner, created=b.created, bytes=usage[0], objects=usage[1],
                   replication=b.replication, block_size=b.block_size, write_policy=b.write_policy or "async",
-                  quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning)
+                  quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning,
+                  object_lock=None if b.object_lock is None else ObjectLock(rule=None if b.object_lock.rule is None
+                                                                            else LockRuleIn(
+                      mode=b.object_lock.rule.mode, days=b.object_lock.rule.days, years=b.object_lock.rule.years)),
+                  logging=None if b.logging is None else Logging(target_bucket=b.logging.bucket,
+                                                                 target_prefix=b.logging.prefix))
 
 
 @router.get("/buckets", response_model=list[Bucket])
@@ -48,7 +55,7 @@ async def create_bucket(req: BucketCreate, user: AdminDep, ctx: CtxDep) -> Bucke
     try:
         await ctx.cluster.namenode.bucket_create(req.name, owner=req.owner_id or user.owner_id,
                                                  block_size=req.block_size, replication=req.replication,
-                                                 write_policy=req.write_policy)
+                                                 write_policy=req.write_policy, object_lock=req.object_lock)
     except errors.Conflict as e:  # BucketAlreadyOwnedByYou too: the settings asked for were not applied
         raise HTTPException(409, e.message) from None
     ctx.forget_bucket(req.name)
@@ -65,9 +72,20 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
     theirs), write policy or quotas. A quota set to null is removed."""
-    changes = {k: Unset() if v is None else v for k, v in patch.model_dump(exclude_unset=True).items()
-               if v is not None or k in _CLEARABLE}
+    given = patch.model_dump(exclude_unset=True)
+    lock, logging = given.pop("object_lock", None), given.pop("logging", False)
+    changes = {k: Unset() if v is None else v for k, v in given.items() if v is not None or k in _CLEARABLE}
+    if logging:  # checked as PutBucketLogging checks it, before anything changes
+        await check_target(ctx, (await ctx.cluster.namenode.bucket_info(name)).owner,
+                           LoggingTarget(bucket=logging["target_bucket"], prefix=logging.get("target_prefix", "")))
     await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
-    if changes:
-        ctx.forget_bucket(name)
+    if lock is not None:
+        rule = lock.get("rule")
+        await ctx.cluster.namenode.bucket_object_lock(name, ObjectLockConfig(
+            rule=None if rule is None else LockRule(mode=rule["mode"], days=rule.get("days"),
+                                                    years=rule.get("years"))))
+    if logging is not False:
+        await ctx.cluster.namenode.bucket_logging(name, None if logging is None else LoggingTarget(
+            bucket=logging["target_bucket"], prefix=logging.get("target_prefix", "")))
+    ctx.forget_bucket(name)
     return await _one(ctx, name)

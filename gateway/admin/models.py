@@ -92,6 +92,24 @@ class Node(Msg):
                                                     "of space (retried with backoff)")
 
 
+class LockRule(In):
+    """A default retention for new object versions: GOVERNANCE or COMPLIANCE for `days` or `years` (one of them)."""
+    mode: Literal["GOVERNANCE", "COMPLIANCE"]
+    days: Int(1, 36500) | None = None
+    years: Int(1, 100) | None = None
+
+
+class ObjectLock(In):
+    """A bucket's object lock (it stays on once on); `rule`: the default retention, null for none."""
+    rule: LockRule | None = None
+
+
+class Logging(In):
+    """Server access logging: records go as objects into `target_bucket` (same owner) under `target_prefix`."""
+    target_bucket: BucketNameStr
+    target_prefix: str = Field("", max_length=512)
+
+
 class Bucket(Msg):
     name: str
     owner: str
@@ -104,6 +122,8 @@ class Bucket(Msg):
     quota_bytes: int | None
     quota_objects: int | None
     versioning: str | None
+    object_lock: ObjectLock | None = None
+    logging: Logging | None = None
 
 
 class BucketCreate(In):
@@ -114,6 +134,7 @@ class BucketCreate(In):
     block_size: BlockSize | None = None
     replication: Replication | None = None
     write_policy: WritePolicy | None = None
+    object_lock: bool = Field(False, description="object lock on (versioning on, for good)")
 
 
 class BucketPatch(In):
@@ -124,6 +145,9 @@ class BucketPatch(In):
     write_policy: WritePolicy | None = None
     quota_bytes: Int(0, MAX_QUOTA) | None = None
     quota_objects: Int(0, MAX_QUOTA) | None = None
+    object_lock: ObjectLock | None = Field(None, description="turn object lock on (needs versioning Enabled) or "
+                                                             "change its default retention")
+    logging: Logging | None = Field(None, description="server access logging; null turns it off")
 
 
 class KeyCreate(In):

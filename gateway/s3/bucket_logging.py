@@ -15,6 +15,7 @@ import hashlib
 import logging
 import os
 import time
+from urllib.parse import quote
 from dataclasses import dataclass, field
 
 from prometheus_client import Counter
@@ -189,7 +190,7 @@ def record_line(*, owner: str, bucket: str, when: float, remote_ip: str, request
     """One record in AWS's server access log format (26 fields, space-separated)."""
     t = dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("[%d/%b/%Y:%H:%M:%S +0000]")
     fields = [owner or "-", bucket, t, remote_ip or "-", requester or "-", request_id, operation,
-              key or "-", _q(request_uri), str(status), error_code or "-", str(bytes_sent) if bytes_sent else "-",
+              quote(key, safe="/") if key else "-", _q(request_uri), str(status), error_code or "-", str(bytes_sent) if bytes_sent else "-",
               str(object_size) if object_size else "-", str(total_ms), "-", _q(referer), _q(user_agent),
               version_id or "-", request_id, sig_version or "-", "-", auth_type or "-", host or "-", "-", "-", "-"]
     return " ".join(fields)
