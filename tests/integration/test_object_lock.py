@@ -209,9 +209,11 @@ def test_mount_cannot_remove_or_rewrite_a_locked_file(cluster, s3, bucket, mnt):
     s3.put_object(Bucket=bucket, Key="locked", Body=b"keep me", ObjectLockMode="COMPLIANCE",
                   ObjectLockRetainUntilDate=dt.datetime.now(UTC) + dt.timedelta(days=1))
     s3.put_object(Bucket=bucket, Key="free", Body=b"free")
+    s3.put_object(Bucket=bucket, Key="dir/held", Body=b"held", ObjectLockLegalHoldStatus="ON")
     root = mnt.path
     for op in (lambda: os.unlink(root / "locked"), lambda: os.rename(root / "locked", root / "moved"),
-               lambda: os.rename(root / "free", root / "locked"), lambda: os.truncate(root / "locked", 0)):
+               lambda: os.rename(root / "free", root / "locked"), lambda: os.truncate(root / "locked", 0),
+               lambda: os.rename(root / "dir", root / "dir2"), lambda: os.unlink(root / "dir" / "held")):
         with pytest.raises(OSError) as e:
             op()
         assert e.value.errno in (errno.EPERM, errno.EACCES)
