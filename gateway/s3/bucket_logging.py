@@ -291,6 +291,8 @@ class AccessLogFlusher(Worker):
 async def observe(ctx, req, resp, s3_op: str, started: float, seconds: float, client) -> None:
     """After a request to a bucket: its record, if the bucket has logging on (the bucket record is this gateway's
     cached one, so a change takes effect within its cache time)."""
+    if resp.status == 404 and isinstance(resp.body, bytes) and b"<Code>NoSuchBucket<" in resp.body:
+        return  # nothing to log to, and no NameNode lookup for each request to a missing bucket
     try:
         info = await ctx.bucket(req.bucket)
     except errors.DomainError:
