@@ -13,19 +13,23 @@ from .auth import AdminDep
 from .common import BAD_BODY, CtxDep
 from ..s3.bucket_logging import check_target
 from .models import Bucket, BucketCreate, BucketPatch, Logging, ObjectLock
-from .models import LockRule as LockRuleIn
+from .models import LockDays, LockYears
 
 router = APIRouter(tags=["buckets"])
 _CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
+
+
+def _rule(r) -> LockDays | LockYears | None:
+    if r is None:
+        return None
+    return LockDays(mode=r.mode, days=r.days) if r.days is not None else LockYears(mode=r.mode, years=r.years)
 
 
 def bucket_view(b: BucketRecord, usage: tuple[int, int]) -> Bucket:
     return Bucket(name=b.name, owner=b.owner, created=b.created, bytes=usage[0], objects=usage[1],
                   replication=b.replication, block_size=b.block_size, write_policy=b.write_policy or "async",
                   quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning,
-                  object_lock=None if b.object_lock is None else ObjectLock(rule=None if b.object_lock.rule is None
-                                                                            else LockRuleIn(
-                      mode=b.object_lock.rule.mode, days=b.object_lock.rule.days, years=b.object_lock.rule.years)),
+                  object_lock=None if b.object_lock is None else ObjectLock(rule=_rule(b.object_lock.rule)),
                   logging=None if b.logging is None else Logging(target_bucket=b.logging.bucket,
                                                                  target_prefix=b.logging.prefix))
 
@@ -68,7 +72,9 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
 
 
 @router.patch("/buckets/{name}", response_model=Bucket,
-              responses={**BAD_BODY, 404: {"description": "no such bucket"}})
+              responses={**BAD_BODY, 404: {"description": "no such bucket"},
+                         409: {"description": "object lock needs versioning Enabled first, or the logging target "
+                                              "bucket is missing, another owner's, or has a default retention"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
     theirs), write policy or quotas. A quota set to null is removed."""
@@ -76,8 +82,11 @@ async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) 
     lock, logging = given.pop("object_lock", None), given.pop("logging", False)
     changes = {k: Unset() if v is None else v for k, v in given.items() if v is not None or k in _CLEARABLE}
     if logging:  # checked as PutBucketLogging checks it, before anything changes
-        await check_target(ctx, (await ctx.cluster.namenode.bucket_info(name)).owner,
-                           LoggingTarget(bucket=logging["target_bucket"], prefix=logging.get("target_prefix", "")))
+        try:
+            await check_target(ctx, (await ctx.cluster.namenode.bucket_info(name)).owner,
+                               LoggingTarget(bucket=logging["target_bucket"], prefix=logging.get("target_prefix", "")))
+        except errors.InvalidLoggingTarget as e:  # the target bucket's state, not the request's form
+            raise HTTPException(409, e.message) from None
     await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
     if lock is not None:
         rule = lock.get("rule")

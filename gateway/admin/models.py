@@ -92,11 +92,19 @@ class Node(Msg):
                                                     "of space (retried with backoff)")
 
 
-class LockRule(In):
-    """A default retention for new object versions: GOVERNANCE or COMPLIANCE for `days` or `years` (one of them)."""
+class LockDays(In):
+    """A default retention for new object versions: GOVERNANCE or COMPLIANCE for `days`."""
     mode: Literal["GOVERNANCE", "COMPLIANCE"]
-    days: Int(1, 36500) | None = None
-    years: Int(1, 100) | None = None
+    days: Int(1, 36500)
+
+
+class LockYears(In):
+    """A default retention for new object versions: GOVERNANCE or COMPLIANCE for `years`."""
+    mode: Literal["GOVERNANCE", "COMPLIANCE"]
+    years: Int(1, 100)
+
+
+LockRule = LockDays | LockYears
 
 
 class ObjectLock(In):

@@ -134,12 +134,13 @@ def test_admin_api_and_cli_object_lock_and_logging(fast_logs):
     admin.call("POST", "/buckets", {"name": logs})
     got = admin.call("PATCH", f"/buckets/{b}", {"object_lock": {"rule": {"mode": "COMPLIANCE", "days": 3}},
                                                 "logging": {"target_bucket": logs, "target_prefix": "l/"}})
-    assert got["object_lock"]["rule"] == {"mode": "COMPLIANCE", "days": 3, "years": None}
+    assert got["object_lock"]["rule"] == {"mode": "COMPLIANCE", "days": 3}
     assert got["logging"] == {"target_bucket": logs, "target_prefix": "l/"}
     s3 = fast_logs.s3()
     assert s3.get_object_lock_configuration(Bucket=b)["ObjectLockConfiguration"]["Rule"] == \
         {"DefaultRetention": {"Mode": "COMPLIANCE", "Days": 3}}
     for bad in ({"object_lock": {"rule": {"mode": "COMPLIANCE", "days": 0}}},
+                {"object_lock": {"rule": {"mode": "COMPLIANCE", "days": 1, "years": 1}}},
                 {"logging": {"target_bucket": logs + "x"}}):
         with pytest.raises(AdminError, match="HTTP 4"):
             admin.call("PATCH", f"/buckets/{b}", bad)
