@@ -117,10 +117,12 @@ class _BucketObjectCalls:
 
     async def bucket_create(self, bucket: str, *, owner: str = "", acl="private", location: str = "",
                             write_policy: str | None = None, ownership: str | None = None,
-                            block_size: int | None = None, replication: int | None = None) -> m.BucketRecord:
+                            block_size: int | None = None, replication: int | None = None,
+                            object_lock: bool = False) -> m.BucketRecord:
         return await self._call(m.BucketCreate(bucket=bucket, owner=owner, acl=acl, location=location,
                                                 write_policy=write_policy, ownership=ownership,
-                                                block_size=block_size, replication=replication))
+                                                block_size=block_size, replication=replication,
+                                                object_lock=object_lock))
 
     async def bucket_delete(self, bucket: str) -> None:
         await self._call(m.BucketDelete(bucket=bucket))
@@ -154,9 +156,24 @@ class _BucketObjectCalls:
 
     async def delete_object(self, bucket: str, key: str, version_id: str | None = None, *,
                             if_match: str | None = None, if_mtime: int | None = None,
-                            if_size: int | None = None) -> m.Deleted:
+                            if_size: int | None = None, bypass: bool = False) -> m.Deleted:
         return await self._call(m.DeleteObject(bucket=bucket, key=key, version_id=version_id, if_match=if_match,
-                                               if_mtime=if_mtime, if_size=if_size))
+                                               if_mtime=if_mtime, if_size=if_size, bypass=bypass))
+
+    async def bucket_logging(self, bucket: str, target: m.LoggingTarget | None) -> m.BucketRecord:
+        """Set a bucket's server access logging target, or remove it (None)."""
+        return await self._call(m.BucketLogging(bucket=bucket, target=target))
+
+    async def bucket_object_lock(self, bucket: str, config: m.ObjectLockConfig) -> m.BucketRecord:
+        return await self._call(m.BucketObjectLock(bucket=bucket, config=config))
+
+    async def object_lock_set(self, bucket: str, key: str, version_id: str | None = None, *,
+                              retention: bool = False, mode: str | None = None, until: int | None = None,
+                              legal_hold: bool | None = None, bypass: bool = False) -> m.ObjectRecord:
+        """Set a version's retention (retention=True; mode None removes it) and/or its legal hold."""
+        return await self._call(m.ObjectLockSet(bucket=bucket, key=key, version_id=version_id,
+                                                retention=retention, mode=mode, until=until,
+                                                legal_hold=legal_hold, bypass=bypass))
 
     async def object_settings(self, bucket: str, key: str, *, acl=None) -> None:
         await self._call(m.ObjectSettings(bucket=bucket, key=key, acl=acl))

@@ -208,6 +208,36 @@ class MalformedPolicy(InvalidInput):
     """The bucket policy is not valid JSON or not a valid policy."""
 
 
+# ---- object lock and bucket logging (gateway/s3/objectlock.py, gateway/s3/bucket_logging.py)
+class ObjectLocked(PermissionDenied):
+    """Access Denied because object protected by object lock."""
+
+
+class InvalidBucketState(Conflict):
+    """The request is not valid for the current state of the bucket (object lock needs versioning Enabled, and a
+    bucket with object lock can't have it suspended)."""
+
+
+class ObjectLockNotEnabled(InvalidInput):
+    """Bucket is missing Object Lock Configuration."""
+
+
+class InvalidRetentionPeriod(InvalidInput):
+    """The default retention period must be a positive whole number of days or years."""
+
+
+class NoObjectLockConfiguration(NotFound):
+    """Object Lock configuration does not exist for this bucket."""
+
+
+class NoSuchObjectLockConfiguration(NotFound):
+    """The specified object does not have a ObjectLock configuration."""
+
+
+class InvalidLoggingTarget(InvalidInput):
+    """The target bucket for logging does not exist, is not owned by you, or is not allowed."""
+
+
 def by_name(name: str) -> type[DomainError]:
     cls = globals().get(name)
     if isinstance(cls, type) and issubclass(cls, DomainError):

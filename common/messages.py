@@ -349,6 +349,29 @@ class PublicAccessBlock(Msg):
     restrict_public_buckets: bool = field(default=False, name="rpb")
 
 
+class LockRule(Msg):
+    """An object-lock default retention: mode GOVERNANCE or COMPLIANCE for `days` or `years` (one of them)."""
+    mode: str = field(name="m")
+    days: int | None = field(default=None, name="d")
+    years: int | None = field(default=None, name="y")
+
+
+class ObjectLockConfig(Msg):
+    """A bucket's object lock: enabled (for good, once on) and optionally a default retention for new versions."""
+    enabled: bool = field(default=True, name="on")
+    rule: LockRule | None = field(default=None, name="r")
+
+
+class LoggingTarget(Msg):
+    """Where a bucket's server access logs go (S3 PutBucketLogging's LoggingEnabled). `grants` are
+    [grantee ("id:..." / "uri:..." / "email:..."), permission]; `key_format` "simple" or
+    "partitioned:EventTime" / "partitioned:DeliveryTime"."""
+    bucket: str = field(name="b")
+    prefix: str = field(default="", name="p")
+    grants: list[tuple[str, str]] = field(default_factory=list, name="g")
+    key_format: str = field(default="simple", name="kf")
+
+
 class BucketRecord(Msg):
     """A bucket's settings, as the NameNode stores them (in the bucket directory's inode, "bkt")."""
     name: str = ""
@@ -369,6 +392,10 @@ class BucketRecord(Msg):
     public_access_block: PublicAccessBlock | None = field(default=None, name="pab")
 
 
+    object_lock: ObjectLockConfig | None = field(default=None, name="olk")
+    logging: LoggingTarget | None = field(default=None, name="lgt")
+
+
 class Buckets(Msg):
     buckets: list[BucketRecord]
 
@@ -383,6 +410,7 @@ class BucketCreate(Request, tag="bucket_create"):
     ownership: str | None = field(default=None, name="own")
     block_size: I64 | None = None
     replication: I64 | None = None
+    object_lock: bool = False  # x-amz-bucket-object-lock-enabled: also turns versioning on, for good
     Reply = BucketRecord
 
 
@@ -430,6 +458,22 @@ class BucketUsed(Msg, array_like=True):
     objects: int
 
 
+class BucketLogging(Request, tag="bucket_logging"):
+    """Set (PutBucketLogging) or, with `target` None, remove a bucket's server access logging; the gateway checked
+    the target bucket and the caller's rights first."""
+    bucket: str
+    target: LoggingTarget | None = None
+    Reply = BucketRecord
+
+
+class BucketObjectLock(Request, tag="bucket_object_lock"):
+    """Set a bucket's object lock configuration (PutObjectLockConfiguration): the bucket must have versioning
+    Enabled (InvalidBucketState) or object lock already; `config.enabled` must be true (it can't be turned off)."""
+    bucket: str
+    config: ObjectLockConfig
+    Reply = BucketRecord
+
+
 class Usage(Msg):
     usage: dict[str, BucketUsed]  # bucket -> what it holds
 
@@ -462,6 +506,9 @@ class ObjectRecord(Msg):
     version_id: str | None = field(default=None, name="vid")
     delete_marker: bool = field(default=False, name="dm")
     upload_id: str | None = field(default=None, name="mpu")  # the multipart upload it was completed from
+    lock_mode: str | None = field(default=None, name="lkm")  # object lock retention: GOVERNANCE or COMPLIANCE
+    lock_until: int | None = field(default=None, name="lku")  # ... until this time (ms since the epoch)
+    legal_hold: bool | None = field(default=None, name="lh")  # None: never set (GET shows no header)
 
 
 class WrittenBlock(Msg, array_like=True):
@@ -550,7 +597,24 @@ class DeleteObject(Request, tag="delete_object"):
     if_match: str | None = None
     if_mtime: I64 | None = None
     if_size: I64 | None = None
+    bypass: bool = False  # x-amz-bypass-governance-retention (the caller may bypass GOVERNANCE retention)
     Reply = Deleted
+
+
+class ObjectLockSet(Request, tag="object_lock_set"):
+    """PutObjectRetention (`retention`: True, with `mode`/`until`; mode None removes it) and/or PutObjectLegalHold
+    (`legal_hold`) on the current version or `version_id`. The NameNode enforces S3's rules: the bucket has object
+    lock (ObjectLockNotEnabled), a date in the future (InvalidInput), COMPLIANCE never shortened, changed or
+    removed while it runs, GOVERNANCE only with `bypass` (ObjectLocked)."""
+    bucket: str
+    key: str
+    version_id: str | None = None
+    retention: bool = False
+    mode: str | None = None
+    until: I64 | None = None  # ms since the epoch
+    legal_hold: bool | None = None
+    bypass: bool = False
+    Reply = ObjectRecord
 
 
 class ObjectSettings(Request, tag="object_settings"):
@@ -636,6 +700,9 @@ class UploadAttrs(Msg):
     storage_class: str | None = field(default=None, name="sc")
     checksum_algorithm: str | None = field(default=None, name="csa")
     checksum_type: str | None = field(default=None, name="cst")  # COMPOSITE or FULL_OBJECT
+    lock_mode: str | None = field(default=None, name="lkm")  # object lock, as ObjectRecord's
+    lock_until: int | None = field(default=None, name="lku")
+    legal_hold: bool | None = field(default=None, name="lh")
 
 
 class UploadRecord(Msg):

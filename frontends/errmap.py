@@ -31,6 +31,7 @@ ERRNO: dict[type[errors.DomainError], int] = {
     errors.EntityTooLarge: errno.EFBIG,
     errors.InvalidInput: errno.EINVAL,
     errors.Unauthorized: errno.EACCES,
+    errors.ObjectLocked: errno.EPERM,       # as an immutable file (chattr +i): not even root may remove it
     errors.MethodNotAllowed: errno.EPERM,
     errors.Unavailable: errno.EIO,          # not EAGAIN: that would be BlockingIOError
     errors.CorruptBlock: errno.EIO,

@@ -5,6 +5,7 @@ import hashlib
 import time
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 
 from epochfs.common.messages import BucketRecord, WrittenBlock
@@ -15,6 +16,7 @@ from .cluster import Cluster
 from .config import GatewaySettings
 from .keys import KeyRegistry
 from .metrics import S3Metrics
+from .s3.bucket_logging import AccessLogFlusher
 from .s3.router import S3App, vhost_bucket
 from .s3.sigv4 import SigV4Verifier, User, parse_users
 
@@ -45,6 +47,9 @@ class GatewayContext:
         self.s3_verifier = SigV4Verifier(self.keys, max_skew_s=settings.max_skew_s)  # also used by the admin API
         self.metrics = S3Metrics(settings.access_log)
         self._buckets: dict[str, tuple[float, BucketRecord]] = {}
+        self.access_logs = AccessLogFlusher(self, flush_s=settings.access_log_flush_s,
+                                            flush_bytes=settings.access_log_flush_bytes,
+                                            max_bytes=settings.access_log_max_bytes)
 
     def is_admin(self, user: User) -> bool:
         return user.admin or user.access_key in self._admins
@@ -110,7 +115,12 @@ def create_app(settings: GatewaySettings):
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        yield
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ctx.access_logs.run_forever)
+            yield
+            tg.cancel_scope.cancel()
+        with anyio.move_on_after(10):  # a clean stop delivers the access log records still buffered
+            await ctx.access_logs.run_once(force=True)
         await ctx.cluster.close()
 
     api = FastAPI(title="epochfs gateway", lifespan=lifespan, docs_url="/admin/docs",

@@ -32,3 +32,9 @@ class GatewaySettings(ServiceSettings):
     the key. Any other Host (the domain itself, an IP address) is path style; unset: always path style."""
     access_log: bool = False
     """Log every S3 request (key=value line with its request id); errors are logged either way."""
+    access_log_flush_s: float = 60.0
+    """Bucket logging: a buffer of server access log records is written to its target bucket once this old..."""
+    access_log_flush_bytes: int = 1 << 20
+    """... or this large (one object per flush)."""
+    access_log_max_bytes: int = 16 << 20
+    """All buffered records together at most this much memory; past it, records are dropped (and counted)."""

@@ -31,6 +31,9 @@ _NAMES = {
     ("multipart", "abort"): "AbortMultipartUpload", ("multipart", "list_uploads"): "ListMultipartUploads",
     ("cors", "preflight"): "PreflightRequest", ("cors", "get_cors"): "GetBucketCors",
     ("cors", "put_cors"): "PutBucketCors", ("cors", "delete_cors"): "DeleteBucketCors",
+    ("objectlock", "get_lock_config"): "GetObjectLockConfiguration",
+    ("objectlock", "put_lock_config"): "PutObjectLockConfiguration",
+    ("bucket_logging", "get_logging"): "GetBucketLogging", ("bucket_logging", "put_logging"): "PutBucketLogging",
 }
 _CACHE: dict[object, str] = {}
 
@@ -43,7 +46,8 @@ def operation(handler) -> str:
         mod = handler.__module__.rpartition(".")[2]
         fn = handler.__name__
         name = _NAMES.get((mod, fn)) or "".join(w.capitalize() for w in fn.split("_"))
-        if mod not in ("bucket", "objects", "listing", "multipart", "cors", "attributes"):
+        if mod not in ("bucket", "objects", "listing", "multipart", "cors", "attributes", "objectlock",
+                       "bucket_logging"):
             name = "Epochfs" + name  # /_epochfs extensions
         _CACHE[handler] = name
     return name

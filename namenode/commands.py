@@ -100,6 +100,28 @@ class DeleteObject(Command, frozen=True):
     if_match: str | None = None
     if_mtime: int | None = None
     if_size: int | None = None
+    bypass: bool = False  # the caller may bypass GOVERNANCE retention (object lock)
+
+
+# ------------------------------------------------------------------ object lock (namenode/meta/lock.py)
+class SetBucketLock(Command, frozen=True):
+    """A bucket's object lock configuration ("olk": {"on": true, "r": {"m", "d" | "y"}})."""
+    bucket: str
+    config: Record
+
+
+class LockObject(Command, frozen=True):
+    """Retention (`retention`: set `mode`/`until` ms, mode None removes it) and/or legal hold of a version;
+    `t` (ns) is the time the rules are checked against."""
+    bucket: str
+    key: str
+    version_id: str | None
+    retention: bool
+    mode: str | None
+    until: int | None
+    legal_hold: bool | None
+    bypass: bool
+    t: int
 
 
 # ------------------------------------------------------------------ multipart uploads
@@ -329,6 +351,7 @@ class StampDirs(Command, frozen=True):
 
 AnyCommand = Union[
     InitRoot, CreateBucket, UpdateBucket, DeleteBucket, PutObject, PutObjects, UpdateObject, DeleteObject,
+    SetBucketLock, LockObject,
     CreateUpload, PutPart, CompleteUpload, AbortUpload,
     Allocate, Abandon, ExpirePending, ReleaseFreed, GarbageDone, AddGarbage, DropStrayCopy, ReplaceReplicas,
     MarkShort, DropShort, AssignNodeId, SaveNode, CreateAccessKey, UpdateAccessKey, DeleteAccessKey,

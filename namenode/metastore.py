@@ -24,6 +24,7 @@ from . import commands as cmds, keys
 from .commands import Command, CommandLog
 from .keys import ROOT_INO
 from .meta.blocks import BlockMap
+from .meta.lock import ObjectLock
 from .meta.multipart import Multipart
 from .meta.namespace import Namespace
 from .meta.nodes import Nodes
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["MetaStore", "S_IFDIR", "S_IFLNK", "S_IFREG", "enc_record", "now_ns"]
 
 
-class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage):
+class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage, ObjectLock):
     """The NameNode's state over one KV store: reads are the subjects' methods, every change goes through execute."""
 
     def __init__(self, kv: KV, *, pending_grace_s: float = 3600.0, free_grace_s: float = 0.0,

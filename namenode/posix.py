@@ -394,6 +394,7 @@ class Posix:
         if found[1]:
             raise errors.IsADirectory(f"{name!r} is a directory")
         rec = self.meta.get_inode(found[0]) or {}
+        self.meta.check_inode_unlocked(found[0], rec, t)  # object lock: EPERM
         size, n = self._visible(rec)
         charge = self._charge(bucket, -size, -n)
         self._drop_link(b, parent, name, found[0], rec, t)
@@ -443,6 +444,8 @@ class Posix:
         if flags & RENAME_EXCHANGE:
             if dst is None:
                 raise errors.NotFound(f"no entry {newname!r}")
+            for entry in (src, dst):  # object lock: a locked object does not leave its key
+                self._check_moves_unlocked(entry, t)
             return self._exchange(b, t, parent, name, src, newparent, newname, dst, src_dir, dst_dir)
         if dst is not None:
             if dst[0] == src[0]:
@@ -455,6 +458,9 @@ class Posix:
                 raise errors.DirectoryNotEmpty(f"{newname!r} is not empty")
         rec = self._inode(src[0])
         drec = (self.meta.get_inode(dst[0]) or {}) if dst is not None else {}
+        self._check_moves_unlocked(src, t)  # object lock: a locked object neither leaves its key nor is replaced
+        if dst is not None and not dst[1]:
+            self.meta.check_inode_unlocked(dst[0], drec, t)
         size, n = self._visible(drec)
         charge = self._charge(bucket, -size, -n)  # the replaced file's name goes; the moved one stays counted
         charge(b)
@@ -472,6 +478,27 @@ class Posix:
         self._touch_dir(b, parent, src_dir, t)
         if newparent != parent:
             self._touch_dir(b, newparent, dst_dir, t)
+
+    def _check_moves_unlocked(self, entry: tuple[int, bool], t: int) -> None:
+        """Object lock (EPERM): a file that a rename moves, or every file below a directory it moves when the
+        bucket has object lock, must not be locked: its S3 key would change, which removes the locked version."""
+        ino, is_dir = entry
+        if not is_dir:
+            self.meta.check_inode_unlocked(ino, self._inode(ino), t)
+            return
+        if self.bi is None or not (self.meta.get_inode(self.bi) or {}).get("bkt", {}).get("olk"):
+            return
+        todo = [ino]
+        while todo:
+            p = keys.entries(todo.pop())
+            for k, v in self.kv.scan(p, prefix_end(p)):
+                child = int.from_bytes(v[:8], "big")
+                if k.endswith(b"/"):
+                    todo.append(child)
+                else:
+                    rec = self.meta.get_inode(child)
+                    if rec is not None:
+                        self.meta.check_inode_unlocked(child, rec, t)
 
     @staticmethod
     def _relink(rec: dict, parent: int, name: str, newparent: int, newname: str) -> None:
@@ -513,6 +540,7 @@ class Posix:
             if int(fields["size"]) != 0:
                 raise errors.InvalidInput("only truncation to zero is done in place")
             if rec.get("size", 0) != 0 or rec.get("blk"):
+                self.meta.check_inode_unlocked(ino, rec, t)  # object lock: a locked version is not rewritten
                 charge = self._charge(bucket, -self._visible(rec)[0] * len(rec.get("ln", [1])), 0)
                 charge(b)
                 self.meta.free_blocks(b, rec.get("blk", []), t)
@@ -558,6 +586,7 @@ class Posix:
         old = rec.get("blk", [])
         if base is not None and base != rec.get("etag", ""):
             raise errors.FileChanged(f"inode {ino} changed since it was opened")
+        self.meta.check_inode_unlocked(ino, rec, t)  # object lock: a locked version is not rewritten in place
         have = {block_id(x): x for x in old} if base is not None else {}
         try:
             blk = [have[x] if isinstance(x, int) else x for x in blk]

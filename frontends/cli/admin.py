@@ -142,14 +142,28 @@ def show_nodes(c: AdminClient) -> Table:
                                 "replication lag"], rows)
 
 
+def _lock(b: dict) -> str:
+    lk = b.get("object_lock")
+    if lk is None:
+        return "-"
+    r = lk.get("rule")
+    return "on" if r is None else f"{r['mode']} {r['days']}d" if r.get("days") else f"{r['mode']} {r['years']}y"
+
+
+def _logging(b: dict) -> str:
+    lg = b.get("logging")
+    return "-" if lg is None else f"{lg['target_bucket']}/{lg['target_prefix']}"
+
+
 def show_buckets(c: AdminClient) -> Table:
     rows = [[b["name"], b["owner"][:16], _size(b["bytes"]), b["objects"], _size(b["block_size"]), b["replication"],
              b["write_policy"], "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"],
              "public" if b.get("policy_public") else "yes" if b.get("policy") else "-",
-             ",".join(k for k, v in (b.get("public_access_block") or {}).items() if v) or "-"]
+             ",".join(k for k, v in (b.get("public_access_block") or {}).items() if v) or "-", _lock(b), _logging(b)]
             for b in c.call("GET", "/buckets")]
     return _table("Buckets", ["name", "owner", "size", "objects", "block size", "replicas", "write policy",
-                              "quota bytes", "quota objects", "policy", "public access block"], rows)
+                              "quota bytes", "quota objects", "policy", "public access block", "object lock",
+                              "logging"], rows)
 
 
 def _bucket_policy(c: AdminClient, args) -> str:
@@ -173,6 +187,33 @@ def _bucket_policy(c: AdminClient, args) -> str:
     if not b.get("policy"):
         return f"{args.name}: no policy"
     return json.dumps(json.loads(b["policy"]), indent=2)
+
+
+def _bucket_set(c: AdminClient, args) -> str:
+    """`buckets set NAME --object-lock on|GOVERNANCE:30d|COMPLIANCE:1y --logging TARGET[/PREFIX]|off`."""
+    if not args.name:
+        raise AdminError("buckets set needs the bucket name")
+    patch: dict = {}
+    if args.object_lock:
+        spec = args.object_lock
+        if spec == "on":
+            patch["object_lock"] = {"rule": None}
+        else:
+            mode, _, period = spec.partition(":")
+            unit = {"d": "days", "y": "years"}.get(period[-1:])
+            if mode not in ("GOVERNANCE", "COMPLIANCE") or unit is None or not period[:-1].isdigit():
+                raise AdminError(f"bad --object-lock {spec!r}: want on, or GOVERNANCE|COMPLIANCE:<N>d|<N>y")
+            patch["object_lock"] = {"rule": {"mode": mode, unit: int(period[:-1])}}
+    if args.logging:
+        if args.logging == "off":
+            patch["logging"] = None
+        else:
+            target, _, prefix = args.logging.partition("/")
+            patch["logging"] = {"target_bucket": target, "target_prefix": prefix}
+    if not patch:
+        raise AdminError("buckets set: nothing to set (--object-lock, --logging)")
+    b = c.call("PATCH", f"/buckets/{args.name}", patch)
+    return f"{b['name']}: object lock {_lock(b)}, logging {_logging(b)}"
 
 
 def show_keys(c: AdminClient) -> Table:
@@ -219,6 +260,8 @@ def run(args) -> int:
         elif args.what == "jobs" and args.action != "list":
             job = c.call("POST", "/jobs", {"kind": args.action, **({} if args.node is None else {"node": args.node})})
             out.print(f"{job['kind']} job {job['id']}: {job['state']}")
+        elif args.what == "buckets" and args.action == "set":
+            out.print(_bucket_set(c, args))
         elif args.what == "decommission":
             job = c.call("POST", f"/nodes/{args.node}/decommission")
             out.print(f"DataNode {args.node}: decommission {job['state']} (job {job['id']})")
@@ -256,11 +299,16 @@ def add_parser(sub) -> None:
     what = ap.add_subparsers(dest="what", required=True)
     for name, help_ in (("status", "cluster summary, NameNodes (role, log position, lag) and etcd"), ("nodes", "DataNodes")):
         what.add_parser(name, help=help_)
-    buckets = what.add_parser("buckets", help="buckets, quotas and policies; show or set a bucket's policy")
-    buckets.add_argument("action", nargs="?", default="list", choices=("list", "policy"))
-    buckets.add_argument("name", nargs="?", help="the bucket (policy)")
+    buckets = what.add_parser("buckets", help="buckets, quotas, policies, object lock and logging; `policy` shows or "
+                                              "sets a bucket's policy, `set` changes object lock and logging")
+    buckets.add_argument("action", nargs="?", default="list", choices=("list", "policy", "set"))
+    buckets.add_argument("name", nargs="?", help="the bucket (policy, set)")
     buckets.add_argument("--set", metavar="FILE", help="set the policy from a JSON file (- reads stdin)")
     buckets.add_argument("--delete", action="store_true", help="remove the policy")
+    buckets.add_argument("--object-lock", metavar="on|MODE:<N>d|MODE:<N>y",
+                         help="turn object lock on (the bucket needs versioning Enabled), with a default retention "
+                              "(GOVERNANCE or COMPLIANCE, N days or years)")
+    buckets.add_argument("--logging", metavar="TARGET[/PREFIX]|off", help="server access logs into bucket TARGET")
     jobs = what.add_parser("jobs", help="list scrub / rebalance / decommission / gc jobs, or start one")
     jobs.add_argument("action", nargs="?", default="list", choices=("list", "scrub", "rebalance", "gc"))
     jobs.add_argument("--node", type=int, help="scrub only this DataNode")

@@ -7,16 +7,25 @@ import json
 from fastapi import APIRouter, HTTPException, Request
 
 from epochfs.common import errors, policy
-from epochfs.common.messages import BucketRecord, BucketUsed, Unset
+from epochfs.common.messages import BucketRecord, BucketUsed, LockRule, LoggingTarget, ObjectLockConfig, Unset
 
 from ..s3.bucket import validate_bucket_name
 from ..s3.errors import S3Error
 from .auth import AdminDep
 from .common import BAD_BODY, CtxDep
-from .models import Bucket, BucketCreate, BucketPatch
+from ..s3.bucket_logging import check_target
+from .models import Bucket, BucketCreate, BucketPatch, Logging, ObjectLock
+from .models import LockDays, LockYears
 
 router = APIRouter(tags=["buckets"])
 _CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
+
+
+def _rule(r) -> LockDays | LockYears | None:
+    if r is None:
+        return None
+    return LockDays(mode=r.mode, days=r.days) if r.days is not None else LockYears(mode=r.mode, years=r.years)
+
 
 
 def bucket_view(b: BucketRecord, usage: BucketUsed) -> Bucket:
@@ -26,7 +35,10 @@ def bucket_view(b: BucketRecord, usage: BucketUsed) -> Bucket:
                   policy=b.policy, policy_public=bool(b.policy) and policy.is_public(policy.parse(b.policy)),
                   public_access_block=None if b.public_access_block is None else {
                       f: getattr(b.public_access_block, f) for f in ("block_public_acls", "ignore_public_acls",
-                                                                      "block_public_policy", "restrict_public_buckets")})
+                                                                      "block_public_policy", "restrict_public_buckets")},
+                  object_lock=None if b.object_lock is None else ObjectLock(rule=_rule(b.object_lock.rule)),
+                  logging=None if b.logging is None else Logging(target_bucket=b.logging.bucket,
+                                                                 target_prefix=b.logging.prefix))
 
 
 @router.get("/buckets", response_model=list[Bucket])
@@ -54,7 +66,7 @@ async def create_bucket(req: BucketCreate, user: AdminDep, ctx: CtxDep) -> Bucke
     try:
         await ctx.cluster.namenode.bucket_create(req.name, owner=req.owner_id or user.owner_id,
                                                  block_size=req.block_size, replication=req.replication,
-                                                 write_policy=req.write_policy)
+                                                 write_policy=req.write_policy, object_lock=req.object_lock)
     except errors.Conflict as e:  # BucketAlreadyOwnedByYou too: the settings asked for were not applied
         raise HTTPException(409, e.message) from None
     ctx.forget_bucket(req.name)
@@ -67,16 +79,32 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
 
 
 @router.patch("/buckets/{name}", response_model=Bucket,
-              responses={**BAD_BODY, 404: {"description": "no such bucket"}})
+              responses={**BAD_BODY, 404: {"description": "no such bucket"},
+                         409: {"description": "object lock needs versioning Enabled first, or the logging target "
+                                              "bucket is missing, another owner's, or has a default retention"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
     theirs), write policy or quotas. A quota set to null is removed. (The bucket policy: PUT or DELETE
     /admin/v1/buckets/{name}/policy.)"""
-    changes = {k: Unset() if v is None else v for k, v in patch.model_dump(exclude_unset=True).items()
-               if v is not None or k in _CLEARABLE}
+    given = patch.model_dump(exclude_unset=True)
+    lock, logging = given.pop("object_lock", None), given.pop("logging", False)
+    changes = {k: Unset() if v is None else v for k, v in given.items() if v is not None or k in _CLEARABLE}
+    if logging:  # checked as PutBucketLogging checks it, before anything changes
+        try:
+            await check_target(ctx, (await ctx.cluster.namenode.bucket_info(name)).owner,
+                               LoggingTarget(bucket=logging["target_bucket"], prefix=logging.get("target_prefix", "")))
+        except errors.InvalidLoggingTarget as e:  # the target bucket's state, not the request's form
+            raise HTTPException(409, e.message) from None
     await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
-    if changes:
-        ctx.forget_bucket(name)
+    if lock is not None:
+        rule = lock.get("rule")
+        await ctx.cluster.namenode.bucket_object_lock(name, ObjectLockConfig(
+            rule=None if rule is None else LockRule(mode=rule["mode"], days=rule.get("days"),
+                                                    years=rule.get("years"))))
+    if logging is not False:
+        await ctx.cluster.namenode.bucket_logging(name, None if logging is None else LoggingTarget(
+            bucket=logging["target_bucket"], prefix=logging.get("target_prefix", "")))
+    ctx.forget_bucket(name)
     return await _one(ctx, name)
 
 

@@ -92,6 +92,32 @@ class Node(Msg):
                                                     "of space (retried with backoff)")
 
 
+class LockDays(In):
+    """A default retention for new object versions: GOVERNANCE or COMPLIANCE for `days`."""
+    mode: Literal["GOVERNANCE", "COMPLIANCE"]
+    days: Int(1, 36500)
+
+
+class LockYears(In):
+    """A default retention for new object versions: GOVERNANCE or COMPLIANCE for `years`."""
+    mode: Literal["GOVERNANCE", "COMPLIANCE"]
+    years: Int(1, 100)
+
+
+LockRule = LockDays | LockYears
+
+
+class ObjectLock(In):
+    """A bucket's object lock (it stays on once on); `rule`: the default retention, null for none."""
+    rule: LockRule | None = None
+
+
+class Logging(In):
+    """Server access logging: records go as objects into `target_bucket` (same owner) under `target_prefix`."""
+    target_bucket: BucketNameStr
+    target_prefix: str = Field("", max_length=512)
+
+
 class Bucket(Msg):
     name: str
     owner: str
@@ -108,6 +134,8 @@ class Bucket(Msg):
     policy_public: bool = Field(False, description="the policy lets in everyone (S3's policy status IsPublic)")
     public_access_block: dict[str, bool] | None = Field(
         None, description="block_public_acls, ignore_public_acls, block_public_policy, restrict_public_buckets")
+    object_lock: ObjectLock | None = None
+    logging: Logging | None = None
 
 
 class BucketCreate(In):
@@ -118,6 +146,7 @@ class BucketCreate(In):
     block_size: BlockSize | None = None
     replication: Replication | None = None
     write_policy: WritePolicy | None = None
+    object_lock: bool = Field(False, description="object lock on (versioning on, for good)")
 
 
 class BucketPatch(In):
@@ -128,6 +157,9 @@ class BucketPatch(In):
     write_policy: WritePolicy | None = None
     quota_bytes: Int(0, MAX_QUOTA) | None = None
     quota_objects: Int(0, MAX_QUOTA) | None = None
+    object_lock: ObjectLock | None = Field(None, description="turn object lock on (needs versioning Enabled) or "
+                                                             "change its default retention")
+    logging: Logging | None = Field(None, description="server access logging; null turns it off")
 
 
 class KeyCreate(In):

@@ -78,10 +78,14 @@ async def create_bucket(ctx, req):
     bs = req.headers.get(BLOCK_SIZE_HEADER)  # epochfs's own: bytes (default: the cluster's, NN_BLOCK_SIZE)
     if bs is not None:
         bs = defaults.parse_block_size(bs)  # InvalidInput: 400 InvalidArgument, nothing created
+    lock = req.headers.get("x-amz-bucket-object-lock-enabled", "").strip().lower()
+    if lock not in ("", "true", "false"):
+        raise errors.InvalidInput("x-amz-bucket-object-lock-enabled must be true or false",
+                                  argument="x-amz-bucket-object-lock-enabled")
     try:
         await ctx.cluster.namenode.bucket_create(req.bucket, owner=req.user.owner_id, acl=acl, location=loc,
                                                  write_policy=policy.strip() if policy else None, ownership=own or None,
-                                                 block_size=bs)
+                                                 block_size=bs, object_lock=lock == "true")
     except errors.BucketAlreadyOwnedByYou:
         if ctx.settings.region == "us-east-1":
             return Response(200, [("location", f"/{req.bucket}")])  # us-east-1 answers 200 to a repeat create

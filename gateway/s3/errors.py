@@ -59,6 +59,13 @@ S3_ERRORS: dict[type[errors.DomainError], tuple[str, int]] = {
     errors.ChecksumModeMismatch: ("InvalidRequest", 400),
     errors.MalformedPolicy: ("MalformedPolicy", 400),
     errors.EntityTooLarge: ("EntityTooLarge", 400),
+    # object lock and bucket logging (objectlock.py, bucket_logging.py); ObjectLocked is AccessDenied (403)
+    errors.InvalidBucketState: ("InvalidBucketState", 409),
+    errors.ObjectLockNotEnabled: ("InvalidRequest", 400),
+    errors.InvalidRetentionPeriod: ("InvalidRetentionPeriod", 400),
+    errors.NoObjectLockConfiguration: ("ObjectLockConfigurationNotFoundError", 404),
+    errors.NoSuchObjectLockConfiguration: ("NoSuchObjectLockConfiguration", 404),
+    errors.InvalidLoggingTarget: ("InvalidTargetBucketForLogging", 400),
 }
 # details of a domain error that S3 shows as fields of the error document, in the order they were given
 S3_FIELDS: dict[str, str] = {

@@ -8,7 +8,7 @@ from epochfs.common import errors
 from epochfs.common.checksums import ALGORITHMS, multipart_types
 from epochfs.common.messages import PartChoice, PartRecord, UploadAttrs
 
-from . import args, quota, xml
+from . import args, objectlock, quota, xml
 from .access import bucket_access
 from .body import BodyCheck, body_stream, read_all
 from .errors import invalid_request, malformed_xml
@@ -40,6 +40,7 @@ async def create(ctx, req):
     alg, ctype = _checksum_choice(req)
     attrs = UploadAttrs(content_type=obj.content_type, meta=obj.meta, headers=obj.headers, owner=obj.owner,
                         acl=obj.acl, storage_class=obj.storage_class, checksum_algorithm=alg, checksum_type=ctype)
+    attrs = objectlock.with_lock(req, info, attrs)
     upload_id = await ctx.cluster.namenode.mpu_create(req.bucket, req.key, attrs)
     headers = [("content-type", "application/xml")]
     if alg:

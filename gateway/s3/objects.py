@@ -16,7 +16,7 @@ from epochfs.common.checksums import ALGORITHMS
 from epochfs.common.messages import BucketRecord, ObjectRecord
 from epochfs.common.paths import split_key
 
-from . import args, quota, xml
+from . import args, objectlock, quota, xml
 from .access import (acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bucket_access, canned_acl,
                      check_object_read, check_object_write, check_public_acl, new_object_acl)
 from .body import BodyCheck, body_stream, read_all
@@ -94,6 +94,7 @@ def object_headers(obj: ObjectRecord, req, *, with_checksum: bool | None = None)
         h.append((f"x-amz-meta-{k}", _header_text(v)))
     if obj.storage_class:
         h.append(("x-amz-storage-class", obj.storage_class))
+    h += objectlock.lock_headers(obj)
     if obj.part_sizes and "partNumber" in req.query:
         h.append(("x-amz-mp-parts-count", str(len(obj.part_sizes))))
     asked = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
@@ -242,7 +243,7 @@ async def put_object(ctx, req):
     info = await bucket_access(ctx, req, "write")
     check_key(req.key)
     await quota.precheck(ctx, req, info, replaces_key=True)
-    attrs = await object_attrs(ctx, req, info)
+    attrs = objectlock.with_lock(req, info, await object_attrs(ctx, req, info), put=True)
     if "content-length" not in req.headers and "x-amz-decoded-content-length" not in req.headers \
             and "chunked" not in req.headers.get("transfer-encoding", ""):
         raise S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.", 411)
@@ -349,17 +350,19 @@ def _parse_iso(v: str) -> int | None:
 
 
 async def delete_object(ctx, req):
-    await bucket_access(ctx, req, "write")
+    info = await bucket_access(ctx, req, "write")
     check_key(req.key)
     h = req.headers
     cond = _delete_conditions(h.get("if-match"), h.get("x-amz-if-match-last-modified-time"),
                               h.get("x-amz-if-match-size"), http_date=True)
-    res = await ctx.cluster.namenode.delete_object(req.bucket, req.key, req.query.get("versionId"), **cond)
+    res = await ctx.cluster.namenode.delete_object(req.bucket, req.key, req.query.get("versionId"), **cond,
+                                                   bypass=objectlock.bypass(ctx, req, info))
     return Response(204, version_headers(res.version_id, res.delete_marker))
 
 
 async def delete_objects(ctx, req):
     info = await bucket_access(ctx, req, "object")  # each key is checked on its own: a policy may name keys
+    bypass = objectlock.bypass(ctx, req, info)
     body = await read_all(req.receive, 2 << 20)
     if "content-md5" not in req.headers and not any(f"x-amz-checksum-{a}" in req.headers for a in ALGORITHMS):
         raise invalid_request("Missing required header for this request: Content-MD5")  # AWS's words
@@ -387,7 +390,7 @@ async def delete_objects(ctx, req):
             check_object_write(ctx, req, info, key, "s3:DeleteObjectVersion" if vid else "s3:DeleteObject")
             cond = _delete_conditions(o.findtext("ETag"), o.findtext("LastModifiedTime"), o.findtext("Size"),
                                       http_date=False)
-            res = await ctx.cluster.namenode.delete_object(req.bucket, key, vid, **cond)
+            res = await ctx.cluster.namenode.delete_object(req.bucket, key, vid, **cond, bypass=bypass)
             if not quiet:
                 v = f"<VersionId>{xml.esc(vid)}</VersionId>" if vid else ""
                 if res.delete_marker:
@@ -398,7 +401,8 @@ async def delete_objects(ctx, req):
         except (S3Error, errors.DomainError) as e:
             from .errors import from_domain
             err = e if isinstance(e, S3Error) else from_domain(e)
-            out.append(f"<Error><Key>{xml.esc(key)}</Key><Code>{err.code}</Code>"
+            v = f"<VersionId>{xml.esc(vid)}</VersionId>" if vid else ""
+            out.append(f"<Error><Key>{xml.esc(key)}</Key>{v}<Code>{err.code}</Code>"
                        f"<Message>{xml.esc(err.message)}</Message></Error>")
     return Response(200, [("content-type", "application/xml")], xml.doc("DeleteResult", "".join(out)))
 
@@ -468,6 +472,7 @@ async def copy_object(ctx, req):
             sc = (await object_attrs(ctx, req, info)).storage_class or "STANDARD"
         attrs = ObjectRecord(content_type=src.content_type, meta=src.meta, xattrs=src.xattrs, headers=src.headers,
                              storage_class=sc, owner=owner, acl=None if acl == "private" else acl)
+    attrs = objectlock.with_lock(req, info, attrs)  # the copy's own lock headers (the source's are not copied)
     if (sb, sk) == (req.bucket, req.key) and directive == "COPY" and "x-amz-storage-class" not in req.headers:
         raise invalid_request("This copy request is illegal because it is trying to copy an object to itself "
                               "without changing the object's metadata, storage class, website redirect location or "

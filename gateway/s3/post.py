@@ -27,7 +27,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from epochfs.common import errors
 from epochfs.common.sigv4 import UNSIGNED, signing_key
 
-from . import args, xml
+from . import args, objectlock, xml
 from .access import bucket_access
 from .body import BodyCheck
 from .errors import S3Error, access_denied
@@ -252,7 +252,7 @@ async def post_object(ctx, req):
     req = dataclasses.replace(req, key=key, auth=auth, headers=headers)
     info = await bucket_access(ctx, req, "write")
     check_key(key)
-    attrs = await object_attrs(ctx, req, info)
+    attrs = objectlock.with_lock(req, info, await object_attrs(ctx, req, info))
     check = BodyCheck(headers, None)  # the form's x-amz-checksum-* fields, verified like a PUT's headers
     blocks, size = await ctx.cluster.write_stream(req.bucket, form.file(), check.update,
                                                   limit=ctx.settings.max_object_size)

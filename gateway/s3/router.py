@@ -13,8 +13,10 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from epochfs.common import errors
 
-from . import attributes, batch, bucket, cors, ext, ingest, listing, multipart, objects, posix, post
+from . import (attributes, batch, bucket, bucket_logging, cors, ext, ingest, listing, multipart, objectlock, objects,
+               posix, post)
 from ..keys import access_key_of
+from ..metrics import operation
 from .access import ANONYMOUS
 from .body import ClientDisconnected
 from .errors import S3Error, error_xml, from_domain, not_implemented
@@ -75,6 +77,10 @@ def route(req: S3Request):
         if "cors" in q:
             h = {"GET": cors.get_cors, "PUT": cors.put_cors, "DELETE": cors.delete_cors}.get(m)
             return h if h is not None else _not_allowed()
+        if "object-lock" in q:
+            return objectlock.bucket_route(req)
+        if "logging" in q:
+            return bucket_logging.route(req)
         for sub, table in _BUCKET_SUBRESOURCES.items():
             if sub in q:
                 h = table.get(m)
@@ -112,6 +118,8 @@ def route(req: S3Request):
                 return objects.delete_objects
             return post.post_object
         raise errors.MethodNotAllowed("The specified method is not allowed against this resource.")
+    if "retention" in q or "legal-hold" in q:
+        return objectlock.object_route(req)
     if m == "GET":
         if "uploadId" in q:
             return multipart.list_parts
@@ -179,6 +187,11 @@ _ACTIONS = {
     objects.head_object: ("s3:GetObject", "s3:GetObjectVersion"),
     objects.delete_object: ("s3:DeleteObject", "s3:DeleteObjectVersion"),
     attributes.get_object_attributes: ("s3:GetObjectAttributes", "s3:GetObjectVersionAttributes"),
+    objectlock.get_lock_config: "s3:GetBucketObjectLockConfiguration",
+    objectlock.put_lock_config: "s3:PutBucketObjectLockConfiguration",
+    objectlock.get_retention: "s3:GetObjectRetention", objectlock.put_retention: "s3:PutObjectRetention",
+    objectlock.get_legal_hold: "s3:GetObjectLegalHold", objectlock.put_legal_hold: "s3:PutObjectLegalHold",
+    bucket_logging.get_logging: "s3:GetBucketLogging", bucket_logging.put_logging: "s3:PutBucketLogging",
 }
 
 
@@ -261,8 +274,15 @@ class S3App:
             resp.headers.append(("connection", "close"))
         if "origin" in headers and req is not None and method != "OPTIONS":
             resp.headers += await cors.actual_request_headers(self.ctx, req)
-        self.ctx.metrics.observe(req, resp, time.perf_counter() - t0, handler)
+        seconds = time.perf_counter() - t0
+        self.ctx.metrics.observe(req, resp, seconds, handler)
         await self._send(send, resp, rid, method == "HEAD")
+        if req is not None and req.bucket is not None and req.bucket != ext.EXT_BUCKET and method != "OPTIONS":
+            try:  # server access logging, after the answer is out (bucket_logging.py)
+                await bucket_logging.observe(self.ctx, req, resp, operation(handler), time.time() - seconds,
+                                             seconds, scope.get("client"))
+            except Exception:
+                log.exception("access log record failed")
 
     def _parse(self, method, raw_path: bytes, qs: bytes, headers, receive, rid) -> S3Request:
         try:

@@ -10,7 +10,7 @@ from ..jobs import OperatorJobs
 from ..membership import Membership
 from ..metastore import MetaStore
 from ..repair import RepairWorker
-from . import blocks, buckets, jobs, keys, multipart, objects
+from . import blocks, buckets, jobs, keys, multipart, objectlock, objects
 from .batch import handlers as batch_handlers
 from ..ha.journal import Journal
 from .ha import handlers as ha_handlers
@@ -25,6 +25,6 @@ def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettin
     services = Services(meta, members, settings, repair, ops, access_keys)
     table = node_handlers(meta, members, repair, ops, journal) | ha_handlers(journal) | posix_handlers(meta, members, services.admit) \
         | batch_handlers(meta, members)
-    for subject in (buckets, objects, multipart, blocks, keys, jobs):
+    for subject in (buckets, objects, objectlock, multipart, blocks, keys, jobs):
         table |= subject.handlers(services)
     return table

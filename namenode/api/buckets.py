@@ -86,6 +86,20 @@ def changes(req: m.BucketSettings, current: m.BucketRecord | None = None) -> dic
     return out
 
 
+LOG_KEY_FORMATS = ("simple", "partitioned:EventTime", "partitioned:DeliveryTime")
+
+
+def _logging(t: m.LoggingTarget) -> dict:
+    """A logging target as stored (the gateway checked the target bucket and the caller's rights on it)."""
+    _one_of(t.key_format, LOG_KEY_FORMATS, "log object key format")
+    if len(t.prefix.encode()) > 512 or len(t.grants) > 100:
+        raise errors.InvalidInput("logging TargetPrefix is at most 512 bytes, with at most 100 grants")
+    for grantee, perm in t.grants:
+        if not grantee.startswith(("id:", "uri:", "email:")) or perm not in ("READ", "WRITE", "FULL_CONTROL"):
+            raise errors.InvalidInput(f"invalid logging grant {grantee!r} {perm!r}")
+    return fields(t)
+
+
 def handlers(s: Services) -> dict:
     meta, settings = s.meta, s.settings
 
@@ -98,6 +112,8 @@ def handlers(s: Services) -> dict:
             rec["wp"] = write_policy.validate(req.write_policy)
         if req.ownership:
             rec["own"] = _one_of(req.ownership, OWNERSHIP, "object ownership")
+        if req.object_lock:  # versioning on, for good (it can't be suspended while "olk" is set)
+            rec["ver"], rec["olk"] = "Enabled", {"on": True}
         return record(meta.create_bucket(req.bucket, req.owner, rec), m.BucketRecord)
 
     async def bucket_delete(req: m.BucketDelete, _) -> m.Done:
@@ -116,10 +132,15 @@ def handlers(s: Services) -> dict:
         return record(meta.update_bucket(req.bucket, new) if new else meta.bucket_info(req.bucket),
                       m.BucketRecord)
 
+    async def bucket_logging(req: m.BucketLogging, _) -> m.BucketRecord:
+        new = {"lgt": None if req.target is None else _logging(req.target)}
+        return record(meta.update_bucket(req.bucket, new), m.BucketRecord)
+
     async def bucket_usage(req: m.BucketUsage, _) -> m.Usage:
         if req.bucket:
             return m.Usage(usage={req.bucket: m.BucketUsed(*meta.usage(meta.bucket_ino(req.bucket)))})
         return m.Usage(usage={b: m.BucketUsed(*u) for b, u in meta.bucket_usage().items()})
 
     return {m.BucketCreate: bucket_create, m.BucketDelete: bucket_delete, m.BucketInfo: bucket_info,
-            m.BucketList: bucket_list, m.BucketSettings: bucket_settings, m.BucketUsage: bucket_usage}
+            m.BucketList: bucket_list, m.BucketSettings: bucket_settings, m.BucketUsage: bucket_usage,
+            m.BucketLogging: bucket_logging}

@@ -56,7 +56,8 @@ def handlers(s: Services) -> dict:
 
     async def delete_object(req: m.DeleteObject, _) -> m.Deleted:
         return record(meta.delete_object(req.bucket, req.key, version_id=req.version_id, if_match=req.if_match,
-                                         if_mtime=req.if_mtime, if_size=req.if_size), m.Deleted)
+                                         if_mtime=req.if_mtime, if_size=req.if_size, bypass=req.bypass),
+                      m.Deleted)
 
     async def object_settings(req: m.ObjectSettings, _) -> m.Done:
         new = {}

@@ -81,6 +81,9 @@ class Namespace(StoreBase):
     def _apply_update_bucket(self, b, c: cmds.UpdateBucket) -> dict:
         ino = self.bucket_ino(c.bucket)
         rec = self.get_inode(ino)
+        if c.fields.get("ver") == "Suspended" and rec.get("bkt", {}).get("olk"):
+            raise errors.InvalidBucketState("An Object Lock configuration is present on this bucket, so the "
+                                            "versioning state cannot be changed.")
         rec["bkt"] = {**rec.get("bkt", {}), **c.fields}
         b.put(keys.inode(ino), self._enc(rec))
         return {"name": c.bucket, **rec["bkt"]}
@@ -227,6 +230,7 @@ class Namespace(StoreBase):
         cur = self._stat_or_none(bucket, key) if (if_match is not None or if_none_match is not None) else None
         self.check_conditions(cur, if_match, if_none_match)
         obj = {**obj, "t": "f", "mt": t, "ct": t}
+        self.lock_on_commit(bucket, obj, t)  # object lock: refused without it, the bucket's default retention
         delta = self._usage_delta(bucket, key, obj)
         d = self.bucket_ino(bucket)
         self.add_usage(b, d, *delta)
@@ -293,7 +297,7 @@ class Namespace(StoreBase):
         b.put(keys.inode(ino), self._enc(rec))
 
     def delete_object(self, bucket: str, key: str, *, version_id: str | None = None, if_match: str | None = None,
-                      if_mtime: int | None = None, if_size: int | None = None) -> dict:
+                      if_mtime: int | None = None, if_size: int | None = None, bypass: bool = False) -> dict:
         """Delete a key (or one version of it). Returns {"existed", "dm" (a delete marker was made or removed),
         "vid"}. Empty implicit directories above a removed key go too.
 
@@ -302,7 +306,7 @@ class Namespace(StoreBase):
         matches only If-Match: *): deleting a missing key succeeds whatever they say, as in S3."""
         return self.execute(cmds.DeleteObject(bucket=bucket, key=key, t=now_ns(), vid=self._new_vid(),
                                               version_id=version_id, if_match=if_match, if_mtime=if_mtime,
-                                              if_size=if_size))
+                                              if_size=if_size, bypass=bypass))
 
     def _apply_delete_object(self, b, c: cmds.DeleteObject) -> dict:
         bucket, key, version_id, t = c.bucket, c.key, c.version_id, c.t
@@ -327,6 +331,8 @@ class Namespace(StoreBase):
             vkey, target = found
         # a delete marker is checked too: it has no ETag (only If-Match: * holds), size 0 and its own time
         self._check_delete_conditions(target, if_match, if_mtime, if_size)
+        if version_id is not None or ver != "Enabled":  # the version itself would go: object lock decides
+            self.check_unlocked(target, t, c.bypass)
         if vkey is not None:  # a noncurrent version
             self.free_blocks(b, target.get("blk", []), t)
             b.delete(vkey)
