@@ -63,7 +63,8 @@ def test_summary_and_nodes(cluster, admin):
         assert re.match(r"^127\.0\.0\.1:\d+$", n["address"])
         # capacity is the disk's free space plus what the node holds: other writers on the disk move it
         assert admin.call("GET", f"/nodes/{n['id']}") == {**n, "last_heartbeat_s": pytest.approx(
-            n["last_heartbeat_s"], abs=5), "capacity": pytest.approx(n["capacity"], rel=0.01)}
+            n["last_heartbeat_s"], abs=5), "capacity": pytest.approx(n["capacity"], rel=0.01),
+            "free": pytest.approx(n["free"], rel=0.01)}
     with pytest.raises(AdminError, match="404"):
         admin.call("GET", "/nodes/999")
     s = admin.call("GET", "/summary")
