@@ -97,7 +97,7 @@ class MalformedReply(errors.DomainError):
     """A gateway's answer that doesn't decode into its type (common/messages.py): the error says what is wrong where."""
 
 
-def _item_error(item: m.BatchItem, bucket: str, key: str) -> errors.DomainError:
+def _item_error(item: m.BatchItem | m.PutResult, bucket: str, key: str) -> errors.DomainError:
     return S3_CODES.get(item.err, errors.DomainError)(f"{item.msg} (/{bucket}/{key})", code=item.err)
 
 
@@ -490,8 +490,8 @@ class S3Client:
         r = await self._fs_send("POST", f"put/{bucket}", content=body(),
                                 headers={"content-length": str(sum(len(p) for p in pieces))})
         out: list[str | errors.DomainError] = []
-        for (key, _), res in zip(items, orjson.loads(r.content)["items"]):
-            out.append(_item_error(res, bucket, key) if "err" in res else res["etag"].strip('"'))
+        for (key, _), res in zip(items, _reply(_decode_put_results, r.content, "batch put").items):
+            out.append(_item_error(res, bucket, key) if res.err else res.etag.strip('"'))
         return out
 
     def _datanode(self, addr: str) -> DataNodeClient:
@@ -686,6 +686,7 @@ class PutBatcher:
 _decode_file_located = msgspec.json.Decoder(m.FileLocated).decode
 _decode_batch_located = msgspec.json.Decoder(m.BatchLocated).decode
 _decode_batch_index = msgspec.json.Decoder(m.BatchIndex).decode
+_decode_put_results = msgspec.json.Decoder(m.PutResults).decode
 
 
 def _reply(decode, body: bytes, what: str):

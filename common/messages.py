@@ -1245,6 +1245,22 @@ class BatchItem(Msg):
     msg: str | None = None
 
 
+class PutResult(Msg):
+    """One object of a batch PUT (POST /_epochfs/put), in request order: its ETag (unquoted), mtime (ns), version id
+    and checksums, or its error (`err`, the S3 code; `msg`)."""
+    etag: str | None = None
+    mt: int | None = None
+    vid: str | None = None
+    cs: dict[str, str] | None = None
+    err: str | None = None
+    msg: str | None = None
+
+
+class PutResults(Msg):
+    """The answer of a batch PUT: one PutResult per object of the request."""
+    items: list[PutResult]
+
+
 class BatchIndex(Msg):
     """The index ahead of a batch read's bytes (POST /_epochfs/batch): the items' bytes follow in this order."""
     items: list[BatchItem]

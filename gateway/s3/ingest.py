@@ -24,14 +24,13 @@ import hashlib
 import struct
 
 import msgspec
-import orjson
 
 from epochfs.common import errors
 from epochfs.common import messages as m
 from epochfs.common.blocks import crc32c
 
 from . import args
-from .access import bucket_access
+from .access import bucket_access, check_object_write
 from .body import BodyCheck, read_exactly
 from .errors import S3Error, from_domain, invalid_request
 from .ext import extension
@@ -119,16 +118,18 @@ def _hash_all(todo: list, data: memoryview, offsets: list[int], bs: int) -> list
     return out
 
 
-def _failed(e: Exception) -> dict:
+def _failed(e: Exception) -> m.PutResult:
     s3e = e if isinstance(e, S3Error) else from_domain(e)
-    return {"err": s3e.code, "msg": s3e.message}
+    return m.PutResult(err=s3e.code, msg=s3e.message)
 
 
 @extension("POST", "put")
 async def batch_put(ctx, req):
     if req.bucket is None or req.key is not None:
         raise errors.InvalidInput("POST /_epochfs/put/<bucket>: name the bucket, and nothing after it")
-    info = await bucket_access(ctx, req, "write")
+    info = await bucket_access(ctx, req, "object")  # with a policy each item is checked on its own (it may name keys)
+    if not info.policy:  # without one the ACLs decide for the whole batch, before any byte is read
+        await bucket_access(ctx, req, "write", action="s3:PutObject")
     h = req.headers
     if "content-length" not in h or "transfer-encoding" in h:
         raise S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.", 411)
@@ -139,7 +140,7 @@ async def batch_put(ctx, req):
     payload_hash = req.auth.payload_hash if req.auth else UNSIGNED
     if payload_hash in _STREAMING or "aws-chunked" in h.get("content-encoding", ""):
         raise invalid_request("A batch body can't be aws-chunked: send it with its Content-Length.")
-    base = object_attrs(req, info)  # the request's ACL and storage class, for every item
+    base = await object_attrs(ctx, req, info)  # the request's ACL and storage class, for every item
     body = await read_exactly(req.receive, length)
     if payload_hash != UNSIGNED:
         if len(payload_hash) != 64:
@@ -148,7 +149,7 @@ async def batch_put(ctx, req):
             raise S3Error("XAmzContentSHA256Mismatch", "The provided 'x-amz-content-sha256' header does not match "
                           "what was computed.", 400)
     items, data = _parse(body)
-    results: list[dict | None] = [None] * len(items)
+    results: list[m.PutResult | None] = [None] * len(items)
     offsets = [0]
     for it in items:
         offsets.append(offsets[-1] + it.size)
@@ -157,6 +158,7 @@ async def batch_put(ctx, req):
     for i, it in enumerate(items):
         try:
             check_key(it.key)
+            check_object_write(ctx, req, info, it.key, "s3:PutObject")
             if it.key.endswith("/"):
                 raise errors.InvalidInput("A directory marker (a key ending in /) can't be a batch item.")
             if limit is not None and it.size > limit:
@@ -203,12 +205,7 @@ async def batch_put(ctx, req):
                 results[i] = _failed(errors.by_name(e.err)(e.msg) if e else errors.DomainError("not committed"))
                 lost += [b.id for b in p.blocks]
                 continue
-            r = {"etag": done.etag, "mt": done.mtime}
-            if done.version_id:
-                r["vid"] = done.version_id
-            if cs:
-                r["cs"] = cs
-            results[i] = r
+            results[i] = m.PutResult(etag=done.etag, mt=done.mtime, vid=done.version_id or None, cs=cs or None)
         if lost:
             await ctx.cluster.abandon(lost)
-    return Response(200, [("content-type", "application/json")], orjson.dumps({"items": results}))
+    return Response(200, [("content-type", "application/json")], msgspec.json.encode(m.PutResults(items=results)))
