@@ -84,8 +84,9 @@ class Target:
                              "--advertise-client-urls", f"http://127.0.0.1:{c}",
                              "--listen-peer-urls", f"http://127.0.0.1:{p}",
                              "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
-                             "--initial-cluster", cluster], name=f"etcd{i}")
+                             "--initial-cluster", cluster, "--max-request-bytes", str(8 << 20)], name=f"etcd{i}")
             endpoints = ",".join(f"http://127.0.0.1:{c}" for c, _ in ports)
+            self.etcd_endpoints = ",".join(f"127.0.0.1:{c}" for c, _ in ports)
         for i in range(3 if self.ha else 1):
             http, rpc = free_port(), free_port()
             env = {"NN_HOST": "127.0.0.1", "NN_PORT": str(http), "NN_RPC_PORT": str(rpc),

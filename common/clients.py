@@ -414,6 +414,10 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
     # the longest wait between two rounds: a failover is seen at most this long after the new leader serves (a
     # round costs a NotLeader answer or a refused connection per address, next to nothing for a NameNode)
     MAX_BACKOFF_S = 0.25
+    # with several NameNodes: a connection to one whose host stops answering (cut off, powered off: no RST comes)
+    # fails within about this long (RpcClient liveness_s), so a call in flight moves on to the new leader instead of
+    # waiting its own timeout (the gateway's 30 s); a slow NameNode's kernel still answers, so a long call is not cut
+    LIVENESS_S = 1.5
 
     def __init__(self, rpc: RpcClient | Sequence[RpcClient], *, retry_s: float = 0.0, follow: bool = True) -> None:
         """`follow` False: the client stays with the addresses it was given (a NotLeader naming another one is raised,
@@ -422,6 +426,11 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
         pools = [rpc] if isinstance(rpc, RpcClient) else list(rpc)
         if not pools:
             raise ValueError("NameNodeClient needs at least one address")
+        if len(pools) > 1:  # HA: a call in flight to a NameNode cut off fails over in seconds, not its timeout
+            for p in pools:
+                p.liveness_s = p.liveness_s or self.LIVENESS_S
+                p.connect_timeout = min(p.connect_timeout, self.LIVENESS_S)
+        self._down: dict[str, float] = {}  # address -> when a call to it last failed to get through (monotonic)
         self._pools: dict[str, RpcClient] = {f"{p.host}:{p.port}": p for p in pools}
         self.rpc = pools[0]  # the pool of the NameNode calls go to
         self.retry_s = retry_s
@@ -456,12 +465,16 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
                 raise errors.Unavailable(f"cannot follow the NameNode to {addr!r}")
             first = next(iter(self._pools.values()))
             pool = self._pools[addr] = RpcClient(host, port, first.secret, timeout=first.timeout,
-                                                 connect_timeout=first.connect_timeout)
+                                                 connect_timeout=min(first.connect_timeout, self.LIVENESS_S),
+                                                 liveness_s=first.liveness_s or self.LIVENESS_S)
         return pool
 
     def _move(self, failed: RpcClient, leader: str = "") -> None:
         """A call to `failed` was refused or did not get through: send the next calls to `leader` (named by a
         standby), else to the address after `failed`'s -- unless a concurrent call moved on already."""
+        if leader and self._down.get(leader, -1e9) > time.monotonic() - self.LIVENESS_S * 2:
+            leader = ""  # a standby still names the leader this client just failed to reach (its etcd lease has not
+            # run out yet): not back there, round the others until one is elected
         if leader and leader != f"{failed.host}:{failed.port}":
             try:
                 pool = self._pool(leader)
@@ -472,7 +485,11 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
                 return
         if self.rpc is failed:
             pools = list(self._pools.values())
-            self._set(pools[(pools.index(failed) + 1) % len(pools)] if failed in pools else pools[0])
+            start = pools.index(failed) + 1 if failed in pools else 0
+            ring = [pools[(start + i) % len(pools)] for i in range(len(pools))]
+            # the next address that has not just failed to get through (a host cut off costs a connect timeout)
+            recent = time.monotonic() - self.LIVENESS_S * 2
+            self._set(next((p for p in ring if self._down.get(f"{p.host}:{p.port}", -1e9) < recent), ring[0]))
 
     def move_on(self) -> None:
         """The NameNode this client talks to answered as a deposed leader would (a fencing epoch below one already
@@ -515,6 +532,7 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
                     failed = len(self._pools)  # the NameNode's answer: wait before asking again
                 else:
                     failed += 1
+                    self._down[f"{rpc.host}:{rpc.port}"] = time.monotonic()
                     self._move(rpc)
                 err = e
             if failed >= len(self._pools):

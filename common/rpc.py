@@ -331,6 +331,18 @@ class _Conn(_FrameProtocol):
         self.transport.abort()
 
 
+def set_liveness(sock: socket.socket, seconds: float) -> None:
+    """Make the kernel drop `sock` when its peer has not acknowledged anything for about `seconds`: keepalive probes
+    every third of it once the connection is idle for a third, 2 unanswered probes fail it, and TCP_USER_TIMEOUT
+    fails it when data sent stays unacknowledged that long (a link down while a request or reply is under way)."""
+    step = max(1, round(seconds / 3))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, step)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, step)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 2)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(seconds * 1000))
+
+
 def _fail(fut: asyncio.Future | None, exc: BaseException) -> None:
     """Fail a call's reply future. Its caller may be gone (cancelled mid-call): then nobody awaits it, and asyncio
     would log "Future exception was never retrieved" for an outcome nobody needs, so it is marked retrieved here."""
@@ -343,11 +355,15 @@ class _Pool:
     """What both clients keep: the peer, the cluster secret, timeouts and the idle connections."""
 
     def __init__(self, host: str, port: int, secret: str, *, timeout: float = 30.0, connect_timeout: float = 3.0,
-                 max_idle: int = 32) -> None:
+                 max_idle: int = 32, liveness_s: float = 0.0) -> None:
+        """`liveness_s` > 0: a connection whose peer's kernel stops answering (host cut off or powered off, no RST)
+        fails its call within about that many seconds, however long the call's own timeout (TCP keepalive probes
+        and TCP_USER_TIMEOUT: cost nothing per call, and a peer that is merely slow still answers them)."""
         self.host, self.port = host, port
         self.secret = secret
         self.timeout = timeout
         self.connect_timeout = connect_timeout
+        self.liveness_s = liveness_s
         self.max_idle = max_idle
         self._idle: list = []
 
@@ -363,6 +379,8 @@ class RpcClient(_Pool):
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await asyncio.get_running_loop().create_connection(_Conn, self.host, self.port)
+                if self.liveness_s > 0:
+                    set_liveness(conn.transport.get_extra_info("socket"), self.liveness_s)
                 head, _ = await conn.send(_request_frame({"op": "hello", "secret": self.secret}, b""))
         except (OSError, ConnectionError, TimeoutError) as e:
             raise errors.Unavailable(f"cannot reach {self.host}:{self.port}: {e!r}") from None
@@ -451,6 +469,8 @@ class TrioRpcClient(_Pool):
         import trio
         sock = trio.socket.socket()
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.liveness_s > 0:
+            set_liveness(sock, self.liveness_s)
         conn = _TrioConn(sock)
         try:
             with trio.fail_after(self.connect_timeout):

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from epochfs.common import defaults, errors, write_policy
@@ -64,6 +64,10 @@ class NameNodeSettings(ServiceSettings):
     lease_ttl_s: float = 2.0
     """HA: the leader's etcd lease; a dead leader is replaced after about this long, a cut-off one stops
     acknowledging before it."""
+    etcd_max_request_bytes: int = Field(8 << 20, ge=64 << 10, le=64 << 20)
+    """HA: etcd's --max-request-bytes (epochfs up --ha, the deploy files and the tests start etcd with 8 MiB; etcd's
+    own default is 1.5 MiB): a command whose encoding would not fit in one log append with this limit is refused
+    (EntityTooLarge) before it is applied, rather than failing in etcd and deposing the leader."""
     etcd_prefix: str = "/epochfs"
     """HA: the keys of this cluster in etcd (leader, log, members) start with it."""
 

@@ -88,9 +88,10 @@ class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage, ObjectLo
         appended to the command log (if any)."""
         if self.writable is not None:
             self.writable()
+        raw = self.journal.admit(cmd) if self.journal is not None else None
         result = self._apply(cmd, self.undo)
         if self.journal is not None:
-            self.journal.submit(self.seq, cmd)
+            self.journal.submit(self.seq, cmd, raw)
         if self.log is not None:
             self.log.append(cmds.encode(cmd))
         return result

@@ -42,6 +42,9 @@ def cluster_ports(port: int, ha: bool = False) -> dict:
             "etcd": [(port + 20 + 2 * i, port + 21 + 2 * i) for i in range(N_ETCD if ha else 0)]}
 
 
+ETCD_MAX_REQUEST_BYTES = 8 << 20  # NN_ETCD_MAX_REQUEST_BYTES's default: the NameNodes refuse a larger command
+
+
 def etcd_argv(etcd: str, host: str, ports: list[tuple[int, int]], i: int, data_dir: Path) -> list[str]:
     """The command line of etcd member `i` (0-based) of `epochfs up --ha`'s etcd cluster."""
     client, peer = ports[i]
@@ -50,7 +53,8 @@ def etcd_argv(etcd: str, host: str, ports: list[tuple[int, int]], i: int, data_d
             "--listen-client-urls", f"http://{host}:{client}", "--advertise-client-urls", f"http://{host}:{client}",
             "--listen-peer-urls", f"http://{host}:{peer}", "--initial-advertise-peer-urls", f"http://{host}:{peer}",
             "--initial-cluster", cluster, "--initial-cluster-state", "new",
-            "--initial-cluster-token", "epochfs-up", "--logger", "zap", "--log-level", "warn"]
+            "--initial-cluster-token", "epochfs-up", "--logger", "zap", "--log-level", "warn",
+            "--max-request-bytes", str(ETCD_MAX_REQUEST_BYTES)]
 
 
 def _ports_in_use(host: str, ports: list[int]) -> list[int]:

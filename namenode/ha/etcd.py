@@ -22,6 +22,9 @@ import aetcd
 from aetcd import rpc
 
 log = logging.getLogger("epochfs.namenode.etcd")
+# gRPC's own 4 MiB receive bound would stop a watch or a range carrying a log group of a command near etcd's request
+# limit (NN_ETCD_MAX_REQUEST_BYTES, up to 64 MiB), or many groups: the bound is etcd's, not the channel's
+GRPC_OPTIONS = {"grpc.max_receive_message_length": 256 << 20, "grpc.max_send_message_length": 80 << 20}
 
 
 class EtcdUnavailable(Exception):
@@ -74,7 +77,7 @@ class Etcd:
             if c is None:
                 u = urlsplit(self.endpoints[i] if "//" in self.endpoints[i] else "http://" + self.endpoints[i])
                 c = aetcd.Client(host=u.hostname, port=u.port or 2379, timeout=self.timeout,
-                                 connect_wait_timeout=max(1, int(self.timeout)))
+                                 connect_wait_timeout=max(1, int(self.timeout)), options=GRPC_OPTIONS)
                 await self._bounded(c.connect(), self.timeout + 0.5)
                 self._clients[i] = c
             return c

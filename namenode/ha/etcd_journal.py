@@ -45,7 +45,9 @@ from .journal import SECRET_HEADER, Journal
 
 log = logging.getLogger("epochfs.namenode.ha")
 
-MAX_GROUP_BYTES = 512 << 10  # etcd refuses requests over 1.5 MiB: a group stays well under it
+MAX_GROUP_BYTES = 512 << 10  # a group of several commands stays well under etcd's request limit (a larger command
+# goes alone; EtcdJournal.admit refuses one that could not fit even alone)
+REQUEST_OVERHEAD = 16 << 10  # the append txn's key, guards and framing, next to its value, with room to spare
 PUBLISH_S = 0.5
 TRUNCATE_S = 2.0
 
@@ -72,6 +74,7 @@ class EtcdJournal(Journal):
         self.name, self.addr, self.http = settings.member_name, settings.addr, settings.http_addr
         self.me = json.dumps({"name": self.name, "addr": self.addr, "http": self.http}).encode()
         self.ttl = settings.lease_ttl_s
+        self.max_command_bytes = settings.etcd_max_request_bytes - REQUEST_OVERHEAD
         self.on_promote = on_promote
         self.role = "standby"
         self.epoch = 0
@@ -102,8 +105,19 @@ class EtcdJournal(Journal):
         if not self.is_active():
             raise errors.NotLeader(f"NameNode {self.name} is {self.role}", leader=self.leader)
 
-    def submit(self, seq: int, cmd) -> None:
-        self._pending.append((seq, cmds.encode(cmd)))
+    def admit(self, cmd) -> bytes:
+        """The command's encoding, or EntityTooLarge if one log append holding it alone would exceed etcd's request
+        limit (etcd would refuse every retry of it, and the leader would lose its lease over it)."""
+        raw = cmds.encode(cmd)
+        if len(raw) > self.max_command_bytes:
+            raise errors.EntityTooLarge(
+                f"the {type(cmd).__name__} command takes {len(raw)} bytes; the metadata log (etcd) takes at most "
+                f"{self.max_command_bytes} per command (NN_ETCD_MAX_REQUEST_BYTES {self.settings.etcd_max_request_bytes}"
+                f" less {REQUEST_OVERHEAD} for the append's key and guards)")
+        return raw
+
+    def submit(self, seq: int, cmd, raw: bytes | None = None) -> None:
+        self._pending.append((seq, raw if raw is not None else cmds.encode(cmd)))
         self._kick.set()
 
     def durable_seq(self) -> int:

@@ -23,8 +23,13 @@ class Journal:
 
     epoch = 0  # the fencing epoch stamped on orders that leave the NameNode (HA: the leader key's revision)
 
-    def submit(self, seq: int, cmd: Command) -> None:
-        """Command `seq` was just applied (called by MetaStore.execute, in order)."""
+    def admit(self, cmd: Command) -> bytes | None:
+        """Called by MetaStore.execute before `cmd` is applied: raise a DomainError if this journal could never make
+        it durable (nothing is written then). May return its encoding, handed back to `submit`."""
+        return None
+
+    def submit(self, seq: int, cmd: Command, raw: bytes | None = None) -> None:
+        """Command `seq` was just applied (called by MetaStore.execute, in order); `raw`: what `admit` returned."""
 
     async def durable(self, seq: int) -> None:
         """Return once commands up to `seq` are durable; NotLeader if they never will be (a deposed leader)."""

@@ -46,7 +46,7 @@ class Etcd:
                  "--listen-client-urls", f"http://127.0.0.1:{c}", "--advertise-client-urls", f"http://127.0.0.1:{c}",
                  "--listen-peer-urls", f"http://127.0.0.1:{p}", "--initial-advertise-peer-urls",
                  f"http://127.0.0.1:{p}", "--initial-cluster", self.cluster, "--initial-cluster-state", "new",
-                 "--heartbeat-interval", "50", "--election-timeout", "500"],
+                 "--heartbeat-interval", "50", "--election-timeout", "500", "--max-request-bytes", str(8 << 20)],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -106,3 +106,36 @@ def test_the_log_is_truncated_once_every_member_applied_it_and_etcd_is_compacted
     # compacted: the revision the first log put had is gone from etcd's history
     out = ha.etcd.ctl("get", f"{ha.prefix}/log/", "--prefix", "--rev=2", check=False)
     assert out.returncode != 0 and "compacted" in out.stderr
+
+
+def test_a_command_too_large_for_etcd_is_refused_before_it_is_applied_and_the_leader_stays(ha):
+    """etcd runs with --max-request-bytes 8 MiB (its default 1.5 MiB is below a 10,000-part CompleteUpload): a 3 MiB
+    command goes through and reaches the standbys; a 9 MiB one is EntityTooLarge, nothing of it is applied anywhere,
+    and the same NameNode stays active in the same epoch (it used to fail in etcd on every retry and lose its lease)."""
+    a = ha.active()
+    epoch = ha.status(a).epoch
+    meta = {f"k{j}": "v" * 100 for j in range(9)}  # ~1 KiB a record
+
+    def batch(prefix: str, n: int) -> list[m.PutItem]:
+        return [m.PutItem(key=f"{prefix}/{j:06d}", obj=m.ObjectRecord(
+            size=0, etag='"d41d8cd98f00b204e9800998ecf8427e"', owner="alice", meta=meta)) for j in range(n)]
+
+    async def put(c, prefix: str, n: int):
+        if prefix == "ok":
+            await c.bucket_create("big", owner="alice")
+        return await c.put_objects("big", batch(prefix, n))
+    done = ha.call(a, lambda c: put(c, "ok", 3000), timeout=60)
+    assert len(done.done) == 3000 and all(d is not None for d in done.done) and not done.errs
+    with pytest.raises(errors.EntityTooLarge) as e:
+        ha.call(a, lambda c: put(c, "huge", 9000), timeout=60)
+    assert "NN_ETCD_MAX_REQUEST_BYTES" in str(e.value)
+    st = ha.status(a)
+    assert st.role == "active" and st.epoch == epoch  # the same leadership: nothing deposed it
+    ha.call(a, lambda c: c.put_object("big", "after", m.ObjectRecord(size=0, etag='"d41d8cd98f00b204e9800998ecf8427e"',
+                                                                      owner="alice")))
+    ha.caught_up()
+    keys = listed(ha, a, "big")
+    assert len(keys) == 3001 and not any(k.startswith("huge/") for k in keys)
+    stores = {i: ha.dump(i) for i in (1, 2, 3)}
+    for i in (1, 2, 3):
+        assert stores[i] == stores[a], f"nn{i} differs from the active nn{a}"
