@@ -35,7 +35,7 @@ class Snapshotting(Journal):
         self.at_k: dict[bytes, bytes] | None = None
         self.after_k: list[tuple[int, cmds.Command]] = []
 
-    def submit(self, seq: int, cmd) -> None:
+    def submit(self, seq: int, cmd, raw: bytes | None = None) -> None:
         if seq <= self.k:
             undo.confirm(self.meta.kv, seq, seq)
             if seq == self.k:
