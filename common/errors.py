@@ -204,6 +204,10 @@ class NoRoomForAttributes(InvalidInput):
     """The inode has no room for more extended attributes."""
 
 
+class EncryptedObject(PermissionDenied):
+    """The object is encrypted server-side: only a gateway reads or writes its blocks."""
+
+
 def by_name(name: str) -> type[DomainError]:
     cls = globals().get(name)
     if isinstance(cls, type) and issubclass(cls, DomainError):

@@ -317,6 +317,14 @@ class CorsRule(Msg):
     max_age: int | None = None
 
 
+class BucketEncryption(Msg):
+    """A bucket's default encryption (PutBucketEncryption): `alg` "AES256" (SSE-S3) or "aws:kms" with `kms_key`
+    (None: the default KMS key); `bucket_key` is S3's BucketKeyEnabled, stored and echoed."""
+    alg: str
+    kms_key: str | None = field(default=None, name="kid")
+    bucket_key: bool = field(default=False, name="bk")
+
+
 class BucketRecord(Msg):
     """A bucket's settings, as the NameNode stores them (in the bucket directory's inode, "bkt")."""
     name: str = ""
@@ -333,6 +341,7 @@ class BucketRecord(Msg):
     quota_objects: int | None = field(default=None, name="qo")
     versioning: str | None = field(default=None, name="ver")  # None (never enabled), "Enabled", "Suspended"
     cors: list[CorsRule] | None = None
+    encryption: BucketEncryption | None = field(default=None, name="enc")
 
 
 class Buckets(Msg):
@@ -384,6 +393,7 @@ class BucketSettings(Request, tag="bucket_settings"):
     acl: str | list[tuple[str, str]] | None = None
     ownership: str | Unset | None = None
     cors: list[CorsRule] | Unset | None = None
+    encryption: BucketEncryption | Unset | None = None
     Reply = BucketRecord
 
 
@@ -395,6 +405,20 @@ class BucketUsage(Request, tag="bucket_usage"):
     """Bytes and objects of one bucket, or of all."""
     bucket: str | None = None
     Reply = Usage
+
+
+class SseInfo(Msg):
+    """How an object (or a multipart upload) is encrypted (gateway/crypto.py): `alg` "AES256" (SSE-S3), "aws:kms"
+    (`kms_key`) or "SSE-C"; `dk` its data key wrapped by the master key, the KMS key or the customer's key. SSE-C
+    also keeps the customer key's MD5 (echoed in responses) and a salted HMAC of it (`salt`, `mac`) to check the key
+    of later requests; the key itself is never stored. Only gateways read or write these fields."""
+    alg: str
+    dk: str
+    kms_key: str | None = field(default=None, name="kid")
+    key_md5: str | None = field(default=None, name="kmd5")
+    salt: str | None = None
+    mac: str | None = None
+    bucket_key: bool = field(default=False, name="bk")
 
 
 class ObjectRecord(Msg):
@@ -419,6 +443,7 @@ class ObjectRecord(Msg):
     version_id: str | None = field(default=None, name="vid")
     delete_marker: bool = field(default=False, name="dm")
     upload_id: str | None = field(default=None, name="mpu")  # the multipart upload it was completed from
+    sse: SseInfo | None = None  # server-side encryption: its blocks hold ciphertext
 
 
 class WrittenBlock(Msg, array_like=True):
@@ -568,6 +593,7 @@ class UploadAttrs(Msg):
     storage_class: str | None = field(default=None, name="sc")
     checksum_algorithm: str | None = field(default=None, name="csa")
     checksum_type: str | None = field(default=None, name="cst")  # COMPOSITE or FULL_OBJECT
+    sse: SseInfo | None = None  # every part is encrypted with this upload's data key
 
 
 class UploadRecord(Msg):
@@ -778,6 +804,7 @@ class ReadStat(Msg):
     mt: int = 0
     blk: list[BlockRef] = []
     acl: Any = None
+    sse: SseInfo | None = None
     error: str = ""
     msg: str = ""
 
@@ -896,6 +923,7 @@ class FileBlocks(Msg):
     etag: str
     acl: Any = None
     addrs: dict[str, str] = {}
+    sse: SseInfo | None = None  # an object encrypted through S3: only the gateway can read its blocks
 
 
 class AttrChanges(Msg):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import base64
 import secrets
 import signal
 import subprocess
@@ -109,8 +110,13 @@ def cmd_up(args) -> int:
     for i, (http, rpc) in enumerate(ports["dn"], 1):
         specs.append((f"datanode{i}", "epochfs.datanode",
                       env("DN_", port=http, rpc_port=rpc, data_dir=data_dir / f"datanode{i}", namenode=nn_addr)))
+    master = data_dir / "sse-master.key"  # wraps SSE-S3/KMS data keys; the gateway's alone (never a DataNode's)
+    if not master.exists():
+        master.touch(mode=0o600)
+        master.write_text(base64.b64encode(secrets.token_bytes(32)).decode())
     specs.append(("gateway", "epochfs.gateway",
-                  env("GW_", port=ports["gateway"], namenode=nn_addr, users=",".join(users))))
+                  env("GW_", port=ports["gateway"], namenode=nn_addr, users=",".join(users),
+                      sse_master_key_file=master)))
 
     children = [Child(name, module, e, data_dir / "logs" / f"{name}.log") for name, module, e in specs]
     stopping = False

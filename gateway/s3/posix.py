@@ -35,7 +35,8 @@ from epochfs.common.clients import NameNodeClient
 from epochfs.common.messages import op_name
 
 from ..cluster import plan_range
-from . import args
+from ..crypto import BlockCipher
+from . import args, sse
 from .access import bucket_access, check_object_read, may_list
 from .body import body_stream, raw_body, read_all
 from .errors import S3Error
@@ -138,13 +139,20 @@ async def fs_read(ctx, req):
         raise errors.PermissionDenied("Access Denied") from None
     check_object_read(ctx, req, info, res)  # a reader by the bucket's ACL also needs the object's
     end = min(off + n, res.size)
+    cipher = None
+    if res.sse is not None:  # only a gateway decrypts: no locate (the mount reads through here), no SSE-C
+        if req.query.get("locate") or res.sse.alg == "SSE-C":
+            raise errors.EncryptedObject(f"inode {ino} is encrypted server-side"
+                                         + (" with a customer key: read it through S3 with the key"
+                                            if res.sse.alg == "SSE-C" else ": read it through the gateway"))
+        cipher = BlockCipher(sse.data_key(ctx, {}, res.sse))
     if req.query.get("locate"):
         pieces = [[b.id, boff, k, b.nodes] for b, boff, k in plan_range(res.blk, off, end)] if end > off else []
         grant = readtoken.issue(ctx.settings.cluster_secret, (p[0] for p in pieces))
         return _answer({"etag": res.etag, "size": res.size, "p": pieces, "addrs": res.addrs, "grant": grant})
     if end <= off:
         return Response(200, [("x-epochfs-etag", res.etag)], b"")
-    pieces = [p async for p in ctx.cluster.read_range(res.blk, res.addrs, off, end)]
+    pieces = [p async for p in ctx.cluster.read_range(res.blk, res.addrs, off, end, cipher=cipher)]
     return Response(200, [("x-epochfs-etag", res.etag)], pieces[0] if len(pieces) == 1 else b"".join(pieces))
 
 

@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from epochfs.common import errors
 
-from . import attributes, batch, bucket, cors, ext, listing, multipart, objects, posix, post
+from . import attributes, batch, bucket, cors, ext, listing, multipart, objects, posix, post, sse
 from ..keys import access_key_of
 from .access import ANONYMOUS
 from .body import ClientDisconnected
@@ -70,6 +70,9 @@ def route(req: S3Request):
         if "cors" in q:
             h = {"GET": cors.get_cors, "PUT": cors.put_cors, "DELETE": cors.delete_cors}.get(m)
             return h if h is not None else _not_allowed()
+        if "encryption" in q:
+            h = {"GET": sse.get_encryption, "PUT": sse.put_encryption, "DELETE": sse.delete_encryption}.get(m)
+            return h if h is not None else _not_allowed()
         if "ownershipControls" in q:
             h = {"GET": bucket.get_ownership, "PUT": bucket.put_ownership, "DELETE": bucket.delete_ownership}.get(m)
             return h if h is not None else _not_allowed()
@@ -78,7 +81,7 @@ def route(req: S3Request):
                 if sub in q:
                     return h
             for sub in ("policy", "lifecycle", "tagging", "website", "logging", "notification",
-                        "replication", "encryption", "object-lock", "publicAccessBlock",
+                        "replication", "object-lock", "publicAccessBlock",
                         "requestPayment", "accelerate", "analytics", "metrics", "inventory",
                         "intelligent-tiering"):
                 if sub in q:

@@ -10,6 +10,7 @@ from .services import Services, fields, record
 MAX_REPLICATION = defaults.MAX_REPLICATION
 OWNERSHIP = ("BucketOwnerEnforced", "BucketOwnerPreferred", "ObjectWriter")
 VERSIONING = ("Enabled", "Suspended")
+ENCRYPTION = ("AES256", "aws:kms")  # a bucket's default server-side encryption
 CANNED_ACLS = ("private", "public-read", "public-read-write", "authenticated-read")
 ACL_PERMISSIONS = ("READ", "WRITE", "READ_ACP", "WRITE_ACP", "FULL_CONTROL")
 
@@ -60,6 +61,12 @@ def changes(req: m.BucketSettings) -> dict:
                                                                              "object ownership")
     if req.cors is not None:
         out["cors"] = None if isinstance(req.cors, m.Unset) else fields(req.cors)
+    if req.encryption is not None:
+        if not isinstance(req.encryption, m.Unset):
+            _one_of(req.encryption.alg, ENCRYPTION, "default encryption")
+            if req.encryption.alg != "aws:kms" and req.encryption.kms_key is not None:
+                raise errors.InvalidInput("a KMS key id goes only with aws:kms encryption")
+        out["enc"] = None if isinstance(req.encryption, m.Unset) else fields(req.encryption)
     return out
 
 
