@@ -393,7 +393,8 @@ class BucketSettings(Request, tag="bucket_settings"):
     acl: str | list[tuple[str, str]] | None = None
     ownership: str | Unset | None = None
     cors: list[CorsRule] | Unset | None = None
-    encryption: BucketEncryption | Unset | None = None
+    encryption: BucketEncryption | None = None  # the default encryption of new objects
+    no_encryption: bool = False  # remove the default encryption (Unset() can't share a union with a Struct)
     Reply = BucketRecord
 
 

@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 from pathlib import Path
 
-from epochfs.common.messages import BucketEncryption, SseInfo, Unset
+from epochfs.common.messages import BucketEncryption, SseInfo
 
 from .. import crypto
 from . import xml
@@ -273,6 +273,6 @@ async def get_encryption(ctx, req):
 
 async def delete_encryption(ctx, req):
     await bucket_owned(ctx, req)
-    await ctx.cluster.namenode.bucket_settings(req.bucket, encryption=Unset())
+    await ctx.cluster.namenode.bucket_settings(req.bucket, no_encryption=True)
     ctx.forget_bucket(req.bucket)
     return Response(204)

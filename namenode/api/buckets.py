@@ -61,12 +61,15 @@ def changes(req: m.BucketSettings) -> dict:
                                                                              "object ownership")
     if req.cors is not None:
         out["cors"] = None if isinstance(req.cors, m.Unset) else fields(req.cors)
+    if req.encryption is not None and req.no_encryption:
+        raise errors.InvalidInput("set or remove the default encryption, not both")
     if req.encryption is not None:
-        if not isinstance(req.encryption, m.Unset):
-            _one_of(req.encryption.alg, ENCRYPTION, "default encryption")
-            if req.encryption.alg != "aws:kms" and req.encryption.kms_key is not None:
-                raise errors.InvalidInput("a KMS key id goes only with aws:kms encryption")
-        out["enc"] = None if isinstance(req.encryption, m.Unset) else fields(req.encryption)
+        _one_of(req.encryption.alg, ENCRYPTION, "default encryption")
+        if req.encryption.alg != "aws:kms" and req.encryption.kms_key is not None:
+            raise errors.InvalidInput("a KMS key id goes only with aws:kms encryption")
+        out["enc"] = fields(req.encryption)
+    elif req.no_encryption:
+        out["enc"] = None
     return out
 
 
