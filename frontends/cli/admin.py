@@ -113,10 +113,32 @@ def show_nodes(c: AdminClient) -> Table:
 
 def show_buckets(c: AdminClient) -> Table:
     rows = [[b["name"], b["owner"][:16], _size(b["bytes"]), b["objects"], _size(b["block_size"]), b["replication"],
-             b["write_policy"], "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"]]
+             b["write_policy"], "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"],
+             _encryption(b)]
             for b in c.call("GET", "/buckets")]
     return _table("Buckets", ["name", "owner", "size", "objects", "block size", "replicas", "write policy",
-                              "quota bytes", "quota objects"], rows)
+                              "quota bytes", "quota objects", "encryption"], rows)
+
+
+def _encryption(b: dict) -> str:
+    """A bucket's default encryption as the table shows it: "-", "AES256", "aws:kms (KEY)"."""
+    enc = b.get("encryption")
+    if not enc:
+        return "-"
+    return f"{enc} ({b.get('kms_key_id') or 'aws/s3'})" if enc == "aws:kms" else enc
+
+
+def _bucket_action(c: AdminClient, args) -> str:
+    """`buckets encryption BUCKET AES256|aws:kms|none [--kms-key ID]`: set or remove the default encryption."""
+    if not args.bucket or not args.value:
+        raise AdminError("buckets encryption needs a bucket and AES256, aws:kms or none")
+    if args.value not in ("AES256", "aws:kms", "none"):
+        raise AdminError(f"unknown encryption {args.value!r}: AES256, aws:kms or none")
+    body = {"encryption": None if args.value == "none" else args.value}
+    if args.kms_key:
+        body["kms_key_id"] = args.kms_key
+    b = c.call("PATCH", f"/buckets/{args.bucket}", body)
+    return f"{b['name']}: default encryption {_encryption(b)}"
 
 
 def show_keys(c: AdminClient) -> Table:
@@ -156,7 +178,9 @@ def run(args) -> int:
         return 2
     c, out = AdminClient(endpoint, ak, sk), Console()
     try:
-        if args.what == "keys" and args.action != "list":
+        if args.what == "buckets" and args.action != "list":
+            out.print(_bucket_action(c, args))
+        elif args.what == "keys" and args.action != "list":
             out.print(_key_action(c, args))
         elif args.what == "jobs" and args.action != "list":
             job = c.call("POST", "/jobs", {"kind": args.action, **({} if args.node is None else {"node": args.node})})
@@ -196,8 +220,13 @@ def add_parser(sub) -> None:
     ap.add_argument("--access-key", help="admin access key (default: $AWS_ACCESS_KEY_ID)")
     ap.add_argument("--secret-key", help="admin secret key (default: $AWS_SECRET_ACCESS_KEY)")
     what = ap.add_subparsers(dest="what", required=True)
-    for name, help_ in (("status", "cluster summary"), ("nodes", "DataNodes"), ("buckets", "buckets and quotas")):
+    for name, help_ in (("status", "cluster summary"), ("nodes", "DataNodes")):
         what.add_parser(name, help=help_)
+    buckets = what.add_parser("buckets", help="buckets, quotas and default encryption; set a default encryption")
+    buckets.add_argument("action", nargs="?", default="list", choices=("list", "encryption"))
+    buckets.add_argument("bucket", nargs="?")
+    buckets.add_argument("value", nargs="?", metavar="AES256|aws:kms|none")
+    buckets.add_argument("--kms-key", help="the KMS key id of aws:kms (default: aws/s3)")
     jobs = what.add_parser("jobs", help="list scrub / rebalance / decommission / gc jobs, or start one")
     jobs.add_argument("action", nargs="?", default="list", choices=("list", "scrub", "rebalance", "gc"))
     jobs.add_argument("--node", type=int, help="scrub only this DataNode")

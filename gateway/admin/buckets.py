@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 
 from epochfs.common import errors
-from epochfs.common.messages import BucketRecord, Unset
+from epochfs.common.messages import BucketEncryption, BucketRecord, Unset
 
 from ..s3.bucket import validate_bucket_name
 from ..s3.errors import S3Error
+from ..s3.sse import DEFAULT_KMS_KEY
 from .auth import AdminDep
 from .common import BAD_BODY, CtxDep
 from .models import Bucket, BucketCreate, BucketPatch
@@ -20,7 +21,9 @@ _CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
 def bucket_view(b: BucketRecord, usage: tuple[int, int]) -> Bucket:
     return Bucket(name=b.name, owner=b.owner, created=b.created, bytes=usage[0], objects=usage[1],
                   replication=b.replication, block_size=b.block_size, write_policy=b.write_policy or "async",
-                  quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning)
+                  quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning,
+                  encryption=b.encryption.alg if b.encryption else None,
+                  kms_key_id=b.encryption.kms_key if b.encryption else None)
 
 
 @router.get("/buckets", response_model=list[Bucket])
@@ -64,9 +67,21 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
               responses={**BAD_BODY, 404: {"description": "no such bucket"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
-    theirs), write policy or quotas. A quota set to null is removed."""
-    changes = {k: Unset() if v is None else v for k, v in patch.model_dump(exclude_unset=True).items()
-               if v is not None or k in _CLEARABLE}
+    theirs), write policy, quotas or default encryption. A quota or encryption set to null is removed."""
+    given = patch.model_dump(exclude_unset=True)
+    kid = given.pop("kms_key_id", None)
+    enc = given.pop("encryption", ...)
+    changes = {k: Unset() if v is None else v for k, v in given.items() if v is not None or k in _CLEARABLE}
+    if kid is not None and enc != "aws:kms":
+        raise HTTPException(400, "kms_key_id goes with encryption aws:kms")
+    if enc is None:
+        changes["no_encryption"] = True
+    elif enc is not ...:
+        try:
+            ctx.sse_keys.kek(enc, (kid or DEFAULT_KMS_KEY) if enc == "aws:kms" else None)  # known and usable
+        except S3Error as e:
+            raise HTTPException(400, e.message) from None
+        changes["encryption"] = BucketEncryption(alg=enc, kms_key=kid)
     await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
     if changes:
         ctx.forget_bucket(name)

@@ -104,6 +104,9 @@ class Bucket(Msg):
     quota_bytes: int | None
     quota_objects: int | None
     versioning: str | None
+    encryption: str | None = Field(None, description="default encryption of new objects: AES256 (SSE-S3), "
+                                                     "aws:kms, or null (none)")
+    kms_key_id: str | None = Field(None, description="the KMS key of aws:kms default encryption")
 
 
 class BucketCreate(In):
@@ -124,6 +127,10 @@ class BucketPatch(In):
     write_policy: WritePolicy | None = None
     quota_bytes: Int(0, MAX_QUOTA) | None = None
     quota_objects: Int(0, MAX_QUOTA) | None = None
+    encryption: Literal["AES256", "aws:kms"] | None = Field(
+        None, description="default encryption of new objects (as PutBucketEncryption); null removes it")
+    kms_key_id: str | None = Field(None, min_length=1, max_length=2048, pattern=r"^[\x21-\x7e]+$",
+                                   description="with encryption aws:kms: the KMS key (default aws/s3)")
 
 
 class KeyCreate(In):

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 from botocore.exceptions import ClientError
 from cluster import MAIN
+from mounting import Mount, needs_fuse
 
 pytestmark = pytest.mark.integration
 
@@ -253,3 +254,73 @@ def test_aws_cli_sse(cluster, bucket, tmp_path):
     r = aws("cp", f"s3://{bucket}/c", str(tmp_path / "c.out"), "--sse-c", "AES256", "--sse-c-key", f"fileb://{key_file}")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "c.out").read_bytes() == src.read_bytes()
+
+
+def test_admin_api_and_cli_default_encryption(cluster, s3, bucket):
+    import sys
+
+    from epochfs.frontends.cli.admin import AdminClient, AdminError
+    admin = AdminClient(cluster.endpoint, MAIN[0], MAIN[1])
+    assert admin.call("GET", f"/buckets/{bucket}")["encryption"] is None
+    got = admin.call("PATCH", f"/buckets/{bucket}", {"encryption": "aws:kms", "kms_key_id": "testkey-2"})
+    assert (got["encryption"], got["kms_key_id"]) == ("aws:kms", "testkey-2")
+    rule = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"][0]
+    assert rule["ApplyServerSideEncryptionByDefault"]["KMSMasterKeyID"] == "testkey-2"
+    for bad in ({"encryption": "aws:kms", "kms_key_id": "unknown-key"}, {"encryption": "AES256", "kms_key_id": "x"},
+                {"encryption": "DES"}):
+        with pytest.raises(AdminError):
+            admin.call("PATCH", f"/buckets/{bucket}", bad)
+    assert admin.call("GET", f"/buckets/{bucket}")["kms_key_id"] == "testkey-2"  # unchanged by the refusals
+    assert admin.call("PATCH", f"/buckets/{bucket}", {"encryption": None})["encryption"] is None
+
+    env = {**os.environ, "AWS_ENDPOINT_URL": cluster.endpoint, "AWS_ACCESS_KEY_ID": MAIN[0],
+           "AWS_SECRET_ACCESS_KEY": MAIN[1], "COLUMNS": "250"}
+
+    def cli(*args, ok=True):
+        r = subprocess.run([sys.executable, "-m", "epochfs.frontends.cli.main", "admin", *args], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert (r.returncode == 0) == ok, r.stderr
+        return r.stdout + r.stderr
+    assert "AES256" in cli("buckets", "encryption", bucket, "AES256")
+    assert s3.put_object(Bucket=bucket, Key="x", Body=b"x")["ServerSideEncryption"] == "AES256"
+    assert "AES256" in next(line for line in cli("buckets").splitlines() if bucket in line)
+    assert "aws:kms (testkey-1)" in cli("buckets", "encryption", bucket, "aws:kms", "--kms-key", "testkey-1")
+    assert "unknown" in cli("buckets", "encryption", bucket, "rot13", ok=False)
+    cli("buckets", "encryption", bucket, "none")
+    with pytest.raises(ClientError):
+        s3.get_bucket_encryption(Bucket=bucket)
+
+
+@needs_fuse
+def test_mount_reads_through_the_gateway_and_refuses_writes(cluster, s3, bucket, tmp_path):
+    """The mount reads an SSE-S3 file through the gateway, which decrypts it (a locate of an encrypted file is
+    refused, so no ciphertext reaches the mount), for a large file read piecewise and in dataset mode too; it can't
+    write one (its writer stores blocks without the key): EACCES, and the object is unchanged. An SSE-C file is
+    unreadable there (no key): EACCES."""
+    import errno
+    big = os.urandom(2 * cluster.block_size + 5000)
+    s3.put_object(Bucket=bucket, Key="big", Body=big, ServerSideEncryption="AES256")
+    s3.put_object(Bucket=bucket, Key="d/small", Body=b"small-secret", ServerSideEncryption="aws:kms",
+                  SSEKMSKeyId="testkey-1")
+    s3.put_object(Bucket=bucket, Key="cust", Body=b"c" * 100, **ssec(KEY_A))
+    for extra in ((), ("--dataset",)):
+        src = f"{bucket}" if not extra else f"{bucket}"
+        m = Mount(cluster, src, tmp_path / f"mnt{len(extra)}", *extra, "--attr-timeout", "0.5",
+                  "--cache-dir", str(tmp_path / f"cache{len(extra)}"), log=tmp_path / f"mount{len(extra)}.log")
+        try:
+            with open(m.path / "big", "rb") as f:
+                f.seek(cluster.block_size - 10)
+                assert f.read(100) == big[cluster.block_size - 10:cluster.block_size + 90]
+            assert (m.path / "big").read_bytes() == big
+            assert (m.path / "d" / "small").read_bytes() == b"small-secret"
+            with pytest.raises(OSError) as e:
+                (m.path / "cust").read_bytes()
+            assert e.value.errno == errno.EACCES
+            if not extra:
+                with pytest.raises(OSError) as e:
+                    with open(m.path / "big", "r+b") as f:
+                        f.write(b"plaintext")
+                assert e.value.errno == errno.EACCES
+        finally:
+            m.close()
+    assert s3.get_object(Bucket=bucket, Key="big")["Body"].read() == big
