@@ -324,3 +324,73 @@ def test_mount_reads_through_the_gateway_and_refuses_writes(cluster, s3, bucket,
         finally:
             m.close()
     assert s3.get_object(Bucket=bucket, Key="big")["Body"].read() == big
+
+
+# ---------------------------------------------------------------- moto as an oracle
+@pytest.fixture(scope="module")
+def moto_s3(tmp_path_factory):
+    """moto's server, for the parts of SSE it implements (the headers S3 answers, bucket encryption documents)."""
+    import sys
+    import time
+
+    import boto3
+    import httpx
+    from botocore.config import Config
+    from cluster import free_port
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, "moto server exited"
+        try:
+            if httpx.get(f"{url}/moto-api/", timeout=1).status_code < 500:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "moto server did not start"
+        time.sleep(0.1)
+    yield boto3.client("s3", endpoint_url=url, aws_access_key_id="a", aws_secret_access_key="b",
+                       region_name="us-east-1", config=Config(s3={"addressing_style": "path"}))
+    proc.terminate()
+    proc.wait(timeout=10)
+    log.close()
+
+
+def _sse_story(s3, bucket: str) -> list:
+    """The same steps on both; what S3 answers about encryption, normalized."""
+    out = []
+    pick = ("ServerSideEncryption", "SSECustomerAlgorithm", "SSECustomerKeyMD5")
+
+    def keep(r):
+        return {k: r.get(k) for k in pick if r.get(k) is not None}
+    out.append(keep(s3.put_object(Bucket=bucket, Key="s3", Body=b"a" * 100, ServerSideEncryption="AES256")))
+    out.append(keep(s3.head_object(Bucket=bucket, Key="s3")))
+    g = s3.get_object(Bucket=bucket, Key="s3")
+    out.append((keep(g), g["Body"].read()))
+    # SSE-C: only the bytes are compared: moto answers without the SSECustomer* headers that S3 sends back
+    # (asserted on epochfs in test_sse_c_checks_the_key_on_every_read)
+    s3.put_object(Bucket=bucket, Key="c", Body=b"c" * 10, **ssec(KEY_A))
+    out.append(s3.get_object(Bucket=bucket, Key="c", **ssec(KEY_A))["Body"].read())
+    out.append(keep(s3.put_object(Bucket=bucket, Key="plain", Body=b"p")))
+    try:
+        s3.get_bucket_encryption(Bucket=bucket)
+        out.append("has encryption")
+    except ClientError as e:
+        out.append(e.response["Error"]["Code"])
+    s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": [
+        {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}, "BucketKeyEnabled": True}]})
+    out.append(s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"])
+    s3.delete_bucket_encryption(Bucket=bucket)
+    try:
+        s3.get_bucket_encryption(Bucket=bucket)
+    except ClientError as e:
+        out.append(e.response["Error"]["Code"])
+    return out
+
+
+def test_same_answers_as_moto(s3, bucket, moto_s3):
+    moto_s3.create_bucket(Bucket=bucket)
+    assert _sse_story(s3, bucket) == _sse_story(moto_s3, bucket)
