@@ -138,9 +138,10 @@ async def complete(ctx, req):
 
 def _part_key(ctx, req, upload_sse) -> bytes | None:
     """The data key a part of an upload is encrypted with: SSE-C parts carry the upload's key in every request."""
-    if sse.requested(req.headers) is not None:
-        raise sse.S3Error("InvalidArgument", "x-amz-server-side-encryption is set when the upload is created, "
-                          "not on its parts", 400, ArgumentName=sse.SSE)
+    asked = sse.requested(req.headers)
+    if asked is not None and (upload_sse is None or (upload_sse.alg, upload_sse.kms_key) != asked):
+        raise sse.S3Error("InvalidArgument", "The encryption of a part is the upload's, set when it was created",
+                          400, ArgumentName=sse.SSE)
     return sse.data_key(ctx, req.headers, upload_sse)
 
 

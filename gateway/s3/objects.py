@@ -274,10 +274,10 @@ async def get_object(ctx, req, head: bool = False):
         check_object_read(ctx, req, info, None)
         raise
     check_object_read(ctx, req, info, obj)
+    rng = _part_range(obj, req)
     cipher = sse.read_cipher(ctx, req, obj.sse)
     check_read_conditions(obj, req.headers)
     size = obj.size
-    rng = _part_range(obj, req)
     whole = rng is None and "range" not in req.headers
     if rng is None and "range" in req.headers:
         rng = parse_range(req.headers["range"], size)

@@ -210,6 +210,8 @@ def _check_policy(conds: list, fields: dict[str, str], bucket: str) -> tuple[int
             raise S3Error("InvalidPolicyDocument", f"Invalid Policy: Invalid Condition: {c!r}", 400)
         have = values.get(name)
         covered.add(name)
+        if have is None and op == "starts-with" and want == "":
+            continue  # an optional field: ["starts-with", "$x-amz-server-side-encryption", ""] without it
         if have is None or not (have == want if op == "eq" else have.startswith(want)):
             raise _policy_error(f'Policy Condition failed: ["{op}", "${name}", "{want}"]')
     extra = [n for n in fields if n not in covered and n not in NOT_IN_POLICY
