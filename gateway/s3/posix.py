@@ -203,6 +203,9 @@ async def fs_write(ctx, req):
         raise errors.InvalidInput("PUT /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     try:
         bi = await _bucket_ino(ctx, req, "write")
+        if (await ctx.bucket(req.bucket)).encryption is not None:  # the mount's writer stores plaintext blocks
+            raise errors.EncryptedObject(f"bucket {req.bucket} encrypts new objects server-side: write them "
+                                         "through S3")
     except (S3Error, errors.PermissionDenied):
         await _discard(req.receive, 1 << 20)
         raise

@@ -324,6 +324,22 @@ def test_mount_reads_through_the_gateway_and_refuses_writes(cluster, s3, bucket,
         finally:
             m.close()
     assert s3.get_object(Bucket=bucket, Key="big")["Body"].read() == big
+    # a bucket that encrypts new objects by default takes no new file from the mount (it would be plaintext)
+    s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": [
+        {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]})
+    m = Mount(cluster, bucket, tmp_path / "mnt-enc", "--attr-timeout", "0.5", "--cache-dir", str(tmp_path / "c3"),
+              log=tmp_path / "mount-enc.log")
+    try:
+        with pytest.raises(OSError) as e:
+            with open(m.path / "new.txt", "wb") as f:
+                f.write(b"would be stored in the clear")
+        assert e.value.errno == errno.EACCES
+    finally:
+        m.close()
+    try:  # the create may have left an empty file; the bytes were not stored
+        assert s3.get_object(Bucket=bucket, Key="new.txt")["Body"].read() == b""
+    except ClientError as e:
+        assert e.response["Error"]["Code"] == "NoSuchKey"
 
 
 # ---------------------------------------------------------------- moto as an oracle
