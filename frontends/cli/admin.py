@@ -141,6 +141,12 @@ def _bucket_action(c: AdminClient, args) -> str:
     return f"{b['name']}: default encryption {_encryption(b)}"
 
 
+def show_kms(c: AdminClient) -> Table:
+    r = c.call("GET", "/kms/keys")
+    note = "" if r["master_key"] else " (no master key on this gateway: only SSE-C works)"
+    return _table("KMS keys" + note, ["key id"], [[k] for k in r["keys"]])
+
+
 def show_keys(c: AdminClient) -> Table:
     rows = [[k["access_key"], k["name"], "yes" if k["admin"] else "", "disabled" if k["disabled"] else "active",
              k["source"], "(owner and ACL rules)" if k["buckets"] is None else
@@ -190,6 +196,7 @@ def run(args) -> int:
             out.print(f"DataNode {args.node}: decommission {job['state']} (job {job['id']})")
         else:
             out.print({"status": show_status, "nodes": show_nodes, "buckets": show_buckets, "keys": show_keys,
+                       "kms": show_kms,
                        "jobs": show_jobs}[args.what](c))
     except (AdminError, httpx.HTTPError) as e:
         print(f"epochfs admin: {e}", file=sys.stderr)
@@ -220,7 +227,8 @@ def add_parser(sub) -> None:
     ap.add_argument("--access-key", help="admin access key (default: $AWS_ACCESS_KEY_ID)")
     ap.add_argument("--secret-key", help="admin secret key (default: $AWS_SECRET_ACCESS_KEY)")
     what = ap.add_subparsers(dest="what", required=True)
-    for name, help_ in (("status", "cluster summary"), ("nodes", "DataNodes")):
+    for name, help_ in (("status", "cluster summary"), ("nodes", "DataNodes"),
+                        ("kms", "the KMS key ids SSE-KMS may name (GW_SSE_KMS_KEYS)")):
         what.add_parser(name, help=help_)
     buckets = what.add_parser("buckets", help="buckets, quotas and default encryption; set a default encryption")
     buckets.add_argument("action", nargs="?", default="list", choices=("list", "encryption"))

@@ -86,3 +86,11 @@ async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) 
     if changes:
         ctx.forget_bucket(name)
     return await _one(ctx, name)
+
+
+@router.get("/kms/keys", tags=["encryption"])
+async def kms_keys(_: AdminDep, ctx: CtxDep) -> dict:
+    """The KMS key ids SSE-KMS requests and default encryption may name (GW_SSE_KMS_KEYS and aws/s3), and whether
+    this gateway has a master key (without one only SSE-C works). Keys are configured, not created here: their
+    material is derived from the master key, so every gateway with the same settings resolves the same ids."""
+    return {"keys": sorted(ctx.sse_keys.kms_ids), "master_key": ctx.sse_keys.master is not None}

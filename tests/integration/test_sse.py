@@ -287,6 +287,8 @@ def test_admin_api_and_cli_default_encryption(cluster, s3, bucket):
     assert "aws:kms (testkey-1)" in cli("buckets", "encryption", bucket, "aws:kms", "--kms-key", "testkey-1")
     assert "unknown" in cli("buckets", "encryption", bucket, "rot13", ok=False)
     cli("buckets", "encryption", bucket, "none")
+    assert admin.call("GET", "/kms/keys") == {"keys": ["aws/s3", "testkey-1", "testkey-2"], "master_key": True}
+    assert "testkey-2" in cli("kms")
     with pytest.raises(ClientError):
         s3.get_bucket_encryption(Bucket=bucket)
 
