@@ -147,16 +147,19 @@ class Signer:
                 self._day, self._key = day, k
         return self._amz
 
-    def headers(self, method: str, path: str, query: str) -> str:
+    def headers(self, method: str, path: str, query: str, sse: bool = False) -> str:
+        """The signed headers of a request; `sse`: with x-amz-server-side-encryption: AES256 (signed too)."""
         amz = self._date()
+        enc, enc_name = ("x-amz-server-side-encryption:AES256\n", ";x-amz-server-side-encryption") if sse else ("", "")
         creq = (f"{method}\n{path}\n{query}\nhost:{self.host}\nx-amz-content-sha256:UNSIGNED-PAYLOAD\n"
-                f"x-amz-date:{amz}\n\nhost;x-amz-content-sha256;x-amz-date\nUNSIGNED-PAYLOAD")
+                f"x-amz-date:{amz}\n{enc}\nhost;x-amz-content-sha256;x-amz-date{enc_name}\nUNSIGNED-PAYLOAD")
         scope = f"{self._day}/{self.region}/s3/aws4_request"
         sts = f"AWS4-HMAC-SHA256\n{amz}\n{scope}\n{hashlib.sha256(creq.encode()).hexdigest()}"
         sig = hmac.new(self._key, sts.encode(), hashlib.sha256).hexdigest()
         return (f"Host: {self.host}\r\nx-amz-date: {amz}\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\n"
+                + (SSE_HEADER if sse else "") +
                 f"Authorization: AWS4-HMAC-SHA256 Credential={self.ak}/{scope}, "
-                f"SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={sig}\r\n")
+                f"SignedHeaders=host;x-amz-content-sha256;x-amz-date{enc_name}, Signature={sig}\r\n")
 
 
 # ------------------------------------------------------------------------------------------------------- HTTP client
@@ -180,7 +183,8 @@ class Conn:
             self.w.close()
         self.r = self.w = None
 
-    async def request(self, method: str, path: str, params: dict | None = None, body=b"", extra: str = ""):
+    async def request(self, method: str, path: str, params: dict | None = None, body=b"", extra: str = "",
+                      sse: bool = False):
         """-> (status, headers dict with lower-case names, body bytes)."""
         q = canon_query(params) if params else ""
         for attempt in (0, 1):
@@ -188,7 +192,7 @@ class Conn:
             if fresh:
                 await self._open()
             clen = f"Content-Length: {len(body)}\r\n" if method in ("PUT", "POST") else ""
-            head = (f"{method} {path}{'?' + q if q else ''} HTTP/1.1\r\n{self.signer.headers(method, path, q)}"
+            head = (f"{method} {path}{'?' + q if q else ''} HTTP/1.1\r\n{self.signer.headers(method, path, q, sse)}"
                     f"{extra}{clen}\r\n").encode()
             try:
                 if len(body) <= 256 * KiB:
@@ -278,8 +282,7 @@ async def _run_ops(tgt: dict, conc: int, items: list, op) -> tuple[list, int, in
 def _op_put(bucket, size, sse=False):
     async def op(c, i):
         off = small_off(i, size)
-        st, h, b = await c.request("PUT", f"/{bucket}/obj-{i:07d}", body=PAYLOAD[off:off + size],
-                                   extra=SSE_HEADER if sse else "")
+        st, h, b = await c.request("PUT", f"/{bucket}/obj-{i:07d}", body=PAYLOAD[off:off + size], sse=sse)
         expect(st, 200, b, "PUT")
         if sse and h.get("x-amz-server-side-encryption") != "AES256":
             raise HTTPError(f"PUT obj-{i}: not encrypted ({h.get('x-amz-server-side-encryption')})")
