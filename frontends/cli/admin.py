@@ -125,7 +125,7 @@ def _encryption(b: dict) -> str:
     enc = b.get("encryption")
     if not enc:
         return "-"
-    return f"{enc} ({b.get('kms_key_id') or 'aws/s3'})" if enc == "aws:kms" else enc
+    return f"aws:kms ({enc.get('kms_key_id') or 'aws/s3'})" if enc["alg"] == "aws:kms" else enc["alg"]
 
 
 def _bucket_action(c: AdminClient, args) -> str:
@@ -134,9 +134,12 @@ def _bucket_action(c: AdminClient, args) -> str:
         raise AdminError("buckets encryption needs a bucket and AES256, aws:kms or none")
     if args.value not in ("AES256", "aws:kms", "none"):
         raise AdminError(f"unknown encryption {args.value!r}: AES256, aws:kms or none")
-    body = {"encryption": None if args.value == "none" else args.value}
+    if args.kms_key and args.value != "aws:kms":
+        raise AdminError("--kms-key goes with aws:kms")
+    enc = None if args.value == "none" else {"alg": args.value}
     if args.kms_key:
-        body["kms_key_id"] = args.kms_key
+        enc["kms_key_id"] = args.kms_key
+    body = {"encryption": enc}
     b = c.call("PATCH", f"/buckets/{args.bucket}", body)
     return f"{b['name']}: default encryption {_encryption(b)}"
 

@@ -12,7 +12,7 @@ from ..s3.errors import S3Error
 from ..s3.sse import DEFAULT_KMS_KEY
 from .auth import AdminDep
 from .common import BAD_BODY, CtxDep
-from .models import Bucket, BucketCreate, BucketPatch
+from .models import Bucket, BucketCreate, BucketPatch, SseKms, SseS3
 
 router = APIRouter(tags=["buckets"])
 _CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
@@ -22,8 +22,8 @@ def bucket_view(b: BucketRecord, usage: tuple[int, int]) -> Bucket:
     return Bucket(name=b.name, owner=b.owner, created=b.created, bytes=usage[0], objects=usage[1],
                   replication=b.replication, block_size=b.block_size, write_policy=b.write_policy or "async",
                   quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning,
-                  encryption=b.encryption.alg if b.encryption else None,
-                  kms_key_id=b.encryption.kms_key if b.encryption else None)
+                  encryption=None if b.encryption is None else SseS3(alg="AES256") if b.encryption.alg == "AES256"
+                  else SseKms(alg="aws:kms", kms_key_id=b.encryption.kms_key))
 
 
 @router.get("/buckets", response_model=list[Bucket])
@@ -69,19 +69,17 @@ async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) 
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
     theirs), write policy, quotas or default encryption. A quota or encryption set to null is removed."""
     given = patch.model_dump(exclude_unset=True)
-    kid = given.pop("kms_key_id", None)
     enc = given.pop("encryption", ...)
     changes = {k: Unset() if v is None else v for k, v in given.items() if v is not None or k in _CLEARABLE}
-    if kid is not None and enc != "aws:kms":
-        raise HTTPException(400, "kms_key_id goes with encryption aws:kms")
     if enc is None:
         changes["no_encryption"] = True
     elif enc is not ...:
+        kid = enc.get("kms_key_id")
         try:
-            ctx.sse_keys.kek(enc, (kid or DEFAULT_KMS_KEY) if enc == "aws:kms" else None)  # known and usable
+            ctx.sse_keys.kek(enc["alg"], (kid or DEFAULT_KMS_KEY) if enc["alg"] == "aws:kms" else None)  # usable
         except S3Error as e:
-            raise HTTPException(400, e.message) from None
-        changes["encryption"] = BucketEncryption(alg=enc, kms_key=kid)
+            raise HTTPException(404 if e.code == "KMS.NotFoundException" else 400, e.message) from None
+        changes["encryption"] = BucketEncryption(alg=enc["alg"], kms_key=kid)
     await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
     if changes:
         ctx.forget_bucket(name)

@@ -92,6 +92,18 @@ class Node(Msg):
                                                     "of space (retried with backoff)")
 
 
+class SseS3(In):
+    """SSE-S3: objects encrypted under the cluster master key."""
+    alg: Literal["AES256"]
+
+
+class SseKms(In):
+    """SSE-KMS: objects encrypted under a KMS key (GW_SSE_KMS_KEYS)."""
+    alg: Literal["aws:kms"]
+    kms_key_id: str | None = Field(None, min_length=1, max_length=2048, pattern=r"^[\x21-\x7e]+$",
+                                   description="default: aws/s3")
+
+
 class Bucket(Msg):
     name: str
     owner: str
@@ -104,9 +116,7 @@ class Bucket(Msg):
     quota_bytes: int | None
     quota_objects: int | None
     versioning: str | None
-    encryption: str | None = Field(None, description="default encryption of new objects: AES256 (SSE-S3), "
-                                                     "aws:kms, or null (none)")
-    kms_key_id: str | None = Field(None, description="the KMS key of aws:kms default encryption")
+    encryption: SseS3 | SseKms | None = Field(None, description="default encryption of new objects (null: none)")
 
 
 class BucketCreate(In):
@@ -127,10 +137,9 @@ class BucketPatch(In):
     write_policy: WritePolicy | None = None
     quota_bytes: Int(0, MAX_QUOTA) | None = None
     quota_objects: Int(0, MAX_QUOTA) | None = None
-    encryption: Literal["AES256", "aws:kms"] | None = Field(
-        None, description="default encryption of new objects (as PutBucketEncryption); null removes it")
-    kms_key_id: str | None = Field(None, min_length=1, max_length=2048, pattern=r"^[\x21-\x7e]+$",
-                                   description="with encryption aws:kms: the KMS key (default aws/s3)")
+    encryption: Annotated[SseS3 | SseKms, Field(discriminator="alg")] | None = Field(
+        None, description="default encryption of new objects (as PutBucketEncryption); null removes it; an unknown "
+                          "KMS key: 404")
 
 
 class KeyCreate(In):

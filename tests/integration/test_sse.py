@@ -262,15 +262,15 @@ def test_admin_api_and_cli_default_encryption(cluster, s3, bucket):
     from epochfs.frontends.cli.admin import AdminClient, AdminError
     admin = AdminClient(cluster.endpoint, MAIN[0], MAIN[1])
     assert admin.call("GET", f"/buckets/{bucket}")["encryption"] is None
-    got = admin.call("PATCH", f"/buckets/{bucket}", {"encryption": "aws:kms", "kms_key_id": "testkey-2"})
-    assert (got["encryption"], got["kms_key_id"]) == ("aws:kms", "testkey-2")
+    got = admin.call("PATCH", f"/buckets/{bucket}", {"encryption": {"alg": "aws:kms", "kms_key_id": "testkey-2"}})
+    assert got["encryption"] == {"alg": "aws:kms", "kms_key_id": "testkey-2"}
     rule = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"][0]
     assert rule["ApplyServerSideEncryptionByDefault"]["KMSMasterKeyID"] == "testkey-2"
-    for bad in ({"encryption": "aws:kms", "kms_key_id": "unknown-key"}, {"encryption": "AES256", "kms_key_id": "x"},
-                {"encryption": "DES"}):
-        with pytest.raises(AdminError):
-            admin.call("PATCH", f"/buckets/{bucket}", bad)
-    assert admin.call("GET", f"/buckets/{bucket}")["kms_key_id"] == "testkey-2"  # unchanged by the refusals
+    for bad, status in (({"alg": "aws:kms", "kms_key_id": "unknown-key"}, "404"),
+                        ({"alg": "AES256", "kms_key_id": "x"}, "422"), ({"alg": "DES"}, "422")):
+        with pytest.raises(AdminError, match=status):
+            admin.call("PATCH", f"/buckets/{bucket}", {"encryption": bad})
+    assert admin.call("GET", f"/buckets/{bucket}")["encryption"]["kms_key_id"] == "testkey-2"  # unchanged
     assert admin.call("PATCH", f"/buckets/{bucket}", {"encryption": None})["encryption"] is None
 
     env = {**os.environ, "AWS_ENDPOINT_URL": cluster.endpoint, "AWS_ACCESS_KEY_ID": MAIN[0],
