@@ -137,11 +137,9 @@ async def complete(ctx, req):
 
 
 def _part_key(ctx, req, upload_sse) -> bytes | None:
-    """The data key a part of an upload is encrypted with: SSE-C parts carry the upload's key in every request."""
-    asked = sse.requested(req.headers)
-    if asked is not None and (upload_sse is None or (upload_sse.alg, upload_sse.kms_key) != asked):
-        raise sse.S3Error("InvalidArgument", "The encryption of a part is the upload's, set when it was created",
-                          400, ArgumentName=sse.SSE)
+    """The data key a part of an upload is encrypted with: SSE-C parts carry the upload's key in every request.
+    x-amz-server-side-encryption(-aws-kms-key-id) on a part is not UploadPart's and is ignored (as S3 and RGW do):
+    the upload's encryption, chosen when it was created, applies to every part."""
     return sse.data_key(ctx, req.headers, upload_sse)
 
 
