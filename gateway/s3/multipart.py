@@ -120,7 +120,7 @@ async def complete(ctx, req):
     except errors.NoSuchUpload:  # completed before: the NameNode answers a retry as the first completion
         up = None
     if up is not None:
-        sse.data_key(ctx, req.headers, up.attrs.sse, required=False)  # an SSE-C key, if given, must be the upload's
+        sse.data_key(ctx, req.headers, up.attrs.sse, required=False, upload=True)  # an SSE-C key, if given, must be the upload's
     res = await ctx.cluster.namenode.mpu_complete(req.bucket, req.key, req.query["uploadId"], parts,
                                                   checksum=expected, if_match=req.headers.get("if-match"),
                                                   if_none_match=req.headers.get("if-none-match"))
@@ -140,7 +140,7 @@ def _part_key(ctx, req, upload_sse) -> bytes | None:
     """The data key a part of an upload is encrypted with: SSE-C parts carry the upload's key in every request.
     x-amz-server-side-encryption(-aws-kms-key-id) is not among UploadPart's request headers and is ignored (as RGW does):
     the upload's encryption, chosen when it was created, applies to every part."""
-    return sse.data_key(ctx, req.headers, upload_sse)
+    return sse.data_key(ctx, req.headers, upload_sse, upload=True)
 
 
 def _part_etag(upload_sse, dk: bytes | None, md5_etag: str) -> str:

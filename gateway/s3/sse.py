@@ -163,11 +163,14 @@ def for_write(ctx, headers, default: BucketEncryption | None) -> tuple[Sealed | 
     return Sealed(info, dk, crypto.BlockCipher(dk)), headers.get(SSE) is not None
 
 
-def data_key(ctx, headers, sse: SseInfo | None, prefix: str = CUSTOMER, required: bool = True) -> bytes | None:
+def data_key(ctx, headers, sse: SseInfo | None, prefix: str = CUSTOMER, required: bool = True,
+             upload: bool = False) -> bytes | None:
     """The data key of an object (or upload) for a request that reads it (or adds a part to it): SSE-C needs the
     customer's key in the request (`prefix`: the copy source's headers for a copy), checked against the stored HMAC
     (403 AccessDenied if it is another key); SSE-S3 and SSE-KMS need none, and refuse encryption headers on a read.
-    `required=False` (CompleteMultipartUpload): an SSE-C key is checked if given, not required."""
+    `required=False` (CompleteMultipartUpload): an SSE-C key is checked if given, not required. `upload`: the
+    request adds to a multipart upload (UploadPart, UploadPartCopy, Complete), where S3 answers a missing or other
+    key with 400 InvalidRequest rather than a read's 403."""
     ck = customer_key(headers, prefix)
     if sse is None:
         if ck is not None:
@@ -177,10 +180,15 @@ def data_key(ctx, headers, sse: SseInfo | None, prefix: str = CUSTOMER, required
         if ck is None:
             if not required:
                 return None
+            if upload:
+                raise invalid_request("The multipart upload initiate requested encryption. Subsequent part "
+                                      "requests must include the appropriate encryption parameters.")
             raise invalid_request("The object was stored using a form of Server Side Encryption. The correct "
                                   "parameters must be provided to retrieve the object.")
         key, _ = ck
         if not crypto.key_matches(key, sse.salt or "", sse.mac or ""):
+            if upload:
+                raise invalid_request("The provided encryption parameters did not match the ones used originally.")
             raise access_denied("The provided customer key does not match the key the object was encrypted with")
         try:
             return crypto.unwrap(key, sse.dk, _PURPOSE["SSE-C"])
