@@ -120,7 +120,7 @@ async def complete(ctx, req):
     except errors.NoSuchUpload:  # completed before: the NameNode answers a retry as the first completion
         up = None
     if up is not None:
-        sse.data_key(ctx, req.headers, up.attrs.sse, required=False, upload=True)  # an SSE-C key, if given, must be the upload's
+        sse.data_key(ctx, req.headers, up.attrs.sse, upload=True)  # SSE-C: the upload's key, as on every part
     res = await ctx.cluster.namenode.mpu_complete(req.bucket, req.key, req.query["uploadId"], parts,
                                                   checksum=expected, if_match=req.headers.get("if-match"),
                                                   if_none_match=req.headers.get("if-none-match"))

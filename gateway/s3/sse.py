@@ -163,13 +163,11 @@ def for_write(ctx, headers, default: BucketEncryption | None) -> tuple[Sealed | 
     return Sealed(info, dk, crypto.BlockCipher(dk)), headers.get(SSE) is not None
 
 
-def data_key(ctx, headers, sse: SseInfo | None, prefix: str = CUSTOMER, required: bool = True,
-             upload: bool = False) -> bytes | None:
+def data_key(ctx, headers, sse: SseInfo | None, prefix: str = CUSTOMER, upload: bool = False) -> bytes | None:
     """The data key of an object (or upload) for a request that reads it (or adds a part to it): SSE-C needs the
     customer's key in the request (`prefix`: the copy source's headers for a copy), checked against the stored HMAC
     (403 AccessDenied if it is another key); SSE-S3 and SSE-KMS need none, and refuse encryption headers on a read.
-    `required=False` (CompleteMultipartUpload): an SSE-C key is checked if given, not required. `upload`: the
-    request adds to a multipart upload (UploadPart, UploadPartCopy, Complete), where S3 answers a missing or other
+    `upload`: the request adds to a multipart upload (UploadPart, UploadPartCopy, Complete), where S3 answers a missing or other
     key with 400 InvalidRequest rather than a read's 403."""
     ck = customer_key(headers, prefix)
     if sse is None:
@@ -178,8 +176,6 @@ def data_key(ctx, headers, sse: SseInfo | None, prefix: str = CUSTOMER, required
         return None
     if sse.alg == "SSE-C":
         if ck is None:
-            if not required:
-                return None
             if upload:
                 raise invalid_request("The multipart upload initiate requested encryption. Subsequent part "
                                       "requests must include the appropriate encryption parameters.")

@@ -169,10 +169,14 @@ def test_multipart_sse_c_and_kms(s3, bucket):
         s3.put_object(Bucket=bucket, Key="src", Body=b"tail-bytes")
         p2 = s3.upload_part_copy(Bucket=bucket, Key="mp", UploadId=up["UploadId"], PartNumber=2,
                                  CopySource={"Bucket": bucket, "Key": "src"}, **part_enc)
-        done = s3.complete_multipart_upload(
-            Bucket=bucket, Key="mp", UploadId=up["UploadId"],
-            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": p1["ETag"]},
-                                       {"PartNumber": 2, "ETag": p2["CopyPartResult"]["ETag"]}]})
+        parts = {"Parts": [{"PartNumber": 1, "ETag": p1["ETag"]},
+                           {"PartNumber": 2, "ETag": p2["CopyPartResult"]["ETag"]}]}
+        if part_enc:  # completing an SSE-C upload needs its key too
+            with pytest.raises(ClientError) as e:
+                s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up["UploadId"], MultipartUpload=parts)
+            assert code(e) == (400, "InvalidRequest")
+        done = s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up["UploadId"], MultipartUpload=parts,
+                                            **part_enc)
         assert done["ETag"].endswith('-2"')
         got = s3.get_object(Bucket=bucket, Key="mp", **rd)
         assert got["Body"].read() == part + b"tail-bytes"
