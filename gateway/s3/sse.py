@@ -167,8 +167,8 @@ def data_key(ctx, headers, sse: SseInfo | None, prefix: str = CUSTOMER, upload: 
     """The data key of an object (or upload) for a request that reads it (or adds a part to it): SSE-C needs the
     customer's key in the request (`prefix`: the copy source's headers for a copy), checked against the stored HMAC
     (403 AccessDenied if it is another key); SSE-S3 and SSE-KMS need none, and refuse encryption headers on a read.
-    `upload`: the request adds to a multipart upload (UploadPart, UploadPartCopy, Complete), where S3 answers a missing or other
-    key with 400 InvalidRequest rather than a read's 403."""
+    `upload`: the request adds to a multipart upload (UploadPart, UploadPartCopy, Complete), where S3 answers a
+    missing or other key with 400 InvalidRequest rather than a read's 403."""
     ck = customer_key(headers, prefix)
     if sse is None:
         if ck is not None:
