@@ -138,8 +138,8 @@ async def complete(ctx, req):
 
 def _part_key(ctx, req, upload_sse) -> bytes | None:
     """The data key a part of an upload is encrypted with: SSE-C parts carry the upload's key in every request.
-    x-amz-server-side-encryption(-aws-kms-key-id) is not among UploadPart's request headers and is ignored (as RGW does):
-    the upload's encryption, chosen when it was created, applies to every part."""
+    x-amz-server-side-encryption(-aws-kms-key-id) is not among UploadPart's request headers and is ignored (as RGW
+    does): the upload's encryption, chosen when it was created, applies to every part."""
     return sse.data_key(ctx, req.headers, upload_sse, upload=True)
 
 

@@ -16,6 +16,7 @@ from epochfs.common.checksums import ALGORITHMS
 from epochfs.common.messages import BucketRecord, ObjectRecord
 from epochfs.common.paths import split_key
 
+from ..crypto import BlockCipher
 from . import args, quota, sse, xml
 from .access import (acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bucket_access, canned_acl,
                      check_object_read, may_list, new_object_acl)
@@ -421,7 +422,7 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
     else:
         obj, addrs = await _stat(ctx, sb, sk, copy_source_version(req))
     dk = sse.data_key(ctx, req.headers, obj.sse, prefix=sse.COPY_CUSTOMER)
-    cipher = None if dk is None else sse.crypto.BlockCipher(dk)
+    cipher = None if dk is None else BlockCipher(dk)
     check_read_conditions(obj, req.headers, prefix="x-amz-copy-source-if-", copy=True)
     size = obj.size
     start, end = 0, size

@@ -234,7 +234,8 @@ def test_fsspec_file_reads_encrypted_object(cluster, s3, bucket):
     import fsspec
     data = os.urandom(2 * cluster.block_size + 99)
     s3.put_object(Bucket=bucket, Key="f", Body=data, ServerSideEncryption="AES256")
-    fs = fsspec.filesystem("epochfs", endpoint_url=cluster.endpoint, key=MAIN[0], secret=MAIN[1], skip_instance_cache=True)
+    fs = fsspec.filesystem("epochfs", endpoint_url=cluster.endpoint, key=MAIN[0], secret=MAIN[1],
+                           skip_instance_cache=True)
     with fs.open(f"{bucket}/f", "rb") as f:
         f.seek(5)
         assert f.read(cluster.block_size) == data[5:5 + cluster.block_size]
@@ -258,7 +259,8 @@ def test_aws_cli_sse(cluster, bucket, tmp_path):
     r = aws("cp", str(src), f"s3://{bucket}/c", "--sse-c", "AES256", "--sse-c-key", f"fileb://{key_file}")
     assert r.returncode == 0, r.stderr
     assert aws("cp", f"s3://{bucket}/c", str(tmp_path / "bad.out")).returncode != 0
-    r = aws("cp", f"s3://{bucket}/c", str(tmp_path / "c.out"), "--sse-c", "AES256", "--sse-c-key", f"fileb://{key_file}")
+    r = aws("cp", f"s3://{bucket}/c", str(tmp_path / "c.out"), "--sse-c", "AES256", "--sse-c-key",
+            f"fileb://{key_file}")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "c.out").read_bytes() == src.read_bytes()
 
@@ -313,8 +315,7 @@ def test_mount_reads_through_the_gateway_and_refuses_writes(cluster, s3, bucket,
                   SSEKMSKeyId="testkey-1")
     s3.put_object(Bucket=bucket, Key="cust", Body=b"c" * 100, **ssec(KEY_A))
     for extra in ((), ("--dataset",)):
-        src = f"{bucket}" if not extra else f"{bucket}"
-        m = Mount(cluster, src, tmp_path / f"mnt{len(extra)}", *extra, "--attr-timeout", "0.5",
+        m = Mount(cluster, bucket, tmp_path / f"mnt{len(extra)}", *extra, "--attr-timeout", "0.5",
                   "--cache-dir", str(tmp_path / f"cache{len(extra)}"), log=tmp_path / f"mount{len(extra)}.log")
         try:
             with open(m.path / "big", "rb") as f:
