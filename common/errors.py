@@ -236,6 +236,8 @@ class NoSuchObjectLockConfiguration(NotFound):
 
 class InvalidLoggingTarget(InvalidInput):
     """The target bucket for logging does not exist, is not owned by you, or is not allowed."""
+class EncryptedObject(PermissionDenied):
+    """The object is encrypted server-side: only a gateway reads or writes its blocks."""
 
 
 def by_name(name: str) -> type[DomainError]:

@@ -370,6 +370,12 @@ class LoggingTarget(Msg):
     prefix: str = field(default="", name="p")
     grants: list[tuple[str, str]] = field(default_factory=list, name="g")
     key_format: str = field(default="simple", name="kf")
+class BucketEncryption(Msg):
+    """A bucket's default encryption (PutBucketEncryption): `alg` "AES256" (SSE-S3) or "aws:kms" with `kms_key`
+    (None: the default KMS key); `bucket_key` is S3's BucketKeyEnabled, stored and echoed."""
+    alg: str
+    kms_key: str | None = field(default=None, name="kid")
+    bucket_key: bool = field(default=False, name="bk")
 
 
 class BucketRecord(Msg):
@@ -390,10 +396,9 @@ class BucketRecord(Msg):
     cors: list[CorsRule] | None = None
     policy: str | None = field(default=None, name="pol")  # the bucket policy, JSON as the owner put it
     public_access_block: PublicAccessBlock | None = field(default=None, name="pab")
-
-
     object_lock: ObjectLockConfig | None = field(default=None, name="olk")
     logging: LoggingTarget | None = field(default=None, name="lgt")
+    encryption: BucketEncryption | None = field(default=None, name="enc")
 
 
 class Buckets(Msg):
@@ -449,6 +454,8 @@ class BucketSettings(Request, tag="bucket_settings"):
     policy: str | Unset | None = None  # a bucket policy (JSON; the NameNode validates it: MalformedPolicy)
     public_access_block: PublicAccessBlock | None = None
     remove_public_access_block: bool = False  # (a union of two structs can't be decoded untagged: no Unset here)
+    encryption: BucketEncryption | None = None  # the default encryption of new objects
+    no_encryption: bool = False  # remove the default encryption (Unset() can't share a union with a Struct)
     Reply = BucketRecord
 
 
@@ -484,6 +491,20 @@ class BucketUsage(Request, tag="bucket_usage"):
     Reply = Usage
 
 
+class SseInfo(Msg):
+    """How an object (or a multipart upload) is encrypted (gateway/crypto.py): `alg` "AES256" (SSE-S3), "aws:kms"
+    (`kms_key`) or "SSE-C"; `dk` its data key wrapped by the master key, the KMS key or the customer's key. SSE-C
+    also keeps the customer key's MD5 (echoed in responses) and a salted HMAC of it (`salt`, `mac`) to check the key
+    of later requests; the key itself is never stored. Only gateways read or write these fields."""
+    alg: str
+    dk: str
+    kms_key: str | None = field(default=None, name="kid")
+    key_md5: str | None = field(default=None, name="kmd5")
+    salt: str | None = None
+    mac: str | None = None
+    bucket_key: bool = field(default=False, name="bk")
+
+
 class ObjectRecord(Msg):
     """An object (or one version of it) as the S3 side sees it; the NameNode stores it in the key's inode with the
     POSIX attributes besides (mode, uid, gid, links), which only the POSIX ops show."""
@@ -509,6 +530,7 @@ class ObjectRecord(Msg):
     lock_mode: str | None = field(default=None, name="lkm")  # object lock retention: GOVERNANCE or COMPLIANCE
     lock_until: int | None = field(default=None, name="lku")  # ... until this time (ms since the epoch)
     legal_hold: bool | None = field(default=None, name="lh")  # None: never set (GET shows no header)
+    sse: SseInfo | None = None  # server-side encryption: its blocks hold ciphertext
 
 
 class WrittenBlock(Msg, array_like=True):
@@ -703,6 +725,7 @@ class UploadAttrs(Msg):
     lock_mode: str | None = field(default=None, name="lkm")  # object lock, as ObjectRecord's
     lock_until: int | None = field(default=None, name="lku")
     legal_hold: bool | None = field(default=None, name="lh")
+    sse: SseInfo | None = None  # every part is encrypted with this upload's data key
 
 
 class UploadRecord(Msg):
@@ -914,6 +937,7 @@ class ReadStat(Msg):
     blk: list[BlockRef] = []
     acl: Any = None
     owner: str = ""  # the object's owner (full control of it, whatever its ACL)
+    sse: SseInfo | None = None
     error: str = ""
     msg: str = ""
 
@@ -1033,6 +1057,7 @@ class FileBlocks(Msg):
     acl: Any = None
     owner: str = ""  # the object's owner (full control of it, whatever its ACL)
     addrs: dict[str, str] = {}
+    sse: SseInfo | None = None  # an object encrypted through S3: only the gateway can read its blocks
 
 
 class AttrChanges(Msg):

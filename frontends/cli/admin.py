@@ -159,11 +159,12 @@ def show_buckets(c: AdminClient) -> Table:
     rows = [[b["name"], b["owner"][:16], _size(b["bytes"]), b["objects"], _size(b["block_size"]), b["replication"],
              b["write_policy"], "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"],
              "public" if b.get("policy_public") else "yes" if b.get("policy") else "-",
-             ",".join(k for k, v in (b.get("public_access_block") or {}).items() if v) or "-", _lock(b), _logging(b)]
+             ",".join(k for k, v in (b.get("public_access_block") or {}).items() if v) or "-", _lock(b), _logging(b),
+             _encryption(b)]
             for b in c.call("GET", "/buckets")]
     return _table("Buckets", ["name", "owner", "size", "objects", "block size", "replicas", "write policy",
                               "quota bytes", "quota objects", "policy", "public access block", "object lock",
-                              "logging"], rows)
+                              "logging", "encryption"], rows)
 
 
 def _bucket_policy(c: AdminClient, args) -> str:
@@ -216,6 +217,36 @@ def _bucket_set(c: AdminClient, args) -> str:
     return f"{b['name']}: object lock {_lock(b)}, logging {_logging(b)}"
 
 
+def _encryption(b: dict) -> str:
+    """A bucket's default encryption as the table shows it: "-", "AES256", "aws:kms (KEY)"."""
+    enc = b.get("encryption")
+    if not enc:
+        return "-"
+    return f"aws:kms ({enc.get('kms_key_id') or 'aws/s3'})" if enc["alg"] == "aws:kms" else enc["alg"]
+
+
+def _bucket_encryption(c: AdminClient, args) -> str:
+    """`buckets encryption NAME AES256|aws:kms|none [--kms-key ID]`: set or remove the default encryption."""
+    if not args.name or not args.value:
+        raise AdminError("buckets encryption needs a bucket and AES256, aws:kms or none")
+    if args.value not in ("AES256", "aws:kms", "none"):
+        raise AdminError(f"unknown encryption {args.value!r}: AES256, aws:kms or none")
+    if args.kms_key and args.value != "aws:kms":
+        raise AdminError("--kms-key goes with aws:kms")
+    enc = None if args.value == "none" else {"alg": args.value}
+    if args.kms_key:
+        enc["kms_key_id"] = args.kms_key
+    body = {"encryption": enc}
+    b = c.call("PATCH", f"/buckets/{args.name}", body)
+    return f"{b['name']}: default encryption {_encryption(b)}"
+
+
+def show_kms(c: AdminClient) -> Table:
+    r = c.call("GET", "/kms/keys")
+    note = "" if r["master_key"] else " (no master key on this gateway: only SSE-C works)"
+    return _table("KMS keys" + note, ["key id"], [[k] for k in r["keys"]])
+
+
 def show_keys(c: AdminClient) -> Table:
     rows = [[k["access_key"], k["name"], "yes" if k["admin"] else "", "disabled" if k["disabled"] else "active",
              k["source"], "(owner and ACL rules)" if k["buckets"] is None else
@@ -255,6 +286,8 @@ def run(args) -> int:
     try:
         if args.what == "buckets" and args.action == "policy":
             print(_bucket_policy(c, args))
+        elif args.what == "buckets" and args.action == "encryption":
+            out.print(_bucket_encryption(c, args))
         elif args.what == "keys" and args.action != "list":
             out.print(_key_action(c, args))
         elif args.what == "jobs" and args.action != "list":
@@ -267,6 +300,7 @@ def run(args) -> int:
             out.print(f"DataNode {args.node}: decommission {job['state']} (job {job['id']})")
         else:
             out.print({"status": show_cluster, "nodes": show_nodes, "buckets": show_buckets, "keys": show_keys,
+                       "kms": show_kms,
                        "jobs": show_jobs}[args.what](c))
     except (AdminError, httpx.HTTPError) as e:
         print(f"epochfs admin: {e}", file=sys.stderr)
@@ -297,18 +331,22 @@ def add_parser(sub) -> None:
     ap.add_argument("--access-key", help="admin access key (default: $AWS_ACCESS_KEY_ID)")
     ap.add_argument("--secret-key", help="admin secret key (default: $AWS_SECRET_ACCESS_KEY)")
     what = ap.add_subparsers(dest="what", required=True)
-    for name, help_ in (("status", "cluster summary, NameNodes (role, log position, lag) and etcd"), ("nodes", "DataNodes")):
+    for name, help_ in (("status", "cluster summary, NameNodes (role, log position, lag) and etcd"), ("nodes", "DataNodes"),
+                        ("kms", "the KMS key ids SSE-KMS may name (GW_SSE_KMS_KEYS)")):
         what.add_parser(name, help=help_)
-    buckets = what.add_parser("buckets", help="buckets, quotas, policies, object lock and logging; `policy` shows or "
-                                              "sets a bucket's policy, `set` changes object lock and logging")
-    buckets.add_argument("action", nargs="?", default="list", choices=("list", "policy", "set"))
-    buckets.add_argument("name", nargs="?", help="the bucket (policy, set)")
+    buckets = what.add_parser("buckets", help="buckets, quotas, policies, object lock, logging and default encryption; "
+                                              "`policy` shows or sets a bucket's policy, `set` changes object lock "
+                                              "and logging, `encryption` sets or removes the default encryption")
+    buckets.add_argument("action", nargs="?", default="list", choices=("list", "policy", "set", "encryption"))
+    buckets.add_argument("name", nargs="?", help="the bucket (policy, set, encryption)")
+    buckets.add_argument("value", nargs="?", metavar="AES256|aws:kms|none", help="the default encryption (encryption)")
     buckets.add_argument("--set", metavar="FILE", help="set the policy from a JSON file (- reads stdin)")
     buckets.add_argument("--delete", action="store_true", help="remove the policy")
     buckets.add_argument("--object-lock", metavar="on|MODE:<N>d|MODE:<N>y",
                          help="turn object lock on (the bucket needs versioning Enabled), with a default retention "
                               "(GOVERNANCE or COMPLIANCE, N days or years)")
     buckets.add_argument("--logging", metavar="TARGET[/PREFIX]|off", help="server access logs into bucket TARGET")
+    buckets.add_argument("--kms-key", help="the KMS key id of aws:kms (default: aws/s3)")
     jobs = what.add_parser("jobs", help="list scrub / rebalance / decommission / gc jobs, or start one")
     jobs.add_argument("action", nargs="?", default="list", choices=("list", "scrub", "rebalance", "gc"))
     jobs.add_argument("--node", type=int, help="scrub only this DataNode")

@@ -7,14 +7,16 @@ import json
 from fastapi import APIRouter, HTTPException, Request
 
 from epochfs.common import errors, policy
-from epochfs.common.messages import BucketRecord, BucketUsed, LockRule, LoggingTarget, ObjectLockConfig, Unset
+from epochfs.common.messages import (BucketEncryption, BucketRecord, BucketUsed, LockRule, LoggingTarget,
+                                     ObjectLockConfig, Unset)
 
 from ..s3.bucket import validate_bucket_name
 from ..s3.errors import S3Error
+from ..s3.sse import DEFAULT_KMS_KEY
 from .auth import AdminDep
 from .common import BAD_BODY, CtxDep
 from ..s3.bucket_logging import check_target
-from .models import Bucket, BucketCreate, BucketPatch, Logging, ObjectLock
+from .models import Bucket, BucketCreate, BucketPatch, Logging, ObjectLock, SseKms, SseS3
 from .models import LockDays, LockYears
 
 router = APIRouter(tags=["buckets"])
@@ -38,7 +40,9 @@ def bucket_view(b: BucketRecord, usage: BucketUsed) -> Bucket:
                                                                       "block_public_policy", "restrict_public_buckets")},
                   object_lock=None if b.object_lock is None else ObjectLock(rule=_rule(b.object_lock.rule)),
                   logging=None if b.logging is None else Logging(target_bucket=b.logging.bucket,
-                                                                 target_prefix=b.logging.prefix))
+                                                                 target_prefix=b.logging.prefix),
+                  encryption=None if b.encryption is None else SseS3(alg="AES256") if b.encryption.alg == "AES256"
+                  else SseKms(alg="aws:kms", kms_key_id=b.encryption.kms_key))
 
 
 @router.get("/buckets", response_model=list[Bucket])
@@ -84,10 +88,11 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
                                               "bucket is missing, another owner's, or has a default retention"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
-    theirs), write policy or quotas. A quota set to null is removed. (The bucket policy: PUT or DELETE
-    /admin/v1/buckets/{name}/policy.)"""
+    theirs), write policy, quotas or default encryption. A quota or encryption set to null is removed. (The bucket
+    policy: PUT or DELETE /admin/v1/buckets/{name}/policy.)"""
     given = patch.model_dump(exclude_unset=True)
     lock, logging = given.pop("object_lock", None), given.pop("logging", False)
+    enc = given.pop("encryption", ...)
     changes = {k: Unset() if v is None else v for k, v in given.items() if v is not None or k in _CLEARABLE}
     if logging:  # checked as PutBucketLogging checks it, before anything changes
         try:
@@ -95,6 +100,15 @@ async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) 
                                LoggingTarget(bucket=logging["target_bucket"], prefix=logging.get("target_prefix", "")))
         except errors.InvalidLoggingTarget as e:  # the target bucket's state, not the request's form
             raise HTTPException(409, e.message) from None
+    if enc is None:
+        changes["no_encryption"] = True
+    elif enc is not ...:
+        kid = enc.get("kms_key_id")
+        try:
+            ctx.sse_keys.kek(enc["alg"], (kid or DEFAULT_KMS_KEY) if enc["alg"] == "aws:kms" else None)  # usable
+        except S3Error as e:
+            raise HTTPException(404 if e.code == "KMS.NotFoundException" else 400, e.message) from None
+        changes["encryption"] = BucketEncryption(alg=enc["alg"], kms_key=kid)
     await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
     if lock is not None:
         rule = lock.get("rule")
@@ -132,3 +146,11 @@ async def delete_policy(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
     await ctx.cluster.namenode.bucket_settings(name, policy=Unset())
     ctx.forget_bucket(name)
     return await _one(ctx, name)
+
+
+@router.get("/kms/keys", tags=["encryption"])
+async def kms_keys(_: AdminDep, ctx: CtxDep) -> dict:
+    """The KMS key ids SSE-KMS requests and default encryption may name (GW_SSE_KMS_KEYS and aws/s3), and whether
+    this gateway has a master key (without one only SSE-C works). Keys are configured, not created here: their
+    material is derived from the master key, so every gateway with the same settings resolves the same ids."""
+    return {"keys": sorted(ctx.sse_keys.kms_ids), "master_key": ctx.sse_keys.master is not None}

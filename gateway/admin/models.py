@@ -118,6 +118,18 @@ class Logging(In):
     target_prefix: str = Field("", max_length=512)
 
 
+class SseS3(In):
+    """SSE-S3: objects encrypted under the cluster master key."""
+    alg: Literal["AES256"]
+
+
+class SseKms(In):
+    """SSE-KMS: objects encrypted under a KMS key (GW_SSE_KMS_KEYS)."""
+    alg: Literal["aws:kms"]
+    kms_key_id: str | None = Field(None, min_length=1, max_length=2048, pattern=r"^[\x21-\x7e]+$",
+                                   description="default: aws/s3")
+
+
 class Bucket(Msg):
     name: str
     owner: str
@@ -136,6 +148,7 @@ class Bucket(Msg):
         None, description="block_public_acls, ignore_public_acls, block_public_policy, restrict_public_buckets")
     object_lock: ObjectLock | None = None
     logging: Logging | None = None
+    encryption: SseS3 | SseKms | None = Field(None, description="default encryption of new objects (null: none)")
 
 
 class BucketCreate(In):
@@ -160,6 +173,9 @@ class BucketPatch(In):
     object_lock: ObjectLock | None = Field(None, description="turn object lock on (needs versioning Enabled) or "
                                                              "change its default retention")
     logging: Logging | None = Field(None, description="server access logging; null turns it off")
+    encryption: Annotated[SseS3 | SseKms, Field(discriminator="alg")] | None = Field(
+        None, description="default encryption of new objects (as PutBucketEncryption); null removes it; an unknown "
+                          "KMS key: 404")
 
 
 class KeyCreate(In):

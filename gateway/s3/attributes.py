@@ -4,7 +4,7 @@ from __future__ import annotations
 from epochfs.common import errors
 from epochfs.common.messages import ObjectRecord
 
-from . import args, xml
+from . import args, sse, xml
 from .access import bucket_access, check_object_read
 from .errors import invalid_request
 from .objects import check_key, part_checksum
@@ -62,6 +62,7 @@ async def get_object_attributes(ctx, req):
         check_object_read(ctx, req, info, None)
         raise
     check_object_read(ctx, req, info, obj)
+    sse.data_key(ctx, req.headers, obj.sse)  # an SSE-C object's attributes need its key, as its data
     out = []
     if "ETag" in wanted:
         etag = obj.etag.strip('"')

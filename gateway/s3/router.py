@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 from epochfs.common import errors
 
 from . import (attributes, batch, bucket, bucket_logging, cors, ext, ingest, listing, multipart, objectlock, objects,
-               posix, post)
+               posix, post, sse)
 from ..keys import access_key_of
 from ..metrics import operation
 from .access import ANONYMOUS
@@ -93,7 +93,7 @@ def route(req: S3Request):
                 if sub in q:
                     return h
             for sub in ("lifecycle", "tagging", "website", "logging", "notification",
-                        "replication", "encryption", "object-lock",
+                        "replication", "object-lock",
                         "requestPayment", "accelerate", "analytics", "metrics", "inventory",
                         "intelligent-tiering"):
                 if sub in q:
@@ -158,6 +158,7 @@ _BUCKET_SUBRESOURCES = {
     "policyStatus": {"GET": bucket.get_policy_status},
     "publicAccessBlock": {"GET": bucket.get_public_access_block, "PUT": bucket.put_public_access_block,
                           "DELETE": bucket.delete_public_access_block},
+    "encryption": {"GET": sse.get_encryption, "PUT": sse.put_encryption, "DELETE": sse.delete_encryption},
 }
 
 # the action a bucket policy names for each handler; (plain, with ?versionId) where a version makes a difference
@@ -192,6 +193,8 @@ _ACTIONS = {
     objectlock.get_retention: "s3:GetObjectRetention", objectlock.put_retention: "s3:PutObjectRetention",
     objectlock.get_legal_hold: "s3:GetObjectLegalHold", objectlock.put_legal_hold: "s3:PutObjectLegalHold",
     bucket_logging.get_logging: "s3:GetBucketLogging", bucket_logging.put_logging: "s3:PutBucketLogging",
+    sse.get_encryption: "s3:GetEncryptionConfiguration", sse.put_encryption: "s3:PutEncryptionConfiguration",
+    sse.delete_encryption: "s3:PutEncryptionConfiguration",
 }
 
 

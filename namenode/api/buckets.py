@@ -10,6 +10,7 @@ from .services import Services, fields, record
 MAX_REPLICATION = defaults.MAX_REPLICATION
 OWNERSHIP = ("BucketOwnerEnforced", "BucketOwnerPreferred", "ObjectWriter")
 VERSIONING = ("Enabled", "Suspended")
+ENCRYPTION = ("AES256", "aws:kms")  # a bucket's default server-side encryption
 CANNED_ACLS = ("private", "public-read", "public-read-write", "authenticated-read")
 ACL_PERMISSIONS = ("READ", "WRITE", "READ_ACP", "WRITE_ACP", "FULL_CONTROL")
 
@@ -83,6 +84,15 @@ def changes(req: m.BucketSettings, current: m.BucketRecord | None = None) -> dic
             out["pol"] = req.policy
     if req.acl is not None and pab is not None and pab.block_public_acls and _public_acl(req.acl):
         raise errors.PermissionDenied("the bucket's public access block forbids a public ACL")
+    if req.encryption is not None and req.no_encryption:
+        raise errors.InvalidInput("set or remove the default encryption, not both")
+    if req.encryption is not None:
+        _one_of(req.encryption.alg, ENCRYPTION, "default encryption")
+        if req.encryption.alg != "aws:kms" and req.encryption.kms_key is not None:
+            raise errors.InvalidInput("a KMS key id goes only with aws:kms encryption")
+        out["enc"] = fields(req.encryption)
+    elif req.no_encryption:
+        out["enc"] = None
     return out
 
 
