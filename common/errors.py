@@ -204,6 +204,15 @@ class NoRoomForAttributes(InvalidInput):
     """The inode has no room for more extended attributes."""
 
 
+class InvalidTag(InvalidInput):
+    """A tag set breaks S3's rules: too many tags, a key or value too long, a repeated key, a character not
+    allowed, a reserved "aws:" key."""
+
+
+class InvalidConfiguration(InvalidInput):
+    """A configuration whose parts contradict each other (a lifecycle rule's actions and its filter)."""
+
+
 def by_name(name: str) -> type[DomainError]:
     cls = globals().get(name)
     if isinstance(cls, type) and issubclass(cls, DomainError):

@@ -317,6 +317,32 @@ class CorsRule(Msg):
     max_age: int | None = None
 
 
+class LifecycleFilter(Msg):
+    """Which objects a lifecycle rule applies to: all of the conditions given (S3's Filter; `and_` keeps whether
+    they came in an <And> element, so GetBucketLifecycleConfiguration gives back what was put)."""
+    prefix: str | None = field(default=None, name="p")
+    tags: dict[str, str] = field(default_factory=dict, name="tg")
+    size_gt: int | None = field(default=None, name="gt")  # ObjectSizeGreaterThan, bytes
+    size_lt: int | None = field(default=None, name="lt")  # ObjectSizeLessThan
+    and_: bool = field(default=False, name="and")
+
+
+class LifecycleRule(Msg):
+    """One rule of a bucket's lifecycle configuration (S3's LifecycleRule). `filter` None: the rule's legacy
+    top-level <Prefix> (`prefix`). Days count from an object's creation (a noncurrent version's: from when it became
+    noncurrent); `expiration_date` is midnight UTC in ns since the epoch."""
+    id: str
+    enabled: bool = field(default=True, name="on")
+    prefix: str | None = field(default=None, name="p")
+    filter: LifecycleFilter | None = field(default=None, name="f")
+    expiration_days: int | None = field(default=None, name="ed")
+    expiration_date: int | None = field(default=None, name="edt")
+    expired_object_delete_marker: bool | None = field(default=None, name="edm")
+    noncurrent_days: int | None = field(default=None, name="nd")
+    newer_noncurrent: int | None = field(default=None, name="nn")
+    abort_upload_days: int | None = field(default=None, name="ad")
+
+
 class BucketRecord(Msg):
     """A bucket's settings, as the NameNode stores them (in the bucket directory's inode, "bkt")."""
     name: str = ""
@@ -333,6 +359,8 @@ class BucketRecord(Msg):
     quota_objects: int | None = field(default=None, name="qo")
     versioning: str | None = field(default=None, name="ver")  # None (never enabled), "Enabled", "Suspended"
     cors: list[CorsRule] | None = None
+    tags: dict[str, str] | None = field(default=None, name="tg")  # bucket tagging (None: no tag set)
+    lifecycle: list[LifecycleRule] | None = field(default=None, name="lc")
 
 
 class Buckets(Msg):
@@ -419,6 +447,7 @@ class ObjectRecord(Msg):
     version_id: str | None = field(default=None, name="vid")
     delete_marker: bool = field(default=False, name="dm")
     upload_id: str | None = field(default=None, name="mpu")  # the multipart upload it was completed from
+    tags: dict[str, str] = field(default_factory=dict, name="tg")  # object tagging, of this version
 
 
 class WrittenBlock(Msg, array_like=True):
@@ -491,6 +520,34 @@ class ObjectSettings(Request, tag="object_settings"):
     key: str
     acl: str | list[tuple[str, str]] | None = None
     Reply = Done
+
+
+class TagsSet(Msg):
+    """What a tagging change touched: the version of the object (a versioned bucket's, else None)."""
+    version_id: str | None = field(default=None, name="vid")
+
+
+class ObjectTags(Request, tag="object_tags"):
+    """Replace the tag set of a key's current version, or of version `version_id` (empty: delete the tags)."""
+    bucket: str
+    key: str
+    tags: dict[str, str] = {}
+    version_id: str | None = None
+    Reply = TagsSet
+
+
+class BucketTags(Request, tag="bucket_tags"):
+    """Replace a bucket's tag set (None: delete it)."""
+    bucket: str
+    tags: dict[str, str] | None
+    Reply = BucketRecord
+
+
+class BucketLifecycle(Request, tag="bucket_lifecycle"):
+    """Replace a bucket's lifecycle configuration (`Unset()`: delete it)."""
+    bucket: str
+    rules: list[LifecycleRule] | Unset
+    Reply = BucketRecord
 
 
 class ListEntry(Msg, array_like=True, tag="k"):
@@ -568,6 +625,7 @@ class UploadAttrs(Msg):
     storage_class: str | None = field(default=None, name="sc")
     checksum_algorithm: str | None = field(default=None, name="csa")
     checksum_type: str | None = field(default=None, name="cst")  # COMPOSITE or FULL_OBJECT
+    tags: dict[str, str] = field(default_factory=dict, name="tg")
 
 
 class UploadRecord(Msg):

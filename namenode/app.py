@@ -15,6 +15,7 @@ from .api import make_handlers
 from .commands import CommandLog
 from .config import NameNodeSettings
 from .jobs import OperatorJobs
+from .lifecycle import LifecycleWorker
 from .membership import Membership
 from .metastore import MetaStore
 from .repair import RepairWorker
@@ -46,15 +47,18 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         ops = OperatorJobs(meta, members, repair, interval_s=settings.repair_interval_s,
                            tolerance=settings.rebalance_tolerance, scan_batch=settings.repair_scan_batch,
                            reserve_bytes=settings.block_size)
+        lc = LifecycleWorker(meta, day_s=settings.lifecycle_day_s, interval_s=settings.lifecycle_interval_s,
+                             actions_per_s=settings.lifecycle_actions_per_s)
         app.state.meta, app.state.members, app.state.repair = meta, members, repair
         metrics.register(meta, members, repair)
-        rpc = RpcServer(make_handlers(meta, members, settings, repair, ops), settings.cluster_secret,
+        rpc = RpcServer(make_handlers(meta, members, settings, repair, ops, lc), settings.cluster_secret,
                         max_payload=settings.rpc_max_payload)
         await rpc.start(settings.host, settings.rpc_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(PendingExpiry(meta, settings.gc_interval_s).run_forever)
             tg.start_soon(repair.run_forever)
             tg.start_soon(ops.run_forever)
+            tg.start_soon(lc.run_forever)
             yield
             tg.cancel_scope.cancel()
         await rpc.stop()

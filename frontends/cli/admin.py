@@ -113,10 +113,65 @@ def show_nodes(c: AdminClient) -> Table:
 
 def show_buckets(c: AdminClient) -> Table:
     rows = [[b["name"], b["owner"][:16], _size(b["bytes"]), b["objects"], _size(b["block_size"]), b["replication"],
-             b["write_policy"], "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"]]
+             b["write_policy"], "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"],
+             len(b.get("tags") or {}), len(b.get("lifecycle") or [])]
             for b in c.call("GET", "/buckets")]
     return _table("Buckets", ["name", "owner", "size", "objects", "block size", "replicas", "write policy",
-                              "quota bytes", "quota objects"], rows)
+                              "quota bytes", "quota objects", "tags", "lifecycle rules"], rows)
+
+
+def _rule_text(r: dict) -> str:
+    what = [f"prefix {r['prefix']!r}"] if r.get("prefix") else []
+    what += [f"tag {k}={v}" for k, v in (r.get("tags") or {}).items()]
+    what += [f"size > {r['size_gt']}"] if r.get("size_gt") is not None else []
+    what += [f"size < {r['size_lt']}"] if r.get("size_lt") is not None else []
+    acts = [f"{label} {r[k]}" for k, label in (
+        ("expiration_days", "expire after days:"), ("expiration_date", "expire on"),
+        ("noncurrent_days", "noncurrent versions after days:"), ("newer_noncurrent", "keeping newest:"),
+        ("abort_upload_days", "abort uploads after days:")) if r.get(k) is not None]
+    if r.get("expired_object_delete_marker"):
+        acts.append("remove lone delete markers")
+    return f"{', '.join(what) or 'every object'}: {'; '.join(acts)}"
+
+
+def show_bucket(c: AdminClient, name: str) -> Table:
+    b = c.call("GET", f"/buckets/{name}")
+    rows = [["tags", ", ".join(f"{k}={v}" for k, v in (b.get("tags") or {}).items()) or "none"]]
+    for r in b.get("lifecycle") or []:
+        rows.append([f"rule {r['id']}" + ("" if r["enabled"] else " (disabled)"), _rule_text(r)])
+    if not b.get("lifecycle"):
+        rows.append(["lifecycle", "none"])
+    return _table(f"Bucket {name}", ["", ""], rows)
+
+
+def _bucket_action(c: AdminClient, args):
+    if not args.name:
+        raise AdminError(f"buckets {args.action} needs the bucket name")
+    if args.action == "show":
+        return show_bucket(c, args.name)
+    patch: dict = {}
+    if args.clear_tags:
+        patch["tags"] = None
+    elif args.tag:
+        tags = {}
+        for spec in args.tag:
+            k, sep, v = spec.partition("=")
+            if not sep or not k:
+                raise AdminError(f"bad --tag {spec!r}: want KEY=VALUE")
+            tags[k] = v
+        patch["tags"] = tags
+    if args.clear_lifecycle:
+        patch["lifecycle"] = None
+    elif args.lifecycle:
+        try:
+            with open(args.lifecycle, "rb") as f:
+                patch["lifecycle"] = json.load(f)
+        except (OSError, ValueError) as e:
+            raise AdminError(f"can't read lifecycle rules from {args.lifecycle}: {e}") from None
+    if not patch:
+        raise AdminError("buckets set: nothing to set (--tag, --clear-tags, --lifecycle FILE, --clear-lifecycle)")
+    c.call("PATCH", f"/buckets/{args.name}", patch)
+    return show_bucket(c, args.name)
 
 
 def show_keys(c: AdminClient) -> Table:
@@ -158,6 +213,8 @@ def run(args) -> int:
     try:
         if args.what == "keys" and args.action != "list":
             out.print(_key_action(c, args))
+        elif args.what == "buckets" and args.action != "list":
+            out.print(_bucket_action(c, args))
         elif args.what == "jobs" and args.action != "list":
             job = c.call("POST", "/jobs", {"kind": args.action, **({} if args.node is None else {"node": args.node})})
             out.print(f"{job['kind']} job {job['id']}: {job['state']}")
@@ -196,8 +253,17 @@ def add_parser(sub) -> None:
     ap.add_argument("--access-key", help="admin access key (default: $AWS_ACCESS_KEY_ID)")
     ap.add_argument("--secret-key", help="admin secret key (default: $AWS_SECRET_ACCESS_KEY)")
     what = ap.add_subparsers(dest="what", required=True)
-    for name, help_ in (("status", "cluster summary"), ("nodes", "DataNodes"), ("buckets", "buckets and quotas")):
+    for name, help_ in (("status", "cluster summary"), ("nodes", "DataNodes")):
         what.add_parser(name, help=help_)
+    bk = what.add_parser("buckets", help="buckets and quotas; show or set a bucket's tags and lifecycle rules")
+    bk.add_argument("action", nargs="?", default="list", choices=("list", "show", "set"))
+    bk.add_argument("name", nargs="?", help="the bucket (show, set)")
+    bk.add_argument("--tag", action="append", metavar="KEY=VALUE", help="set: the bucket's tags (repeatable; "
+                    "replaces its tag set)")
+    bk.add_argument("--clear-tags", action="store_true", help="set: delete the bucket's tag set")
+    bk.add_argument("--lifecycle", metavar="FILE", help="set: the lifecycle rules, a JSON list as the admin API "
+                    "takes them ([{\"id\": \"tmp\", \"prefix\": \"tmp/\", \"expiration_days\": 7}])")
+    bk.add_argument("--clear-lifecycle", action="store_true", help="set: delete the lifecycle rules")
     jobs = what.add_parser("jobs", help="list scrub / rebalance / decommission / gc jobs, or start one")
     jobs.add_argument("action", nargs="?", default="list", choices=("list", "scrub", "rebalance", "gc"))
     jobs.add_argument("--node", type=int, help="scrub only this DataNode")

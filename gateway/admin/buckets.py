@@ -4,23 +4,56 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
 
-from epochfs.common import errors
-from epochfs.common.messages import BucketRecord, Unset
+import datetime as dt
+
+from epochfs.common import errors, lifecycle, tagging
+from epochfs.common.messages import BucketRecord, LifecycleFilter, Unset
+from epochfs.common.messages import LifecycleRule as Rule
 
 from ..s3.bucket import validate_bucket_name
 from ..s3.errors import S3Error
 from .auth import AdminDep
 from .common import BAD_BODY, CtxDep
-from .models import Bucket, BucketCreate, BucketPatch
+from .models import Bucket, BucketCreate, BucketPatch, LifecycleRule
 
 router = APIRouter(tags=["buckets"])
 _CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
+_DAY_NS = 86_400 * 10 ** 9
+
+
+def rule_view(r: Rule) -> LifecycleRule:
+    f = r.filter or LifecycleFilter(prefix=r.prefix)
+    date = dt.datetime.fromtimestamp(r.expiration_date / 1e9, dt.timezone.utc).date().isoformat() \
+        if r.expiration_date is not None else None
+    return LifecycleRule(id=r.id, enabled=r.enabled, prefix=f.prefix or "", tags=f.tags, size_gt=f.size_gt,
+                         size_lt=f.size_lt, expiration_days=r.expiration_days, expiration_date=date,
+                         expired_object_delete_marker=r.expired_object_delete_marker,
+                         noncurrent_days=r.noncurrent_days, newer_noncurrent=r.newer_noncurrent,
+                         abort_upload_days=r.abort_upload_days)
+
+
+def rule_of(m: LifecycleRule) -> Rule:
+    conditions = int(bool(m.prefix)) + len(m.tags) + (m.size_gt is not None) + (m.size_lt is not None)
+    date = None
+    if m.expiration_date is not None:
+        try:
+            date = int(dt.datetime.fromisoformat(m.expiration_date).replace(tzinfo=dt.timezone.utc).timestamp())
+        except ValueError:
+            raise errors.InvalidInput(f"bad expiration_date {m.expiration_date!r}") from None
+        date *= 10 ** 9
+    return Rule(id=m.id, enabled=m.enabled,
+                filter=LifecycleFilter(prefix=m.prefix if m.prefix or conditions == 0 else None, tags=m.tags,
+                                       size_gt=m.size_gt, size_lt=m.size_lt, and_=conditions > 1),
+                expiration_days=m.expiration_days, expiration_date=date,
+                expired_object_delete_marker=m.expired_object_delete_marker, noncurrent_days=m.noncurrent_days,
+                newer_noncurrent=m.newer_noncurrent, abort_upload_days=m.abort_upload_days)
 
 
 def bucket_view(b: BucketRecord, usage: tuple[int, int]) -> Bucket:
     return Bucket(name=b.name, owner=b.owner, created=b.created, bytes=usage[0], objects=usage[1],
                   replication=b.replication, block_size=b.block_size, write_policy=b.write_policy or "async",
-                  quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning)
+                  quota_bytes=b.quota_bytes, quota_objects=b.quota_objects, versioning=b.versioning,
+                  tags=b.tags, lifecycle=[rule_view(r) for r in b.lifecycle] if b.lifecycle else None)
 
 
 @router.get("/buckets", response_model=list[Bucket])
@@ -65,9 +98,18 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
     theirs), write policy or quotas. A quota set to null is removed."""
-    changes = {k: Unset() if v is None else v for k, v in patch.model_dump(exclude_unset=True).items()
-               if v is not None or k in _CLEARABLE}
+    given = patch.model_dump(exclude_unset=True)
+    tags, rules = given.pop("tags", ...), given.pop("lifecycle", ...)
+    # every part is checked before any is applied: a bad tag set or rule changes nothing
+    if tags is not ... and tags is not None:
+        tags = tagging.check(tags, tagging.MAX_BUCKET_TAGS)
+    if rules is not ... and rules is not None:
+        rules = lifecycle.check([rule_of(r) for r in patch.lifecycle])
+    changes = {k: Unset() if v is None else v for k, v in given.items() if v is not None or k in _CLEARABLE}
     await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
-    if changes:
-        ctx.forget_bucket(name)
+    if tags is not ...:
+        await ctx.cluster.namenode.bucket_tags(name, tags)
+    if rules is not ...:
+        await ctx.cluster.namenode.bucket_lifecycle(name, Unset() if rules is None else rules)
+    ctx.forget_bucket(name)
     return await _one(ctx, name)

@@ -92,6 +92,24 @@ class Node(Msg):
                                                     "of space (retried with backoff)")
 
 
+class LifecycleRule(Msg):
+    """A lifecycle rule (S3's LifecycleRule, flattened): the objects it takes (prefix, all of `tags`, sizes in
+    bytes) and its actions, in days (NN_LIFECYCLE_DAY_S seconds each) or at a date (midnight UTC)."""
+    id: str = Field(min_length=1, max_length=255)
+    enabled: bool = True
+    prefix: str = Field("", max_length=1024)
+    tags: dict[str, str] = Field(default_factory=dict, description="all of these tags (1-10)")
+    size_gt: Int(0, MAX_QUOTA) | None = Field(None, description="objects larger than this, bytes")
+    size_lt: Int(0, MAX_QUOTA) | None = Field(None, description="objects smaller than this, bytes")
+    expiration_days: Int(1, 2 ** 31 - 1) | None = Field(None, description="expire current versions this old")
+    expiration_date: str | None = Field(None, pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$",
+                                        description="expire current versions from this day on (YYYY-MM-DD)")
+    expired_object_delete_marker: bool | None = Field(None, description="remove delete markers left alone")
+    noncurrent_days: Int(1, 2 ** 31 - 1) | None = Field(None, description="remove noncurrent versions this old")
+    newer_noncurrent: Int(1, 100) | None = Field(None, description="but keep this many newest noncurrent ones")
+    abort_upload_days: Int(1, 2 ** 31 - 1) | None = Field(None, description="abort uploads started this long ago")
+
+
 class Bucket(Msg):
     name: str
     owner: str
@@ -104,6 +122,8 @@ class Bucket(Msg):
     quota_bytes: int | None
     quota_objects: int | None
     versioning: str | None
+    tags: dict[str, str] | None = Field(None, description="the bucket's tag set (S3 bucket tagging)")
+    lifecycle: list[LifecycleRule] | None = Field(None, description="the bucket's lifecycle rules")
 
 
 class BucketCreate(In):
@@ -124,6 +144,9 @@ class BucketPatch(In):
     write_policy: WritePolicy | None = None
     quota_bytes: Int(0, MAX_QUOTA) | None = None
     quota_objects: Int(0, MAX_QUOTA) | None = None
+    tags: dict[str, str] | None = Field(None, description="replace the tag set (at most 50 tags); null deletes it")
+    lifecycle: list[LifecycleRule] | None = Field(None, max_length=1000,
+                                                  description="replace the lifecycle rules; null deletes them")
 
 
 class KeyCreate(In):

@@ -58,6 +58,8 @@ S3_ERRORS: dict[type[errors.DomainError], tuple[str, int]] = {
     errors.ChecksumMismatch: ("BadDigest", 400),
     errors.ChecksumModeMismatch: ("InvalidRequest", 400),
     errors.EntityTooLarge: ("EntityTooLarge", 400),
+    errors.InvalidTag: ("InvalidTag", 400),
+    errors.InvalidConfiguration: ("InvalidRequest", 400),
 }
 # details of a domain error that S3 shows as fields of the error document, in the order they were given
 S3_FIELDS: dict[str, str] = {

@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from epochfs.common import errors
 
-from . import attributes, batch, bucket, cors, ext, listing, multipart, objects, posix, post
+from . import attributes, batch, bucket, cors, ext, lifecycle, listing, multipart, objects, posix, post, tagging
 from ..keys import access_key_of
 from .access import ANONYMOUS
 from .body import ClientDisconnected
@@ -70,6 +70,14 @@ def route(req: S3Request):
         if "cors" in q:
             h = {"GET": cors.get_cors, "PUT": cors.put_cors, "DELETE": cors.delete_cors}.get(m)
             return h if h is not None else _not_allowed()
+        if "tagging" in q:
+            h = {"GET": tagging.get_bucket_tagging, "PUT": tagging.put_bucket_tagging,
+                 "DELETE": tagging.delete_bucket_tagging}.get(m)
+            return h if h is not None else _not_allowed()
+        if "lifecycle" in q:
+            h = {"GET": lifecycle.get_lifecycle, "PUT": lifecycle.put_lifecycle,
+                 "DELETE": lifecycle.delete_lifecycle}.get(m)
+            return h if h is not None else _not_allowed()
         if "ownershipControls" in q:
             h = {"GET": bucket.get_ownership, "PUT": bucket.put_ownership, "DELETE": bucket.delete_ownership}.get(m)
             return h if h is not None else _not_allowed()
@@ -77,7 +85,7 @@ def route(req: S3Request):
             for sub, h in _BUCKET_GET.items():
                 if sub in q:
                     return h
-            for sub in ("policy", "lifecycle", "tagging", "website", "logging", "notification",
+            for sub in ("policy", "website", "logging", "notification",
                         "replication", "encryption", "object-lock", "publicAccessBlock",
                         "requestPayment", "accelerate", "analytics", "metrics", "inventory",
                         "intelligent-tiering"):
@@ -110,7 +118,9 @@ def route(req: S3Request):
             return objects.get_acl
         if "attributes" in q:
             return attributes.get_object_attributes
-        if "tagging" in q or "retention" in q or "legal-hold" in q or "torrent" in q:
+        if "tagging" in q:
+            return tagging.get_object_tagging
+        if "retention" in q or "legal-hold" in q or "torrent" in q:
             raise not_implemented("this object sub-resource")
         return objects.get_object
     if m == "HEAD":
@@ -120,12 +130,16 @@ def route(req: S3Request):
             return multipart.upload_part_copy if "x-amz-copy-source" in req.headers else multipart.upload_part
         if "acl" in q:
             return objects.put_acl
-        if "tagging" in q or "retention" in q or "legal-hold" in q:
+        if "tagging" in q:
+            return tagging.put_object_tagging
+        if "retention" in q or "legal-hold" in q:
             raise not_implemented("this object sub-resource")
         return objects.copy_object if "x-amz-copy-source" in req.headers else objects.put_object
     if m == "DELETE":
         if "uploadId" in q:
             return multipart.abort
+        if "tagging" in q:
+            return tagging.delete_object_tagging
         return objects.delete_object
     if m == "POST":
         if "uploads" in q:

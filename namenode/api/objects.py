@@ -1,7 +1,7 @@
 """Objects: commit, stat, delete, settings, and the listings of keys and versions."""
 from __future__ import annotations
 
-from epochfs.common import messages as m
+from epochfs.common import messages as m, tagging
 from epochfs.common.blocks import block_nodes, covering
 
 from .buckets import check_acl
@@ -15,6 +15,7 @@ def handlers(s: Services) -> dict:
     meta, members, repair = s.meta, s.members, s.repair
 
     async def put_object(req: m.PutObject, _) -> m.Committed:
+        tagging.check(req.obj.tags, tagging.MAX_OBJECT_TAGS)
         obj = {k: v for k, v in fields(req.obj).items() if k not in _SET_BY_COMMIT}
         obj["blk"] = s.admit(req.bucket, list(req.blocks))
         res = meta.put_object(req.bucket, req.key, obj, if_match=req.if_match, if_none_match=req.if_none_match)
@@ -43,6 +44,10 @@ def handlers(s: Services) -> dict:
             meta.stat(req.bucket, req.key)  # NoSuchKey all the same
         return m.Done()
 
+    async def object_tags(req: m.ObjectTags, _) -> m.TagsSet:
+        return record(meta.set_object_tags(req.bucket, req.key, tagging.check(req.tags, tagging.MAX_OBJECT_TAGS),
+                                           req.version_id), m.TagsSet)
+
     # A page's entries come from the MetaStore already in their wire form (ListEntry's array ["k", key, ...]), and
     # are sent as they are: converting 1,000 of them into Structs only to encode them again cost 1.5 ms of NameNode
     # CPU per page (+50% of a LIST's NameNode CPU); the caller decodes them into the typed entries.
@@ -56,7 +61,7 @@ def handlers(s: Services) -> dict:
         return m.VersionListing(items=page["items"], truncated=page["truncated"])
 
     return {m.PutObject: put_object, m.Stat: stat, m.DeleteObject: delete_object,
-            m.ObjectSettings: object_settings, m.ListObjects: list_objects, m.ListVersions: list_versions}
+            m.ObjectSettings: object_settings, m.ObjectTags: object_tags, m.ListObjects: list_objects, m.ListVersions: list_versions}
 
 
 def only_range(rec: dict, rng) -> dict:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import msgspec
+
 from epochfs.common import errors
 from epochfs.common.blocks import block_id
 from epochfs.common.kv import prefix_end
@@ -84,6 +86,28 @@ class Namespace(StoreBase):
         rec["bkt"] = {**rec.get("bkt", {}), **c.fields}
         b.put(keys.inode(ino), self._enc(rec))
         return {"name": c.bucket, **rec["bkt"]}
+
+    def set_bucket_tags(self, bucket: str, tags: dict[str, str] | None) -> dict:
+        return self.execute(cmds.SetBucketTags(bucket=bucket, tags=tags))
+
+    def _apply_set_bucket_tags(self, b, c: cmds.SetBucketTags) -> dict:
+        return self._set_bucket_field(b, c.bucket, "tg", c.tags)
+
+    def set_bucket_lifecycle(self, bucket: str, rules: list | None) -> dict:
+        return self.execute(cmds.SetBucketLifecycle(bucket=bucket, rules=rules))
+
+    def _apply_set_bucket_lifecycle(self, b, c: cmds.SetBucketLifecycle) -> dict:
+        return self._set_bucket_field(b, c.bucket, "lc", None if c.rules is None else msgspec.to_builtins(c.rules))
+
+    def _set_bucket_field(self, b, bucket: str, name: str, value) -> dict:
+        ino = self.bucket_ino(bucket)
+        rec = self.get_inode(ino)
+        bkt = {k: v for k, v in rec.get("bkt", {}).items() if k != name}
+        if value is not None:
+            bkt[name] = value
+        rec["bkt"] = bkt
+        b.put(keys.inode(ino), self._enc(rec))
+        return {"name": bucket, **bkt}
 
     def list_buckets(self) -> list[dict]:
         out = []
@@ -249,6 +273,31 @@ class Namespace(StoreBase):
         else:
             rec = {**cur, **c.fields}
         b.put(keys.inode(ino), self._enc(rec))
+
+    def set_object_tags(self, bucket: str, key: str, tags: dict[str, str], version_id: str | None = None) -> dict:
+        """Replace the tags of the key's current version (or of `version_id`): {"vid": its version id}."""
+        return self.execute(cmds.SetObjectTags(bucket=bucket, key=key, tags=tags, version_id=version_id))
+
+    def _apply_set_object_tags(self, b, c: cmds.SetObjectTags) -> dict:
+        parent, name, marker = self._resolve(c.bucket, c.key)
+        if marker:  # a directory marker ("a/b/"): its attributes live on the directory's inode
+            rec = self.get_inode(parent)
+            if rec is None or "mk" not in rec or c.version_id not in (None, "null"):
+                raise errors.NoSuchKey("The specified key does not exist.", key=c.key)
+            target, where = rec["mk"], keys.inode(parent)
+        else:
+            ino = self.stat(c.bucket, c.key, c.version_id)["ino"]  # NoSuchKey, NoSuchVersion, a delete marker...
+            rec = self.get_inode(ino)
+            where = keys.inode(ino)
+            if c.version_id is not None and rec.get("vid", "null") != c.version_id:
+                where, rec = self._find_version(ino, c.version_id)
+            target = rec
+        if c.tags:
+            target["tg"] = c.tags
+        else:
+            target.pop("tg", None)
+        b.put(where, self._enc(rec))
+        return {"vid": target.get("vid")}
 
     def delete_object(self, bucket: str, key: str, *, version_id: str | None = None, if_match: str | None = None,
                       if_mtime: int | None = None, if_size: int | None = None) -> dict:
