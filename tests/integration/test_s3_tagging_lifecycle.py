@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import os
+import subprocess
+import sys
 import time
 import uuid
 
@@ -368,3 +371,30 @@ def test_admin_buckets_tagging_and_lifecycle(lc_cluster):
     assert r.status_code == 200, r.text
     assert _code(s3.get_bucket_tagging, Bucket=b) == (404, "NoSuchTagSet")
     assert _code(s3.get_bucket_lifecycle_configuration, Bucket=b) == (404, "NoSuchLifecycleConfiguration")
+
+
+def test_cli_buckets_show_and_set(lc_cluster, tmp_path):
+    b = f"lc-{uuid.uuid4().hex[:10]}"
+    lc_cluster.s3().create_bucket(Bucket=b)
+    env = {**os.environ, "AWS_ENDPOINT_URL": lc_cluster.endpoint, "AWS_ACCESS_KEY_ID": MAIN[0],
+           "AWS_SECRET_ACCESS_KEY": MAIN[1], "COLUMNS": "200"}
+
+    def cli(*args, ok=True):
+        r = subprocess.run([sys.executable, "-m", "epochfs.frontends.cli.main", "admin", *args], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert (r.returncode == 0) == ok, r.stderr
+        return r.stdout + r.stderr
+
+    rules = tmp_path / "rules.json"
+    rules.write_text('[{"id": "tmp", "prefix": "tmp/", "expiration_days": 7}, '
+                     '{"id": "mpu", "abort_upload_days": 2}]')
+    out = cli("buckets", "set", b, "--tag", "team=vision", "--tag", "stage=train", "--lifecycle", str(rules))
+    assert "stage=train, team=vision" in out and "rule tmp" in out and "expire after days: 7" in out
+    assert "abort uploads after days: 2" in cli("buckets", "show", b)
+    row = next(line for line in cli("buckets").splitlines() if b in line)
+    assert [c.strip() for c in row.split("│")][-3:-1] == ["2", "2"]  # tags, lifecycle rules
+    rules.write_text('[{"id": "bad", "prefix": "x/"}]')
+    assert "HTTP 400" in cli("buckets", "set", b, "--lifecycle", str(rules), ok=False)
+    assert "bad --tag" in cli("buckets", "set", b, "--tag", "novalue", ok=False)
+    out = cli("buckets", "set", b, "--clear-tags", "--clear-lifecycle")
+    assert "tags" in out and "none" in out and "rule tmp" not in out
