@@ -47,7 +47,7 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         ops = OperatorJobs(meta, members, repair, interval_s=settings.repair_interval_s,
                            tolerance=settings.rebalance_tolerance, scan_batch=settings.repair_scan_batch,
                            reserve_bytes=settings.block_size)
-        lc = LifecycleWorker(meta, day_s=settings.lifecycle_day_s, interval_s=settings.lifecycle_interval_s,
+        lc = LifecycleWorker(meta, day_s=settings.lifecycle_day_s, interval_s=settings.lifecycle_interval_s or None,
                              actions_per_s=settings.lifecycle_actions_per_s)
         app.state.meta, app.state.members, app.state.repair = meta, members, repair
         metrics.register(meta, members, repair)

@@ -53,8 +53,8 @@ class NameNodeSettings(ServiceSettings):
     """The length of a lifecycle "day" in seconds: bucket lifecycle rules count ages in these (S3: real days,
     rounded up to midnight UTC). Shorter only for tests, as Ceph RGW's rgw_lc_debug_interval (any other length is
     not rounded)."""
-    lifecycle_interval_s: float | None = None
-    """Time between two sweeps of the lifecycle worker; default a tenth of a lifecycle day, at most 600 s."""
+    lifecycle_interval_s: float = 0.0
+    """Time between two sweeps of the lifecycle worker (0: a tenth of a lifecycle day, at most 600 s)."""
     lifecycle_actions_per_s: float = 200.0
     """Lifecycle actions (expirations, aborted uploads) per second, at most (0: no limit)."""
     command_log: str = ""
