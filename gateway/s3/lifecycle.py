@@ -81,33 +81,32 @@ def _tag(el) -> tuple[str, str]:
     return k[0].text or "", (v[0].text or "") if v else ""
 
 
+_CONDITIONS = ("Prefix", "Tag", "ObjectSizeGreaterThan", "ObjectSizeLessThan")
+
+
+def _conditions(el, and_: bool) -> LifecycleFilter:
+    if any(c.tag not in _CONDITIONS for c in el):
+        raise malformed_xml()
+    tags = [_tag(t) for t in el.findall("Tag")]
+    keys = [k for k, _ in tags]
+    if len(set(keys)) != len(keys):
+        raise S3Error("InvalidRequest", "Duplicate Tag Keys are not allowed.", 400)
+    if not and_ and len(tags) > 1:
+        raise malformed_xml()
+    pre = _one(el, "Prefix")
+    return LifecycleFilter(prefix=(pre.text or "") if pre is not None else None, tags=dict(tags),
+                           size_gt=_int(el, "ObjectSizeGreaterThan"), size_lt=_int(el, "ObjectSizeLessThan"),
+                           and_=and_)
+
+
 def _filter(el) -> LifecycleFilter:
+    """A <Filter>: one condition, or several in <And>. Several side by side without <And> (which S3's schema does
+    not allow) are taken as if in <And>, as Ceph RGW and the clients written against it do, and given back as
+    they came."""
     parts = list(el)
-    if len(parts) > 1:
-        raise malformed_xml()  # several conditions go in <And>
-    if not parts:
-        return LifecycleFilter()
-    p = parts[0]
-    if p.tag == "Prefix":
-        return LifecycleFilter(prefix=p.text or "")
-    if p.tag == "Tag":
-        k, v = _tag(p)
-        return LifecycleFilter(tags=dict([(k, v)]))
-    if p.tag in ("ObjectSizeGreaterThan", "ObjectSizeLessThan"):
-        n = _int(el, p.tag)
-        return LifecycleFilter(size_gt=n) if p.tag == "ObjectSizeGreaterThan" else LifecycleFilter(size_lt=n)
-    if p.tag == "And":
-        if any(c.tag not in ("Prefix", "Tag", "ObjectSizeGreaterThan", "ObjectSizeLessThan") for c in p):
-            raise malformed_xml()
-        tags = [_tag(t) for t in p.findall("Tag")]
-        keys = [k for k, _ in tags]
-        if len(set(keys)) != len(keys):
-            raise S3Error("InvalidRequest", "Duplicate Tag Keys are not allowed.", 400)
-        pre = _one(p, "Prefix")
-        return LifecycleFilter(prefix=(pre.text or "") if pre is not None else None, tags=dict(tags),
-                               size_gt=_int(p, "ObjectSizeGreaterThan"), size_lt=_int(p, "ObjectSizeLessThan"),
-                               and_=True)
-    raise malformed_xml()
+    if len(parts) == 1 and parts[0].tag == "And":
+        return _conditions(parts[0], and_=True)
+    return _conditions(el, and_=False)
 
 
 def parse_rules(body: bytes) -> list[LifecycleRule]:
@@ -163,7 +162,7 @@ def _filter_xml(f: LifecycleFilter) -> str:
     if f.size_lt is not None:
         parts.append(f"<ObjectSizeLessThan>{f.size_lt}</ObjectSizeLessThan>")
     inner = "".join(parts)
-    return f"<Filter>{f'<And>{inner}</And>' if f.and_ or len(parts) > 1 else inner}</Filter>"
+    return f"<Filter>{f'<And>{inner}</And>' if f.and_ else inner}</Filter>"
 
 
 def rule_xml(r: LifecycleRule) -> str:

@@ -314,16 +314,15 @@ class Namespace(StoreBase):
     def _apply_delete_object(self, b, c: cmds.DeleteObject) -> dict:
         bucket, key, version_id, t = c.bucket, c.key, c.version_id, c.t
         if_match, if_mtime, if_size = c.if_match, c.if_mtime, c.if_size
-        gone = {"existed": False}
         try:
             parent, name, marker = self._resolve(bucket, key)
         except errors.NoSuchKey:
-            return gone
+            return self._delete_missing(b, c)
         if marker:
             return self._delete_marker_dir(b, bucket, key, parent, if_match, if_mtime, if_size)
         ino = self._lookup(parent, name, False)
         if ino is None:
-            return gone
+            return self._delete_missing(b, c)
         cur = self.get_inode(ino) or {}
         ver = self.versioning(bucket)
         target, vkey = cur, None
@@ -369,6 +368,15 @@ class Namespace(StoreBase):
         if version_id is not None or "vid" in cur:
             res["vid"] = cur.get("vid", "null")
         return res
+    def _delete_missing(self, b, c: cmds.DeleteObject) -> dict:
+        """A DELETE of a key that has no version: nothing, except in a versioned bucket, where (as in S3) a delete
+        marker becomes the key's current version all the same."""
+        ver = self.versioning(c.bucket)
+        if ver is None or c.version_id is not None or c.key.endswith("/"):
+            return {"existed": False}
+        res = self._put(b, c.bucket, c.key, {"dm": True, "size": 0}, c.t, c.vid, None, None)
+        return {"existed": False, "dm": True, "vid": res["vid"]}
+
     def _detach(self, b, parent: int, name: str, ino: int, rec: dict, t: int) -> bool:
         """An S3 write or delete of one name of a file with other names (hard links made through the mount) is
         about that key only: the name leaves the inode, which keeps its content, versions and blocks for the other

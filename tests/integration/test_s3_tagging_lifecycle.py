@@ -196,7 +196,17 @@ def sc_versioning_details(t: Transcript) -> None:
       shape=lambda r: {"dm": [(d.get("DeleteMarker"), d.get("DeleteMarkerVersionId") == marker,
                                d.get("VersionId") == marker) for d in r["Deleted"]]},
       s3={"status": 200, "dm": [(True, True, True)]})
-    for v in t.s3.list_object_versions(Bucket=t.bucket).get("Versions", []):
+    # in a versioned bucket S3 makes a delete marker even for a key that has no version (moto makes none)
+    t("deleting a key that never was makes a marker", "delete_objects", Delete={"Objects": [{"Key": "never"}]},
+      shape=lambda r: {"dm": [(d["Key"], d.get("DeleteMarker"), bool(d.get("DeleteMarkerVersionId")))
+                              for d in r["Deleted"]]}, s3={"status": 200, "dm": [("never", True, True)]})
+    t("so does DeleteObject", "delete_object", Key="never2", keep=("DeleteMarker",),
+      s3={"status": 204, "DeleteMarker": True})
+    t("both markers listed", "list_object_versions", Prefix="never",
+      shape=lambda r: {"markers": [(m["Key"], m["IsLatest"]) for m in r.get("DeleteMarkers", [])]},
+      s3={"status": 200, "markers": [("never", True), ("never2", True)]})
+    r = t.s3.list_object_versions(Bucket=t.bucket)
+    for v in r.get("Versions", []) + r.get("DeleteMarkers", []):
         t.s3.delete_object(Bucket=t.bucket, Key=v["Key"], VersionId=v["VersionId"])
     t("delete bucket", "delete_bucket")
 
