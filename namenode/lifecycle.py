@@ -97,28 +97,11 @@ class LifecycleWorker(Worker):
             key_marker, vid_marker = items[-1][1], items[-1][2]
             await anyio.sleep(0)
         if any(r.abort_upload_days is not None for r in rules):
-            for up_id, up in list(self.meta._uploads()):
-                if up["b"] != bucket:
-                    continue
+            for up in self.meta.list_uploads(bucket):
                 now = self.clock()
                 if any(r.abort_upload_days is not None and up["k"].startswith(lifecycle.prefix_of(r))
                        and now >= due_ns(up["t"], r.abort_upload_days, self.day_s) for r in rules):
-                    await self._act(job, "uploads_aborted", bucket, up["k"], None, up_id)
-
-    def _versions(self, bucket: str, key: str) -> list[dict]:
-        """The key's versions, current first, as stored (with their tags), read now."""
-        try:
-            parent, name, marker = self.meta._resolve(bucket, key)
-        except errors.NoSuchKey:
-            return []
-        if marker:
-            rec = self.meta.get_inode(parent) or {}
-            return [{**rec["mk"], "vid": "null"}] if "mk" in rec else []
-        ino = self.meta._lookup(parent, name, False)
-        cur = self.meta.get_inode(ino) if ino is not None else None
-        if cur is None or cur.get("t") != "f":
-            return []
-        return [cur] + [r for _, r in self.meta._versions(ino)]
+                    await self._act(job, "uploads_aborted", bucket, up["k"], None, up["id"])
 
     async def _apply_key(self, job: dict, bucket: str, key: str, rules: list[LifecycleRule]) -> None:
         """Act on one key until no rule is due for it: each decision is made on the versions read right before it
@@ -130,7 +113,7 @@ class LifecycleWorker(Worker):
 
     def _decide(self, bucket: str, key: str, rules: list[LifecycleRule], now: int) -> tuple | None:
         """The next action due on the key: (counter, version id or None for the current version), or None."""
-        vs = self._versions(bucket, key)
+        vs = self.meta.key_versions(bucket, key)
         if not vs:
             return None
         cur = vs[0]
