@@ -13,8 +13,11 @@ def handlers(s: Services) -> dict:
     async def mpu_create(req: m.MpuCreate, _) -> m.UploadCreated:
         if req.attrs.acl is not None:
             check_acl(req.attrs.acl)
-        tagging.check(req.attrs.tags, tagging.MAX_OBJECT_TAGS)
-        return m.UploadCreated(upload_id=meta.create_upload(req.bucket, req.key, fields(req.attrs)))
+        attrs = fields(req.attrs)
+        tags = tagging.check(req.attrs.tags, tagging.MAX_OBJECT_TAGS)
+        if tags:
+            attrs["tg"] = tags  # as checked: sorted by key
+        return m.UploadCreated(upload_id=meta.create_upload(req.bucket, req.key, attrs))
 
     async def mpu_get(req: m.MpuGet, _) -> m.UploadRecord:
         return record(meta.get_upload(req.bucket, req.key, req.upload_id), m.UploadRecord)

@@ -15,8 +15,10 @@ def handlers(s: Services) -> dict:
     meta, members, repair = s.meta, s.members, s.repair
 
     async def put_object(req: m.PutObject, _) -> m.Committed:
-        tagging.check(req.obj.tags, tagging.MAX_OBJECT_TAGS)
+        tags = tagging.check(req.obj.tags, tagging.MAX_OBJECT_TAGS)
         obj = {k: v for k, v in fields(req.obj).items() if k not in _SET_BY_COMMIT}
+        if tags:
+            obj["tg"] = tags  # as checked: sorted by key
         obj["blk"] = s.admit(req.bucket, list(req.blocks))
         res = meta.put_object(req.bucket, req.key, obj, if_match=req.if_match, if_none_match=req.if_none_match)
         repair.check_commit(obj["blk"])
