@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -408,3 +409,36 @@ def test_cli_buckets_show_and_set(lc_cluster, tmp_path):
     assert "bad --tag" in cli("buckets", "set", b, "--tag", "novalue", ok=False)
     out = cli("buckets", "set", b, "--clear-tags", "--clear-lifecycle")
     assert "tags" in out and "none" in out and "rule tmp" not in out
+
+
+def test_aws_cli_tagging_and_lifecycle(cluster, bucket, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ENDPOINT_URL=cluster.endpoint, AWS_ACCESS_KEY_ID=MAIN[0], AWS_SECRET_ACCESS_KEY=MAIN[1],
+               AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE=str(tmp_path / "no-config"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "no-credentials"), AWS_MAX_ATTEMPTS="1")
+
+    def aws(*args, ok=True):
+        p = subprocess.run([sys.executable, "-m", "awscli", "s3api", *args, "--bucket", bucket], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert (p.returncode == 0) == ok, p.stderr
+        return json.loads(p.stdout) if p.stdout.strip() else p.stderr
+
+    (tmp_path / "f").write_bytes(b"data")
+    aws("put-object", "--key", "k", "--body", str(tmp_path / "f"), "--tagging", "team=vision&tmp=yes")
+    assert aws("get-object-tagging", "--key", "k")["TagSet"] == [{"Key": "team", "Value": "vision"},
+                                                                 {"Key": "tmp", "Value": "yes"}]
+    aws("put-object-tagging", "--key", "k", "--tagging", '{"TagSet": [{"Key": "a", "Value": "1"}]}')
+    assert aws("get-object-tagging", "--key", "k")["TagSet"] == [{"Key": "a", "Value": "1"}]
+    aws("put-bucket-tagging", "--tagging", '{"TagSet": [{"Key": "owner", "Value": "ml"}]}')
+    assert aws("get-bucket-tagging")["TagSet"] == [{"Key": "owner", "Value": "ml"}]
+    rules = {"Rules": [{"ID": "tmp", "Filter": {"Prefix": "tmp/"}, "Status": "Enabled",
+                        "Expiration": {"Days": 30}}]}
+    aws("put-bucket-lifecycle-configuration", "--lifecycle-configuration", json.dumps(rules))
+    assert aws("get-bucket-lifecycle-configuration") == rules
+    err = aws("put-bucket-lifecycle-configuration", "--lifecycle-configuration", json.dumps(
+        {"Rules": [{"ID": "x", "Filter": {"Prefix": ""}, "Status": "Enabled", "Expiration": {"Days": 0}}]}),
+        ok=False)
+    assert "InvalidArgument" in err
+    aws("delete-bucket-lifecycle")
+    assert "NoSuchLifecycleConfiguration" in aws("get-bucket-lifecycle-configuration", ok=False)
+    aws("delete-object", "--key", "k")
