@@ -117,7 +117,12 @@ def parse_rules(body: bytes) -> list[LifecycleRule]:
     for r in root:
         if any(c.tag not in _RULE_PARTS for c in r):
             raise malformed_xml()
-        if r.find("Transition") is not None or r.find("NoncurrentVersionTransition") is not None:
+        transitions = r.findall("Transition") + r.findall("NoncurrentVersionTransition")
+        for tr in transitions:  # a malformed one is refused as such first
+            d = _one(tr, "Date")
+            if d is not None:
+                _date(d.text or "")
+        if transitions:
             raise not_implemented("Lifecycle transitions (epochfs has one storage class)")
         status = _one(r, "Status")
         if status is None or status.text not in ("Enabled", "Disabled"):
