@@ -23,7 +23,7 @@ _DAY_NS = 86_400 * 10 ** 9
 
 def rule_view(r: Rule) -> LifecycleRule:
     f = r.filter or LifecycleFilter(prefix=r.prefix)
-    date = dt.datetime.fromtimestamp(r.expiration_date / 1e9, dt.timezone.utc).date().isoformat() \
+    date = dt.datetime.fromtimestamp(r.expiration_date / 1e9, dt.timezone.utc).date() \
         if r.expiration_date is not None else None
     return LifecycleRule(id=r.id, enabled=r.enabled, prefix=f.prefix or "", tags=f.tags, size_gt=f.size_gt,
                          size_lt=f.size_lt, expiration_days=r.expiration_days, expiration_date=date,
@@ -36,11 +36,8 @@ def rule_of(m: LifecycleRule) -> Rule:
     conditions = int(bool(m.prefix)) + len(m.tags) + (m.size_gt is not None) + (m.size_lt is not None)
     date = None
     if m.expiration_date is not None:
-        try:
-            date = int(dt.datetime.fromisoformat(m.expiration_date).replace(tzinfo=dt.timezone.utc).timestamp())
-        except ValueError:
-            raise errors.InvalidInput(f"bad expiration_date {m.expiration_date!r}") from None
-        date *= 10 ** 9
+        midnight = dt.datetime.combine(m.expiration_date, dt.time(), dt.timezone.utc)
+        date = int(midnight.timestamp()) * 10 ** 9
     return Rule(id=m.id, enabled=m.enabled,
                 filter=LifecycleFilter(prefix=m.prefix if m.prefix or conditions == 0 else None, tags=m.tags,
                                        size_gt=m.size_gt, size_lt=m.size_lt, and_=conditions > 1),
@@ -94,17 +91,23 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
 
 
 @router.patch("/buckets/{name}", response_model=Bucket,
-              responses={**BAD_BODY, 404: {"description": "no such bucket"}})
+              responses={**BAD_BODY, 404: {"description": "no such bucket"},
+                         409: {"description": "tags or lifecycle rules that S3's rules refuse (the reason in detail)"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
     theirs), write policy or quotas. A quota set to null is removed."""
     given = patch.model_dump(exclude_unset=True)
     tags, rules = given.pop("tags", ...), given.pop("lifecycle", ...)
-    # every part is checked before any is applied: a bad tag set or rule changes nothing
-    if tags is not ... and tags is not None:
-        tags = tagging.check(tags, tagging.MAX_BUCKET_TAGS)
-    if rules is not ... and rules is not None:
-        rules = lifecycle.check([rule_of(r) for r in patch.lifecycle])
+    # every part is checked before any is applied: a bad tag set or rule changes nothing. What S3 refuses beyond
+    # the schema (a tag's characters, a key twice, rules contradicting each other) answers 409 with S3's reason:
+    # the request is well-formed, its parts conflict with S3's rules.
+    try:
+        if tags is not ... and tags is not None:
+            tags = tagging.check(tags, tagging.MAX_BUCKET_TAGS)
+        if rules is not ... and rules is not None:
+            rules = lifecycle.check([rule_of(r) for r in patch.lifecycle])
+    except errors.InvalidInput as e:
+        raise HTTPException(409, e.message) from None
     changes = {k: Unset() if v is None else v for k, v in given.items() if v is not None or k in _CLEARABLE}
     await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
     if tags is not ...:

@@ -1,6 +1,7 @@
 """The admin API's request and response models (they make its OpenAPI schema at /admin/openapi.json)."""
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -102,8 +103,7 @@ class LifecycleRule(Msg):
     size_gt: Int(0, MAX_QUOTA) | None = Field(None, description="objects larger than this, bytes")
     size_lt: Int(0, MAX_QUOTA) | None = Field(None, description="objects smaller than this, bytes")
     expiration_days: Int(1, 2 ** 31 - 1) | None = Field(None, description="expire current versions this old")
-    expiration_date: str | None = Field(None, pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$",
-                                        description="expire current versions from this day on (YYYY-MM-DD)")
+    expiration_date: dt.date | None = Field(None, description="expire current versions from this day on")
     expired_object_delete_marker: bool | None = Field(None, description="remove delete markers left alone")
     noncurrent_days: Int(1, 2 ** 31 - 1) | None = Field(None, description="remove noncurrent versions this old")
     newer_noncurrent: Int(1, 100) | None = Field(None, description="but keep this many newest noncurrent ones")

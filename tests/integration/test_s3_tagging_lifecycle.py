@@ -372,11 +372,11 @@ def test_admin_buckets_tagging_and_lifecycle(lc_cluster):
     got = httpx.get(api, auth=MAIN[:2]).json()
     assert got["tags"] == {"team": "vision"} and got["lifecycle"][0]["expiration_days"] == 3
     bad = httpx.patch(api, auth=MAIN[:2], json={"tags": {f"k{i}": "v" for i in range(51)}})
-    assert bad.status_code == 400
+    assert bad.status_code == 409 and "50" in bad.json()["detail"]
     bad = httpx.patch(api, auth=MAIN[:2], json={"lifecycle": [{"id": "x", "expiration_days": 0}]})
     assert bad.status_code == 422  # refused by the API's schema
     bad = httpx.patch(api, auth=MAIN[:2], json={"lifecycle": [{"id": "x", "prefix": "a/"}]})
-    assert bad.status_code == 400 and "action" in bad.json()["detail"]  # a rule that does nothing
+    assert bad.status_code == 409 and "action" in bad.json()["detail"]  # a rule that does nothing
     assert s3.get_bucket_tagging(Bucket=b)["TagSet"] == [{"Key": "team", "Value": "vision"}]
     r = httpx.patch(api, auth=MAIN[:2], json={"tags": None, "lifecycle": None})
     assert r.status_code == 200, r.text
@@ -405,7 +405,7 @@ def test_cli_buckets_show_and_set(lc_cluster, tmp_path):
     row = next(line for line in cli("buckets").splitlines() if b in line)
     assert [c.strip() for c in row.split("│")][-3:-1] == ["2", "2"]  # tags, lifecycle rules
     rules.write_text('[{"id": "bad", "prefix": "x/"}]')
-    assert "HTTP 400" in cli("buckets", "set", b, "--lifecycle", str(rules), ok=False)
+    assert "HTTP 409" in cli("buckets", "set", b, "--lifecycle", str(rules), ok=False)
     assert "bad --tag" in cli("buckets", "set", b, "--tag", "novalue", ok=False)
     out = cli("buckets", "set", b, "--clear-tags", "--clear-lifecycle")
     assert "tags" in out and "none" in out and "rule tmp" not in out
