@@ -370,12 +370,40 @@ class LoggingTarget(Msg):
     prefix: str = field(default="", name="p")
     grants: list[tuple[str, str]] = field(default_factory=list, name="g")
     key_format: str = field(default="simple", name="kf")
+
+
 class BucketEncryption(Msg):
     """A bucket's default encryption (PutBucketEncryption): `alg` "AES256" (SSE-S3) or "aws:kms" with `kms_key`
     (None: the default KMS key); `bucket_key` is S3's BucketKeyEnabled, stored and echoed."""
     alg: str
     kms_key: str | None = field(default=None, name="kid")
     bucket_key: bool = field(default=False, name="bk")
+
+
+class LifecycleFilter(Msg):
+    """Which objects a lifecycle rule applies to: all of the conditions given (S3's Filter; `and_` keeps whether
+    they came in an <And> element, so GetBucketLifecycleConfiguration gives back what was put)."""
+    prefix: str | None = field(default=None, name="p")
+    tags: dict[str, str] = field(default_factory=dict, name="tg")
+    size_gt: int | None = field(default=None, name="gt")  # ObjectSizeGreaterThan, bytes
+    size_lt: int | None = field(default=None, name="lt")  # ObjectSizeLessThan
+    and_: bool = field(default=False, name="and")
+
+
+class LifecycleRule(Msg):
+    """One rule of a bucket's lifecycle configuration (S3's LifecycleRule). `filter` None: the rule's legacy
+    top-level <Prefix> (`prefix`). Days count from an object's creation (a noncurrent version's: from when it became
+    noncurrent); `expiration_date` is midnight UTC in ns since the epoch."""
+    id: str
+    enabled: bool = field(default=True, name="on")
+    prefix: str | None = field(default=None, name="p")
+    filter: LifecycleFilter | None = field(default=None, name="f")
+    expiration_days: int | None = field(default=None, name="ed")
+    expiration_date: int | None = field(default=None, name="edt")
+    expired_object_delete_marker: bool | None = field(default=None, name="edm")
+    noncurrent_days: int | None = field(default=None, name="nd")
+    newer_noncurrent: int | None = field(default=None, name="nn")
+    abort_upload_days: int | None = field(default=None, name="ad")
 
 
 class BucketRecord(Msg):
@@ -399,6 +427,8 @@ class BucketRecord(Msg):
     object_lock: ObjectLockConfig | None = field(default=None, name="olk")
     logging: LoggingTarget | None = field(default=None, name="lgt")
     encryption: BucketEncryption | None = field(default=None, name="enc")
+    tags: dict[str, str] | None = field(default=None, name="tg")  # bucket tagging (None: no tag set)
+    lifecycle: list[LifecycleRule] | None = field(default=None, name="lc")
 
 
 class Buckets(Msg):
@@ -531,6 +561,7 @@ class ObjectRecord(Msg):
     lock_until: int | None = field(default=None, name="lku")  # ... until this time (ms since the epoch)
     legal_hold: bool | None = field(default=None, name="lh")  # None: never set (GET shows no header)
     sse: SseInfo | None = None  # server-side encryption: its blocks hold ciphertext
+    tags: dict[str, str] = field(default_factory=dict, name="tg")  # object tagging, of this version
 
 
 class WrittenBlock(Msg, array_like=True):
@@ -647,6 +678,34 @@ class ObjectSettings(Request, tag="object_settings"):
     Reply = Done
 
 
+class TagsSet(Msg):
+    """What a tagging change touched: the version of the object (a versioned bucket's, else None)."""
+    version_id: str | None = field(default=None, name="vid")
+
+
+class ObjectTags(Request, tag="object_tags"):
+    """Replace the tag set of a key's current version, or of version `version_id` (empty: delete the tags)."""
+    bucket: str
+    key: str
+    tags: dict[str, str] = {}
+    version_id: str | None = None
+    Reply = TagsSet
+
+
+class BucketTags(Request, tag="bucket_tags"):
+    """Replace a bucket's tag set (None: delete it)."""
+    bucket: str
+    tags: dict[str, str] | None
+    Reply = BucketRecord
+
+
+class BucketLifecycle(Request, tag="bucket_lifecycle"):
+    """Replace a bucket's lifecycle configuration (`Unset()`: delete it)."""
+    bucket: str
+    rules: list[LifecycleRule] | Unset
+    Reply = BucketRecord
+
+
 class ListEntry(Msg, array_like=True, tag="k"):
     """A listed key: on the wire ["k", key, size, etag, mtime, owner, storage class]."""
     key: str
@@ -726,6 +785,7 @@ class UploadAttrs(Msg):
     lock_until: int | None = field(default=None, name="lku")
     legal_hold: bool | None = field(default=None, name="lh")
     sse: SseInfo | None = None  # every part is encrypted with this upload's data key
+    tags: dict[str, str] = field(default_factory=dict, name="tg")
 
 
 class UploadRecord(Msg):

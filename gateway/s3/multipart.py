@@ -14,7 +14,7 @@ from .access import bucket_access
 from .body import BodyCheck, body_stream, read_all
 from .errors import invalid_request, malformed_xml
 from .http import Response
-from .objects import check_key, object_attrs, read_copy_source
+from .objects import check_key, object_attrs, read_copy_source, written_version_headers
 
 
 def _checksum_choice(req) -> tuple[str | None, str | None]:
@@ -42,7 +42,7 @@ async def create(ctx, req):
     sealed, _ = sse.for_write(ctx, req.headers, info.encryption)
     attrs = UploadAttrs(content_type=obj.content_type, meta=obj.meta, headers=obj.headers, owner=obj.owner,
                         acl=obj.acl, storage_class=obj.storage_class, checksum_algorithm=alg, checksum_type=ctype,
-                        sse=sealed.info if sealed else None)
+                        sse=sealed.info if sealed else None, tags=obj.tags)
     attrs = objectlock.with_lock(req, info, attrs)
     upload_id = await ctx.cluster.namenode.mpu_create(req.bucket, req.key, attrs)
     headers = [("content-type", "application/xml")] + sse.headers(attrs.sse)
@@ -132,8 +132,8 @@ async def complete(ctx, req):
     body = xml.doc("CompleteMultipartUploadResult",
                    f"<Location>/{xml.esc(req.bucket)}/{xml.esc(req.key)}</Location><Bucket>{xml.esc(req.bucket)}"
                    f"</Bucket><Key>{xml.esc(req.key)}</Key><ETag>{xml.esc(res.etag)}</ETag>{cs_xml}")
-    headers = [("content-type", "application/xml")] + ([("x-amz-version-id", res.version_id)] if res.version_id
-                                                       else []) + sse.headers(up.attrs.sse if up else None)
+    headers = [("content-type", "application/xml")] + written_version_headers(res.version_id) + \
+        sse.headers(up.attrs.sse if up else None)
     return Response(200, headers, body)
 
 

@@ -18,6 +18,8 @@ from epochfs.common.paths import split_key
 
 from ..crypto import BlockCipher
 from . import args, objectlock, quota, sse, xml
+from .lifecycle import expiration_header
+from .tagging import copy_tags, count_header, request_tags
 from .access import (acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bucket_access, canned_acl,
                      check_object_read, check_object_write, check_public_acl, new_object_acl)
 from .body import BodyCheck, body_stream, read_all
@@ -80,7 +82,7 @@ async def object_attrs(ctx, req, info: BucketRecord) -> ObjectRecord:
         raise S3Error("InvalidStorageClass", "The storage class you specified is not valid", 400)
     owner, acl = await new_object_acl(ctx, req, info)
     ctype = args.header_value(h.get("content-type", "binary/octet-stream"), "content-type")
-    return ObjectRecord(content_type=ctype, meta=meta, headers=hdr, owner=owner,
+    return ObjectRecord(content_type=ctype, meta=meta, headers=hdr, owner=owner, tags=request_tags(req),
                         acl=None if acl == "private" else acl, storage_class=None if sc == "STANDARD" else sc)
 
 
@@ -240,6 +242,12 @@ def version_headers(version_id: str | None, delete_marker: bool = False) -> list
     return h
 
 
+def written_version_headers(version_id: str | None) -> list[tuple[str, str]]:
+    """x-amz-version-id of a write (PUT, copy, CompleteMultipartUpload): none in a bucket whose versioning is
+    suspended (the object took the id "null"), as S3 answers."""
+    return [("x-amz-version-id", version_id)] if version_id and version_id != "null" else []
+
+
 async def put_object(ctx, req):
     info = await bucket_access(ctx, req, "write")
     check_key(req.key)
@@ -266,7 +274,9 @@ async def put_object(ctx, req):
     except BaseException:
         await ctx.abandon(blocks)
         raise
-    headers = [("etag", res.etag)] + version_headers(res.version_id) + sse.headers(sealed.info if sealed else None)
+    headers = [("etag", res.etag)] + written_version_headers(res.version_id) + \
+        sse.headers(sealed.info if sealed else None) + expiration_header(info.lifecycle, req.key, size, obj.tags,
+                                                                         res.mtime)
     for alg, v in check.checksums().items():
         headers.append((f"x-amz-checksum-{alg}", v))
         headers.append(("x-amz-checksum-type", "FULL_OBJECT"))
@@ -304,7 +314,9 @@ async def get_object(ctx, req, head: bool = False):
     if rng is None and "range" in req.headers:
         rng = parse_range(req.headers["range"], size)
     headers = object_headers(obj, req, with_checksum=None if whole else False) + \
-        version_headers(obj.version_id, obj.delete_marker) + sse.headers(obj.sse)
+        version_headers(obj.version_id, obj.delete_marker) + sse.headers(obj.sse) + count_header(obj)
+    if info.lifecycle:
+        headers += expiration_header(info.lifecycle, req.key, obj.size, obj.tags, obj.mtime)
     for q, hname in (("response-content-type", "content-type"), ("response-content-language", "content-language"),
                      ("response-expires", "expires"), ("response-cache-control", "cache-control"),
                      ("response-content-disposition", "content-disposition"),
@@ -400,9 +412,9 @@ async def delete_objects(ctx, req):
             res = await ctx.cluster.namenode.delete_object(req.bucket, key, vid, **cond, bypass=bypass)
             if not quiet:
                 v = f"<VersionId>{xml.esc(vid)}</VersionId>" if vid else ""
-                if res.delete_marker:
+                if res.delete_marker:  # a marker made (its id), or one removed by its version id (that id)
                     v += "<DeleteMarker>true</DeleteMarker>"
-                    if vid is None and res.version_id:
+                    if res.version_id:
                         v += f"<DeleteMarkerVersionId>{xml.esc(res.version_id)}</DeleteMarkerVersionId>"
                 out.append(f"<Deleted><Key>{xml.esc(key)}</Key>{v}</Deleted>")
         except (S3Error, errors.DomainError) as e:
@@ -483,6 +495,7 @@ async def copy_object(ctx, req):
         attrs = ObjectRecord(content_type=src.content_type, meta=src.meta, xattrs=src.xattrs, headers=src.headers,
                              storage_class=sc, owner=owner, acl=None if acl == "private" else acl)
     attrs = objectlock.with_lock(req, info, attrs)  # the copy's own lock headers (the source's are not copied)
+    attrs = msgspec.structs.replace(attrs, tags=copy_tags(req, src))
     if (sb, sk) == (req.bucket, req.key) and directive == "COPY" and "x-amz-storage-class" not in req.headers \
             and not asked:
         raise invalid_request("This copy request is illegal because it is trying to copy an object to itself "
@@ -513,7 +526,7 @@ async def copy_object(ctx, req):
     cs = "".join(f"<Checksum{a.upper()}>{v}</Checksum{a.upper()}>" for a, v in check.checksums().items())
     body = xml.doc("CopyObjectResult", f"<LastModified>{xml.iso8601(res.mtime)}</LastModified>"
                                        f"<ETag>{xml.esc(res.etag)}</ETag>{cs}")
-    headers = [("content-type", "application/xml")] + version_headers(res.version_id) + \
+    headers = [("content-type", "application/xml")] + written_version_headers(res.version_id) + \
         sse.headers(sealed.info if sealed else None)
     if copy_source_version(req):
         headers.append(("x-amz-copy-source-version-id", copy_source_version(req)))

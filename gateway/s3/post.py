@@ -24,7 +24,7 @@ import msgspec
 import orjson
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from epochfs.common import errors
+from epochfs.common import errors, tagging
 from epochfs.common.sigv4 import UNSIGNED, signing_key
 
 from . import args, objectlock, sse, xml
@@ -32,8 +32,9 @@ from .access import bucket_access
 from .body import BodyCheck
 from .errors import S3Error, access_denied
 from .http import Response
-from .objects import check_key, object_attrs, version_headers
+from .objects import check_key, object_attrs, written_version_headers
 from .sigv4 import AuthResult
+from .tagging import parse_tagging
 
 _ISO8601 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 MAX_PART_HEADER = 8 << 10             # one header line of a part
@@ -255,6 +256,9 @@ async def post_object(ctx, req):
     info = await bucket_access(ctx, req, "write")
     check_key(key)
     attrs = objectlock.with_lock(req, info, await object_attrs(ctx, req, info))
+    if "tagging" in fields:  # the form's tag set is a <Tagging> document, not the header's query form
+        attrs = msgspec.structs.replace(attrs, tags=parse_tagging(fields["tagging"].encode(),
+                                                                  tagging.MAX_OBJECT_TAGS))
     sealed, _ = sse.for_write(ctx, headers, info.encryption)  # the form's encryption fields, as a PUT's headers
     check = BodyCheck(headers, None)  # the form's x-amz-checksum-* fields, verified like a PUT's headers
     blocks, size = await ctx.cluster.write_stream(req.bucket, form.file(), check.update,
@@ -277,7 +281,7 @@ async def post_object(ctx, req):
         await ctx.abandon(blocks)
         raise
     location = f"/{req.bucket}/{quote(key)}"
-    out = [("etag", res.etag)] + version_headers(res.version_id) + sse.headers(sealed.info if sealed else None)
+    out = [("etag", res.etag)] + written_version_headers(res.version_id) + sse.headers(sealed.info if sealed else None)
     if redirect:
         sep = "&" if "?" in redirect else "?"
         target = f"{redirect}{sep}bucket={quote(req.bucket)}&key={quote(key)}&etag={quote(res.etag)}"

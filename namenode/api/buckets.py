@@ -2,7 +2,7 @@
 through these, each setting validated here."""
 from __future__ import annotations
 
-from epochfs.common import defaults, errors, policy, write_policy
+from epochfs.common import defaults, errors, lifecycle, policy, tagging, write_policy
 from epochfs.common import messages as m
 
 from .services import Services, fields, record
@@ -146,6 +146,14 @@ def handlers(s: Services) -> dict:
         new = {"lgt": None if req.target is None else _logging(req.target)}
         return record(meta.update_bucket(req.bucket, new), m.BucketRecord)
 
+    async def bucket_tags(req: m.BucketTags, _) -> m.BucketRecord:
+        tags = None if req.tags is None else tagging.check(req.tags, tagging.MAX_BUCKET_TAGS)
+        return record(meta.set_bucket_tags(req.bucket, tags), m.BucketRecord)
+
+    async def bucket_lifecycle(req: m.BucketLifecycle, _) -> m.BucketRecord:
+        rules = None if isinstance(req.rules, m.Unset) else lifecycle.check(req.rules)
+        return record(meta.set_bucket_lifecycle(req.bucket, rules), m.BucketRecord)
+
     async def bucket_usage(req: m.BucketUsage, _) -> m.Usage:
         if req.bucket:
             return m.Usage(usage={req.bucket: m.BucketUsed(*meta.usage(meta.bucket_ino(req.bucket)))})
@@ -153,4 +161,4 @@ def handlers(s: Services) -> dict:
 
     return {m.BucketCreate: bucket_create, m.BucketDelete: bucket_delete, m.BucketInfo: bucket_info,
             m.BucketList: bucket_list, m.BucketSettings: bucket_settings, m.BucketUsage: bucket_usage,
-            m.BucketLogging: bucket_logging}
+            m.BucketLogging: bucket_logging, m.BucketTags: bucket_tags, m.BucketLifecycle: bucket_lifecycle}
