@@ -998,6 +998,7 @@ class ReadStat(Msg):
     acl: Any = None
     owner: str = ""  # the object's owner (full control of it, whatever its ACL)
     sse: SseInfo | None = None
+    tags: dict[str, str] = field(default_factory=dict, name="tg")  # for policy conditions on the object's tags
     error: str = ""
     msg: str = ""
 

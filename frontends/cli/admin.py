@@ -78,8 +78,8 @@ def _size(n) -> str:
 
 def _table(title: str, columns: list[str], rows: list[list]) -> Table:
     t = Table(title=title)
-    for c in columns:
-        t.add_column(c)
+    for i, c in enumerate(columns):
+        t.add_column(c, no_wrap=i == 0)  # the first column names the row (a bucket, a key): never folded
     for r in rows:
         t.add_row(*("-" if v is None else str(v) for v in r))
     return t

@@ -123,7 +123,7 @@ async def delete_bucket_tagging(ctx, req):
 # request reads or retags (its record as the check has it; none: no value, so only ...IfExists / Null match), and
 # s3:RequestObjectTag/<key> a tag the request sets through x-amz-tagging (PutObject, CopyObject, CreateMultipartUpload).
 def _existing_tags(ctx, req, info, key, obj):
-    tags = obj.tags if obj is not None else {}
+    tags = getattr(obj, "tags", None) or {}  # an ObjectRecord or a batch's ReadStat; the mount's FileBlocks: none
     return tags.get
 
 
