@@ -19,6 +19,9 @@ What it measures (one phase after the other, against each target):
                  part; MB/s over create + parts + complete; CPU includes replication settling as above
     GET stream   one GET of the whole B-byte object on a single connection (recv_into a reused buffer), MB/s
     RANGE 1M     M GETs (default 300) of 1 MiB at random offsets into the big object, concurrency 16
+    PUT/GET 128K SSE   with --sse: PUT 128K and GET 128K again into a second bucket with SSE-S3
+                 (x-amz-server-side-encryption: AES256), each right after its unencrypted twin, and the ratio of
+                 server CPU per op SSE-S3 on / off printed at the end (the issue's goal: at most 1.3x)
 
 How to run:
 
@@ -87,7 +90,8 @@ TARGETS = {"GET 128K": ("cpu", 1.5), "PUT 128K": ("cpu", 4.0), "LIST/1000": ("cp
 
 # Phases that work on what an earlier one stored (kept when only the later one is asked for with --phases)
 PHASE_NEEDS = {"GET 128K": "PUT 128K", "HEAD": "PUT 128K", "LIST/1000": "PUT tiny", "GET stream": "MPU PUT",
-               "RANGE 1M": "MPU PUT"}
+               "RANGE 1M": "MPU PUT", "GET 128K SSE": "PUT 128K SSE"}
+SSE_HEADER = "x-amz-server-side-encryption: AES256\r\n"
 
 # Payloads: made in the parent before the workers fork, so every process has the same bytes.
 PAYLOAD = b""   # 256 KiB of random bytes; object i of PUT 128K is PAYLOAD[off(i):off(i) + size]
@@ -143,16 +147,19 @@ class Signer:
                 self._day, self._key = day, k
         return self._amz
 
-    def headers(self, method: str, path: str, query: str) -> str:
+    def headers(self, method: str, path: str, query: str, sse: bool = False) -> str:
+        """The signed headers of a request; `sse`: with x-amz-server-side-encryption: AES256 (signed too)."""
         amz = self._date()
+        enc, enc_name = ("x-amz-server-side-encryption:AES256\n", ";x-amz-server-side-encryption") if sse else ("", "")
         creq = (f"{method}\n{path}\n{query}\nhost:{self.host}\nx-amz-content-sha256:UNSIGNED-PAYLOAD\n"
-                f"x-amz-date:{amz}\n\nhost;x-amz-content-sha256;x-amz-date\nUNSIGNED-PAYLOAD")
+                f"x-amz-date:{amz}\n{enc}\nhost;x-amz-content-sha256;x-amz-date{enc_name}\nUNSIGNED-PAYLOAD")
         scope = f"{self._day}/{self.region}/s3/aws4_request"
         sts = f"AWS4-HMAC-SHA256\n{amz}\n{scope}\n{hashlib.sha256(creq.encode()).hexdigest()}"
         sig = hmac.new(self._key, sts.encode(), hashlib.sha256).hexdigest()
         return (f"Host: {self.host}\r\nx-amz-date: {amz}\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\n"
+                + (SSE_HEADER if sse else "") +
                 f"Authorization: AWS4-HMAC-SHA256 Credential={self.ak}/{scope}, "
-                f"SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={sig}\r\n")
+                f"SignedHeaders=host;x-amz-content-sha256;x-amz-date{enc_name}, Signature={sig}\r\n")
 
 
 # ------------------------------------------------------------------------------------------------------- HTTP client
@@ -176,7 +183,8 @@ class Conn:
             self.w.close()
         self.r = self.w = None
 
-    async def request(self, method: str, path: str, params: dict | None = None, body=b"", extra: str = ""):
+    async def request(self, method: str, path: str, params: dict | None = None, body=b"", extra: str = "",
+                      sse: bool = False):
         """-> (status, headers dict with lower-case names, body bytes)."""
         q = canon_query(params) if params else ""
         for attempt in (0, 1):
@@ -184,7 +192,7 @@ class Conn:
             if fresh:
                 await self._open()
             clen = f"Content-Length: {len(body)}\r\n" if method in ("PUT", "POST") else ""
-            head = (f"{method} {path}{'?' + q if q else ''} HTTP/1.1\r\n{self.signer.headers(method, path, q)}"
+            head = (f"{method} {path}{'?' + q if q else ''} HTTP/1.1\r\n{self.signer.headers(method, path, q, sse)}"
                     f"{extra}{clen}\r\n").encode()
             try:
                 if len(body) <= 256 * KiB:
@@ -271,11 +279,13 @@ async def _run_ops(tgt: dict, conc: int, items: list, op) -> tuple[list, int, in
     return lat, state["bytes"], state["errors"], samples
 
 
-def _op_put(bucket, size):
+def _op_put(bucket, size, sse=False):
     async def op(c, i):
         off = small_off(i, size)
-        st, _, b = await c.request("PUT", f"/{bucket}/obj-{i:07d}", body=PAYLOAD[off:off + size])
+        st, h, b = await c.request("PUT", f"/{bucket}/obj-{i:07d}", body=PAYLOAD[off:off + size], sse=sse)
         expect(st, 200, b, "PUT")
+        if sse and h.get("x-amz-server-side-encryption") != "AES256":
+            raise HTTPError(f"PUT obj-{i}: not encrypted ({h.get('x-amz-server-side-encryption')})")
         return size
     return op
 
@@ -438,7 +448,8 @@ def run_task(task: dict) -> dict:
     t0 = time.perf_counter()
     extra = {}
     if kind == "put":
-        res = loop_new(_run_ops(tgt, task["conc"], task["items"], _op_put(task["bucket"], task["size"])))
+        res = loop_new(_run_ops(tgt, task["conc"], task["items"], _op_put(task["bucket"], task["size"],
+                                                                          task.get("sse", False))))
     elif kind == "get":
         res = loop_new(_run_ops(tgt, task["conc"], task["items"], _op_get(task["bucket"], task["size"])))
     elif kind == "head":
@@ -969,7 +980,7 @@ def bench_target(target: Target, workers: Workers, a, sizes: dict) -> list[dict]
     P = len(workers.procs)
     meter = CpuMeter(target.pids) if target.pids else None
     results: list[dict] = []
-    for b in ("bench-obj", "bench-list", "bench-big"):
+    for b in ("bench-obj", "bench-list", "bench-big") + (("bench-sse",) if a.sse else ()):
         workers.run([{"kind": "bucket", "tgt": tgt, "bucket": b}])
     idle_ticks, idle_rate = 1.0, 0.0
     if meter:
@@ -1011,11 +1022,17 @@ def bench_target(target: Target, workers: Workers, a, sizes: dict) -> list[dict]
     idx = list(range(n))
     phase("PUT 128K", [{"kind": "put", "tgt": tgt, "conc": conc, "items": s, "bucket": "bench-obj", "size": size}
                        for s in split(idx, P)], settle=True)
+    if a.sse:
+        phase("PUT 128K SSE", [{"kind": "put", "tgt": tgt, "conc": conc, "items": s, "bucket": "bench-sse",
+                                "size": size, "sse": True} for s in split(idx, P)], settle=True)
     rnd = random.Random(42)
     shuffled = idx[:]
     rnd.shuffle(shuffled)
     phase("GET 128K", [{"kind": "get", "tgt": tgt, "conc": conc, "items": s, "bucket": "bench-obj", "size": size}
                        for s in split(shuffled, P)])
+    if a.sse:
+        phase("GET 128K SSE", [{"kind": "get", "tgt": tgt, "conc": conc, "items": s, "bucket": "bench-sse",
+                                "size": size} for s in split(shuffled, P)])
     rnd.shuffle(shuffled)
     phase("HEAD", [{"kind": "head", "tgt": tgt, "conc": conc, "items": s, "bucket": "bench-obj", "size": size}
                    for s in split(shuffled, P)])
@@ -1101,6 +1118,18 @@ def comparison(res: dict[str, list[dict]]) -> None:
               f"{fmt(ratio(eo, mo), 6)} {fmt(eb, 8, 1)} {fmt(mb, 9, 1)} {fmt(ratio(eb, mb), 6)}  {tgt_s:<22} {verdict}")
 
 
+def sse_ratio(res: dict[str, list[dict]]) -> None:
+    """--sse: server CPU per op with SSE-S3 against without, per target (the goal: at most 1.3x)."""
+    for tname, rows in res.items():
+        by = {r["phase"]: r for r in rows}
+        for ph in ("PUT 128K", "GET 128K"):
+            off, on = by.get(ph), by.get(ph + " SSE")
+            if off and on and "srv_cpu" in off and "srv_cpu" in on:
+                a, b = off["srv_cpu"] / max(off["ops"], 1) * 1e3, on["srv_cpu"] / max(on["ops"], 1) * 1e3
+                print(f"# {tname} {ph}: SSE-S3 {b:.2f} ms/op against {a:.2f} without: {b / a:.2f}x "
+                      f"({'PASS' if b / a <= 1.3 else 'FAIL'}, goal <= 1.3x)", flush=True)
+
+
 def code_version() -> str:
     """The epochfs checkout's commit (read-only git commands), '+dirty' with uncommitted changes."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -1129,6 +1158,7 @@ def main() -> None:
                     help="object size of the PUT 128K / GET 128K phases (e.g. 110 or 4096; the names stay)")
     ap.add_argument("--mpu-parallel", type=int, default=4)
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--sse", action="store_true", help="also PUT and GET 128K with SSE-S3, and print the CPU ratio")
     ap.add_argument("--procs", type=int, default=2, help="client worker processes (concurrency is split over them)")
     ap.add_argument("--endpoint", help="benchmark an already running S3 endpoint instead (no servers started)")
     ap.add_argument("--access-key", default=os.environ.get("AWS_ACCESS_KEY_ID", ""))
@@ -1182,6 +1212,8 @@ def main() -> None:
         workers.close()
     if len(results) > 1 or "epochfs" in results:
         comparison(results)
+    if a.sse:
+        sse_ratio(results)
     if a.profile_dir and os.path.isdir(a.profile_dir):
         profile_summary(a.profile_dir)
     if a.json:

@@ -137,6 +137,14 @@ class _BucketObjectCalls:
         """Change some of a bucket's settings (the fields of messages.BucketSettings; Unset() removes one)."""
         return await self._call(m.BucketSettings(bucket=bucket, **settings))
 
+    async def bucket_tags(self, bucket: str, tags: dict[str, str] | None) -> m.BucketRecord:
+        """Replace the bucket's tag set (None: delete it)."""
+        return await self._call(m.BucketTags(bucket=bucket, tags=tags))
+
+    async def bucket_lifecycle(self, bucket: str, rules: list[m.LifecycleRule] | m.Unset) -> m.BucketRecord:
+        """Replace the bucket's lifecycle configuration (Unset(): delete it)."""
+        return await self._call(m.BucketLifecycle(bucket=bucket, rules=rules))
+
     async def bucket_usage(self, bucket: str | None = None) -> dict[str, m.BucketUsed]:
         """{bucket: its bytes and objects} for `bucket`, or for every bucket."""
         return (await self._call(m.BucketUsage(bucket=bucket))).usage
@@ -177,6 +185,11 @@ class _BucketObjectCalls:
 
     async def object_settings(self, bucket: str, key: str, *, acl=None) -> None:
         await self._call(m.ObjectSettings(bucket=bucket, key=key, acl=acl))
+
+    async def object_tags(self, bucket: str, key: str, tags: dict[str, str],
+                          version_id: str | None = None) -> m.TagsSet:
+        """Replace the tags of the key's current version (or of `version_id`); {} deletes them."""
+        return await self._call(m.ObjectTags(bucket=bucket, key=key, tags=tags, version_id=version_id))
 
     async def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", after: str = "",
                            max_keys: int = 1000) -> m.Listing:

@@ -238,6 +238,21 @@ class InvalidLoggingTarget(InvalidInput):
     """The target bucket for logging does not exist, is not owned by you, or is not allowed."""
 
 
+# ---- server-side encryption (gateway/s3/sse.py)
+class EncryptedObject(PermissionDenied):
+    """The object is encrypted server-side: only a gateway reads or writes its blocks."""
+
+
+# ---- tagging and lifecycle (gateway/s3/tagging.py, gateway/s3/lifecycle.py)
+class InvalidTag(InvalidInput):
+    """A tag set breaks S3's rules: too many tags, a key or value too long, a repeated key, a character not
+    allowed, a reserved "aws:" key."""
+
+
+class InvalidConfiguration(InvalidInput):
+    """A configuration whose parts contradict each other (a lifecycle rule's actions and its filter)."""
+
+
 def by_name(name: str) -> type[DomainError]:
     cls = globals().get(name)
     if isinstance(cls, type) and issubclass(cls, DomainError):

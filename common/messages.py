@@ -372,6 +372,40 @@ class LoggingTarget(Msg):
     key_format: str = field(default="simple", name="kf")
 
 
+class BucketEncryption(Msg):
+    """A bucket's default encryption (PutBucketEncryption): `alg` "AES256" (SSE-S3) or "aws:kms" with `kms_key`
+    (None: the default KMS key); `bucket_key` is S3's BucketKeyEnabled, stored and echoed."""
+    alg: str
+    kms_key: str | None = field(default=None, name="kid")
+    bucket_key: bool = field(default=False, name="bk")
+
+
+class LifecycleFilter(Msg):
+    """Which objects a lifecycle rule applies to: all of the conditions given (S3's Filter; `and_` keeps whether
+    they came in an <And> element, so GetBucketLifecycleConfiguration gives back what was put)."""
+    prefix: str | None = field(default=None, name="p")
+    tags: dict[str, str] = field(default_factory=dict, name="tg")
+    size_gt: int | None = field(default=None, name="gt")  # ObjectSizeGreaterThan, bytes
+    size_lt: int | None = field(default=None, name="lt")  # ObjectSizeLessThan
+    and_: bool = field(default=False, name="and")
+
+
+class LifecycleRule(Msg):
+    """One rule of a bucket's lifecycle configuration (S3's LifecycleRule). `filter` None: the rule's legacy
+    top-level <Prefix> (`prefix`). Days count from an object's creation (a noncurrent version's: from when it became
+    noncurrent); `expiration_date` is midnight UTC in ns since the epoch."""
+    id: str
+    enabled: bool = field(default=True, name="on")
+    prefix: str | None = field(default=None, name="p")
+    filter: LifecycleFilter | None = field(default=None, name="f")
+    expiration_days: int | None = field(default=None, name="ed")
+    expiration_date: int | None = field(default=None, name="edt")
+    expired_object_delete_marker: bool | None = field(default=None, name="edm")
+    noncurrent_days: int | None = field(default=None, name="nd")
+    newer_noncurrent: int | None = field(default=None, name="nn")
+    abort_upload_days: int | None = field(default=None, name="ad")
+
+
 class BucketRecord(Msg):
     """A bucket's settings, as the NameNode stores them (in the bucket directory's inode, "bkt")."""
     name: str = ""
@@ -390,10 +424,11 @@ class BucketRecord(Msg):
     cors: list[CorsRule] | None = None
     policy: str | None = field(default=None, name="pol")  # the bucket policy, JSON as the owner put it
     public_access_block: PublicAccessBlock | None = field(default=None, name="pab")
-
-
     object_lock: ObjectLockConfig | None = field(default=None, name="olk")
     logging: LoggingTarget | None = field(default=None, name="lgt")
+    encryption: BucketEncryption | None = field(default=None, name="enc")
+    tags: dict[str, str] | None = field(default=None, name="tg")  # bucket tagging (None: no tag set)
+    lifecycle: list[LifecycleRule] | None = field(default=None, name="lc")
 
 
 class Buckets(Msg):
@@ -449,6 +484,8 @@ class BucketSettings(Request, tag="bucket_settings"):
     policy: str | Unset | None = None  # a bucket policy (JSON; the NameNode validates it: MalformedPolicy)
     public_access_block: PublicAccessBlock | None = None
     remove_public_access_block: bool = False  # (a union of two structs can't be decoded untagged: no Unset here)
+    encryption: BucketEncryption | None = None  # the default encryption of new objects
+    no_encryption: bool = False  # remove the default encryption (Unset() can't share a union with a Struct)
     Reply = BucketRecord
 
 
@@ -484,6 +521,20 @@ class BucketUsage(Request, tag="bucket_usage"):
     Reply = Usage
 
 
+class SseInfo(Msg):
+    """How an object (or a multipart upload) is encrypted (gateway/crypto.py): `alg` "AES256" (SSE-S3), "aws:kms"
+    (`kms_key`) or "SSE-C"; `dk` its data key wrapped by the master key, the KMS key or the customer's key. SSE-C
+    also keeps the customer key's MD5 (echoed in responses) and a salted HMAC of it (`salt`, `mac`) to check the key
+    of later requests; the key itself is never stored. Only gateways read or write these fields."""
+    alg: str
+    dk: str
+    kms_key: str | None = field(default=None, name="kid")
+    key_md5: str | None = field(default=None, name="kmd5")
+    salt: str | None = None
+    mac: str | None = None
+    bucket_key: bool = field(default=False, name="bk")
+
+
 class ObjectRecord(Msg):
     """An object (or one version of it) as the S3 side sees it; the NameNode stores it in the key's inode with the
     POSIX attributes besides (mode, uid, gid, links), which only the POSIX ops show."""
@@ -509,6 +560,8 @@ class ObjectRecord(Msg):
     lock_mode: str | None = field(default=None, name="lkm")  # object lock retention: GOVERNANCE or COMPLIANCE
     lock_until: int | None = field(default=None, name="lku")  # ... until this time (ms since the epoch)
     legal_hold: bool | None = field(default=None, name="lh")  # None: never set (GET shows no header)
+    sse: SseInfo | None = None  # server-side encryption: its blocks hold ciphertext
+    tags: dict[str, str] = field(default_factory=dict, name="tg")  # object tagging, of this version
 
 
 class WrittenBlock(Msg, array_like=True):
@@ -625,6 +678,34 @@ class ObjectSettings(Request, tag="object_settings"):
     Reply = Done
 
 
+class TagsSet(Msg):
+    """What a tagging change touched: the version of the object (a versioned bucket's, else None)."""
+    version_id: str | None = field(default=None, name="vid")
+
+
+class ObjectTags(Request, tag="object_tags"):
+    """Replace the tag set of a key's current version, or of version `version_id` (empty: delete the tags)."""
+    bucket: str
+    key: str
+    tags: dict[str, str] = {}
+    version_id: str | None = None
+    Reply = TagsSet
+
+
+class BucketTags(Request, tag="bucket_tags"):
+    """Replace a bucket's tag set (None: delete it)."""
+    bucket: str
+    tags: dict[str, str] | None
+    Reply = BucketRecord
+
+
+class BucketLifecycle(Request, tag="bucket_lifecycle"):
+    """Replace a bucket's lifecycle configuration (`Unset()`: delete it)."""
+    bucket: str
+    rules: list[LifecycleRule] | Unset
+    Reply = BucketRecord
+
+
 class ListEntry(Msg, array_like=True, tag="k"):
     """A listed key: on the wire ["k", key, size, etag, mtime, owner, storage class]."""
     key: str
@@ -703,6 +784,8 @@ class UploadAttrs(Msg):
     lock_mode: str | None = field(default=None, name="lkm")  # object lock, as ObjectRecord's
     lock_until: int | None = field(default=None, name="lku")
     legal_hold: bool | None = field(default=None, name="lh")
+    sse: SseInfo | None = None  # every part is encrypted with this upload's data key
+    tags: dict[str, str] = field(default_factory=dict, name="tg")
 
 
 class UploadRecord(Msg):
@@ -914,6 +997,8 @@ class ReadStat(Msg):
     blk: list[BlockRef] = []
     acl: Any = None
     owner: str = ""  # the object's owner (full control of it, whatever its ACL)
+    sse: SseInfo | None = None
+    tags: dict[str, str] = field(default_factory=dict, name="tg")  # for policy conditions on the object's tags
     error: str = ""
     msg: str = ""
 
@@ -1033,6 +1118,7 @@ class FileBlocks(Msg):
     acl: Any = None
     owner: str = ""  # the object's owner (full control of it, whatever its ACL)
     addrs: dict[str, str] = {}
+    sse: SseInfo | None = None  # an object encrypted through S3: only the gateway can read its blocks
 
 
 class AttrChanges(Msg):

@@ -18,6 +18,7 @@ from .keys import KeyRegistry
 from .metrics import S3Metrics
 from .s3.bucket_logging import AccessLogFlusher
 from .s3.router import S3App, vhost_bucket
+from .s3.sse import KeyStore
 from .s3.sigv4 import SigV4Verifier, User, parse_users
 
 # Unsigned requests for these paths go to FastAPI; a SigV4-signed request goes to the S3 API, so buckets named
@@ -46,6 +47,7 @@ class GatewayContext:
         self.keys = KeyRegistry(self.users, self.cluster)
         self.s3_verifier = SigV4Verifier(self.keys, max_skew_s=settings.max_skew_s)  # also used by the admin API
         self.metrics = S3Metrics(settings.access_log)
+        self.sse_keys = KeyStore(settings)
         self._buckets: dict[str, tuple[float, BucketRecord]] = {}
         self.access_logs = AccessLogFlusher(self, flush_s=settings.access_log_flush_s,
                                             flush_bytes=settings.access_log_flush_bytes,

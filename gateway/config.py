@@ -38,3 +38,12 @@ class GatewaySettings(ServiceSettings):
     """... or this large (one object per flush)."""
     access_log_max_bytes: int = 16 << 20
     """All buffered records together at most this much memory; past it, records are dropped (and counted)."""
+    sse_master_key_file: str = ""
+    """A file holding the cluster master key (32 bytes, base64) that wraps the data keys of SSE-S3 and SSE-KMS objects:
+    every gateway of a cluster needs the same one; it is never sent to the NameNode or the DataNodes. `epochfs up`
+    makes one in its data directory. Unset (and no GW_SSE_MASTER_KEY): only SSE-C can be used."""
+    sse_master_key: str = ""
+    """The master key itself (base64), where a file is not convenient."""
+    sse_kms_keys: str = ""
+    """KMS key ids (comma-separated) that SSE-KMS requests may name, besides "aws/s3" (the default key); their key
+    material is derived from the master key. An unknown id answers KMS.NotFoundException."""

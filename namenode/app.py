@@ -25,6 +25,7 @@ from .config import NameNodeSettings
 from .ha import undo
 from .ha.journal import SECRET_HEADER, LocalJournal
 from .jobs import OperatorJobs
+from .lifecycle import LifecycleWorker
 from .membership import Membership
 from .metastore import MetaStore
 from .repair import RepairWorker
@@ -96,10 +97,12 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         ops = OperatorJobs(meta, members, repair, interval_s=settings.repair_interval_s,
                            tolerance=settings.rebalance_tolerance, scan_batch=settings.repair_scan_batch,
                            reserve_bytes=settings.block_size)
+        lc = LifecycleWorker(meta, day_s=settings.lifecycle_day_s, interval_s=settings.lifecycle_interval_s or None,
+                             actions_per_s=settings.lifecycle_actions_per_s)
         app.state.meta, app.state.members, app.state.repair, app.state.journal = meta, members, repair, journal
         metrics.register(meta, members, repair)
         _ha_metrics(journal, meta)
-        handlers = make_handlers(meta, members, settings, repair, ops, journal)
+        handlers = make_handlers(meta, members, settings, repair, ops, journal, lc)
         if ha:  # a standby answers NotLeader(leader) to everything but the HA status
             handlers = {t: h if t is m.HaStatus else _gated(h, journal) for t, h in handlers.items()}
 
@@ -111,7 +114,7 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
 
         rpc = RpcServer(handlers, settings.cluster_secret, max_payload=settings.rpc_max_payload, before_reply=durable)
         await rpc.start(settings.host, settings.rpc_port)
-        workers = [PendingExpiry(meta, settings.gc_interval_s), repair, ops]
+        workers = [PendingExpiry(meta, settings.gc_interval_s), repair, ops, lc]  # lc: the lifecycle worker
         async with anyio.create_task_group() as tg:
             for w in workers:
                 tg.start_soon((WhileActive(w, journal) if ha else w).run_forever)

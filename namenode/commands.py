@@ -19,6 +19,8 @@ from typing import Any, Iterator, Union
 
 import msgspec
 
+from epochfs.common.messages import LifecycleRule
+
 
 def _op_name(cls_name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", cls_name).lower()
@@ -55,6 +57,18 @@ class DeleteBucket(Command, frozen=True):
     t: int
 
 
+class SetBucketTags(Command, frozen=True):
+    """Replace the bucket's tag set (checked, sorted by key); None deletes it."""
+    bucket: str
+    tags: dict[str, str] | None
+
+
+class SetBucketLifecycle(Command, frozen=True):
+    """Replace the bucket's lifecycle rules (checked); None deletes them."""
+    bucket: str
+    rules: list[LifecycleRule] | None
+
+
 # ------------------------------------------------------------------ objects and versions
 class PutObject(Command, frozen=True):
     """Commit an object; `vid` is its version id if the bucket turns out to have versioning enabled."""
@@ -88,6 +102,14 @@ class UpdateObject(Command, frozen=True):
     bucket: str
     key: str
     fields: Record
+
+
+class SetObjectTags(Command, frozen=True):
+    """Replace the tag set of the key's current version, or of version `version_id` ({}: no tags)."""
+    bucket: str
+    key: str
+    tags: dict[str, str]
+    version_id: str | None = None
 
 
 class DeleteObject(Command, frozen=True):
@@ -350,8 +372,8 @@ class StampDirs(Command, frozen=True):
 
 
 AnyCommand = Union[
-    InitRoot, CreateBucket, UpdateBucket, DeleteBucket, PutObject, PutObjects, UpdateObject, DeleteObject,
-    SetBucketLock, LockObject,
+    InitRoot, CreateBucket, UpdateBucket, DeleteBucket, SetBucketTags, SetBucketLifecycle, PutObject, PutObjects,
+    UpdateObject, SetObjectTags, DeleteObject, SetBucketLock, LockObject,
     CreateUpload, PutPart, CompleteUpload, AbortUpload,
     Allocate, Abandon, ExpirePending, ReleaseFreed, GarbageDone, AddGarbage, DropStrayCopy, ReplaceReplicas,
     MarkShort, DropShort, AssignNodeId, SaveNode, CreateAccessKey, UpdateAccessKey, DeleteAccessKey,

@@ -49,6 +49,14 @@ class NameNodeSettings(ServiceSettings):
     time each was freed, so a restart keeps it. A GET still streaming this long after the change is cut off."""
     min_part_size: int = defaults.MIN_PART_SIZE
     """Minimum size of every multipart part but the last (S3: 5 MiB)."""
+    lifecycle_day_s: float = 86_400.0
+    """The length of a lifecycle "day" in seconds: bucket lifecycle rules count ages in these (S3: real days,
+    rounded up to midnight UTC). Shorter only for tests, as Ceph RGW's rgw_lc_debug_interval (any other length is
+    not rounded)."""
+    lifecycle_interval_s: float = 0.0
+    """Time between two sweeps of the lifecycle worker (0: a tenth of a lifecycle day, at most 600 s)."""
+    lifecycle_actions_per_s: float = 200.0
+    """Lifecycle actions (expirations, aborted uploads) per second, at most (0: no limit)."""
     command_log: str = ""
     """A file to append every namespace command the NameNode executes to (length-prefixed MessagePack, see
     namenode/commands.py): a journal for debugging and for replay checks. Empty: no log."""
@@ -82,6 +90,12 @@ class NameNodeSettings(ServiceSettings):
     @property
     def member_name(self) -> str:
         return self.name or self.addr
+    @field_validator("lifecycle_day_s")
+    @classmethod
+    def _day(cls, v: float) -> float:
+        if not 0.01 <= v <= 10 * 86_400:
+            raise ValueError("lifecycle_day_s must be between 0.01 and 864000 seconds")
+        return v
 
     @field_validator("block_size")
     @classmethod

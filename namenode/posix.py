@@ -228,7 +228,7 @@ class Posix:
         if rec.get("t") == "d":
             raise errors.IsADirectory(f"inode {ino} is a directory")
         return {"blk": rec.get("blk", []), "size": rec.get("size", 0), "etag": rec.get("etag", ""),
-                "acl": rec.get("acl"), "owner": rec.get("owner", "")}
+                "acl": rec.get("acl"), "owner": rec.get("owner", ""), "sse": rec.get("sse")}
 
     # ---------------------------------------------------------------- writing helpers
     def _writable_dir(self, parent: int) -> dict:
@@ -583,6 +583,8 @@ class Posix:
         rec = self._inode(ino)
         if rec.get("t") != "f":
             raise errors.NotARegularFile(f"inode {ino} is not a regular file")
+        if rec.get("sse") is not None:  # its blocks are ciphertext: a writer without the key would mix in plaintext
+            raise errors.EncryptedObject(f"inode {ino} is encrypted server-side: write it through S3")
         old = rec.get("blk", [])
         if base is not None and base != rec.get("etag", ""):
             raise errors.FileChanged(f"inode {ino} changed since it was opened")

@@ -78,8 +78,8 @@ def _size(n) -> str:
 
 def _table(title: str, columns: list[str], rows: list[list]) -> Table:
     t = Table(title=title)
-    for c in columns:
-        t.add_column(c)
+    for i, c in enumerate(columns):
+        t.add_column(c, no_wrap=i == 0)  # the first column names the row (a bucket, a key): never folded
     for r in rows:
         t.add_row(*("-" if v is None else str(v) for v in r))
     return t
@@ -159,11 +159,12 @@ def show_buckets(c: AdminClient) -> Table:
     rows = [[b["name"], b["owner"][:16], _size(b["bytes"]), b["objects"], _size(b["block_size"]), b["replication"],
              b["write_policy"], "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"],
              "public" if b.get("policy_public") else "yes" if b.get("policy") else "-",
-             ",".join(k for k, v in (b.get("public_access_block") or {}).items() if v) or "-", _lock(b), _logging(b)]
+             ",".join(k for k, v in (b.get("public_access_block") or {}).items() if v) or "-", _lock(b), _logging(b),
+             _encryption(b), len(b.get("tags") or {}), len(b.get("lifecycle") or [])]
             for b in c.call("GET", "/buckets")]
     return _table("Buckets", ["name", "owner", "size", "objects", "block size", "replicas", "write policy",
                               "quota bytes", "quota objects", "policy", "public access block", "object lock",
-                              "logging"], rows)
+                              "logging", "encryption", "tags", "lifecycle rules"], rows)
 
 
 def _bucket_policy(c: AdminClient, args) -> str:
@@ -189,8 +190,37 @@ def _bucket_policy(c: AdminClient, args) -> str:
     return json.dumps(json.loads(b["policy"]), indent=2)
 
 
-def _bucket_set(c: AdminClient, args) -> str:
-    """`buckets set NAME --object-lock on|GOVERNANCE:30d|COMPLIANCE:1y --logging TARGET[/PREFIX]|off`."""
+def _rule_text(r: dict) -> str:
+    what = [f"prefix {r['prefix']!r}"] if r.get("prefix") else []
+    what += [f"tag {k}={v}" for k, v in (r.get("tags") or {}).items()]
+    what += [f"size > {r['size_gt']}"] if r.get("size_gt") is not None else []
+    what += [f"size < {r['size_lt']}"] if r.get("size_lt") is not None else []
+    acts = [f"{label} {r[k]}" for k, label in (
+        ("expiration_days", "expire after days:"), ("expiration_date", "expire on"),
+        ("noncurrent_days", "noncurrent versions after days:"), ("newer_noncurrent", "keeping newest:"),
+        ("abort_upload_days", "abort uploads after days:")) if r.get(k) is not None]
+    if r.get("expired_object_delete_marker"):
+        acts.append("remove lone delete markers")
+    return f"{', '.join(what) or 'every object'}: {'; '.join(acts)}"
+
+
+def show_bucket(c: AdminClient, name: str) -> Table:
+    """`buckets show NAME`: a bucket's settings, tags and lifecycle rules."""
+    b = c.call("GET", f"/buckets/{name}")
+    rows = [["object lock", _lock(b)], ["logging", _logging(b)], ["encryption", _encryption(b)],
+            ["policy", "public" if b.get("policy_public") else "yes" if b.get("policy") else "-"],
+            ["tags", ", ".join(f"{k}={v}" for k, v in (b.get("tags") or {}).items()) or "none"]]
+    for r in b.get("lifecycle") or []:
+        rows.append([f"rule {r['id']}" + ("" if r["enabled"] else " (disabled)"), _rule_text(r)])
+    if not b.get("lifecycle"):
+        rows.append(["lifecycle", "none"])
+    return _table(f"Bucket {name}", ["", ""], rows)
+
+
+def _bucket_set(c: AdminClient, args) -> Table:
+    """`buckets set NAME [--object-lock on|GOVERNANCE:30d|COMPLIANCE:1y] [--logging TARGET[/PREFIX]|off]
+    [--tag K=V ... | --clear-tags] [--lifecycle FILE | --clear-lifecycle]`: one PATCH with all of them, then the
+    bucket as `buckets show` shows it."""
     if not args.name:
         raise AdminError("buckets set needs the bucket name")
     patch: dict = {}
@@ -210,10 +240,63 @@ def _bucket_set(c: AdminClient, args) -> str:
         else:
             target, _, prefix = args.logging.partition("/")
             patch["logging"] = {"target_bucket": target, "target_prefix": prefix}
+    if args.clear_tags and args.tag:
+        raise AdminError("--tag and --clear-tags exclude each other")
+    if args.clear_tags:
+        patch["tags"] = None
+    elif args.tag:
+        tags = {}
+        for spec in args.tag:
+            k, sep, v = spec.partition("=")
+            if not sep or not k:
+                raise AdminError(f"bad --tag {spec!r}: want KEY=VALUE")
+            tags[k] = v
+        patch["tags"] = tags
+    if args.clear_lifecycle and args.lifecycle:
+        raise AdminError("--lifecycle and --clear-lifecycle exclude each other")
+    if args.clear_lifecycle:
+        patch["lifecycle"] = None
+    elif args.lifecycle:
+        try:
+            with open(args.lifecycle, "rb") as f:
+                patch["lifecycle"] = json.load(f)
+        except (OSError, ValueError) as e:
+            raise AdminError(f"can't read lifecycle rules from {args.lifecycle}: {e}") from None
     if not patch:
-        raise AdminError("buckets set: nothing to set (--object-lock, --logging)")
-    b = c.call("PATCH", f"/buckets/{args.name}", patch)
-    return f"{b['name']}: object lock {_lock(b)}, logging {_logging(b)}"
+        raise AdminError("buckets set: nothing to set (--object-lock, --logging, --tag, --clear-tags, "
+                         "--lifecycle FILE, --clear-lifecycle)")
+    c.call("PATCH", f"/buckets/{args.name}", patch)
+    return show_bucket(c, args.name)
+
+
+def _encryption(b: dict) -> str:
+    """A bucket's default encryption as the table shows it: "-", "AES256", "aws:kms (KEY)"."""
+    enc = b.get("encryption")
+    if not enc:
+        return "-"
+    return f"aws:kms ({enc.get('kms_key_id') or 'aws/s3'})" if enc["alg"] == "aws:kms" else enc["alg"]
+
+
+def _bucket_encryption(c: AdminClient, args) -> str:
+    """`buckets encryption NAME AES256|aws:kms|none [--kms-key ID]`: set or remove the default encryption."""
+    if not args.name or not args.value:
+        raise AdminError("buckets encryption needs a bucket and AES256, aws:kms or none")
+    if args.value not in ("AES256", "aws:kms", "none"):
+        raise AdminError(f"unknown encryption {args.value!r}: AES256, aws:kms or none")
+    if args.kms_key and args.value != "aws:kms":
+        raise AdminError("--kms-key goes with aws:kms")
+    enc = None if args.value == "none" else {"alg": args.value}
+    if args.kms_key:
+        enc["kms_key_id"] = args.kms_key
+    body = {"encryption": enc}
+    b = c.call("PATCH", f"/buckets/{args.name}", body)
+    return f"{b['name']}: default encryption {_encryption(b)}"
+
+
+def show_kms(c: AdminClient) -> Table:
+    r = c.call("GET", "/kms/keys")
+    note = "" if r["master_key"] else " (no master key on this gateway: only SSE-C works)"
+    return _table("KMS keys" + note, ["key id"], [[k] for k in r["keys"]])
 
 
 def show_keys(c: AdminClient) -> Table:
@@ -255,8 +338,14 @@ def run(args) -> int:
     try:
         if args.what == "buckets" and args.action == "policy":
             print(_bucket_policy(c, args))
+        elif args.what == "buckets" and args.action == "encryption":
+            out.print(_bucket_encryption(c, args))
         elif args.what == "keys" and args.action != "list":
             out.print(_key_action(c, args))
+        elif args.what == "buckets" and args.action == "show":
+            if not args.name:
+                raise AdminError("buckets show needs the bucket name")
+            out.print(show_bucket(c, args.name))
         elif args.what == "jobs" and args.action != "list":
             job = c.call("POST", "/jobs", {"kind": args.action, **({} if args.node is None else {"node": args.node})})
             out.print(f"{job['kind']} job {job['id']}: {job['state']}")
@@ -267,6 +356,7 @@ def run(args) -> int:
             out.print(f"DataNode {args.node}: decommission {job['state']} (job {job['id']})")
         else:
             out.print({"status": show_cluster, "nodes": show_nodes, "buckets": show_buckets, "keys": show_keys,
+                       "kms": show_kms,
                        "jobs": show_jobs}[args.what](c))
     except (AdminError, httpx.HTTPError) as e:
         print(f"epochfs admin: {e}", file=sys.stderr)
@@ -297,18 +387,29 @@ def add_parser(sub) -> None:
     ap.add_argument("--access-key", help="admin access key (default: $AWS_ACCESS_KEY_ID)")
     ap.add_argument("--secret-key", help="admin secret key (default: $AWS_SECRET_ACCESS_KEY)")
     what = ap.add_subparsers(dest="what", required=True)
-    for name, help_ in (("status", "cluster summary, NameNodes (role, log position, lag) and etcd"), ("nodes", "DataNodes")):
+    for name, help_ in (("status", "cluster summary, NameNodes (role, log position, lag) and etcd"), ("nodes", "DataNodes"),
+                        ("kms", "the KMS key ids SSE-KMS may name (GW_SSE_KMS_KEYS)")):
         what.add_parser(name, help=help_)
-    buckets = what.add_parser("buckets", help="buckets, quotas, policies, object lock and logging; `policy` shows or "
-                                              "sets a bucket's policy, `set` changes object lock and logging")
-    buckets.add_argument("action", nargs="?", default="list", choices=("list", "policy", "set"))
-    buckets.add_argument("name", nargs="?", help="the bucket (policy, set)")
-    buckets.add_argument("--set", metavar="FILE", help="set the policy from a JSON file (- reads stdin)")
-    buckets.add_argument("--delete", action="store_true", help="remove the policy")
+    buckets = what.add_parser("buckets", help="buckets, quotas, policies, object lock, logging, default encryption, "
+                                              "tags and lifecycle rules; `show` one bucket, `policy` shows or sets "
+                                              "its policy, `set` changes object lock, logging, tags and lifecycle, "
+                                              "`encryption` sets or removes the default encryption")
+    buckets.add_argument("action", nargs="?", default="list", choices=("list", "show", "policy", "set", "encryption"))
+    buckets.add_argument("name", nargs="?", help="the bucket (show, policy, set, encryption)")
+    buckets.add_argument("value", nargs="?", metavar="AES256|aws:kms|none", help="the default encryption (encryption)")
+    buckets.add_argument("--set", metavar="FILE", help="policy: set the policy from a JSON file (- reads stdin)")
+    buckets.add_argument("--delete", action="store_true", help="policy: remove the policy")
     buckets.add_argument("--object-lock", metavar="on|MODE:<N>d|MODE:<N>y",
-                         help="turn object lock on (the bucket needs versioning Enabled), with a default retention "
-                              "(GOVERNANCE or COMPLIANCE, N days or years)")
-    buckets.add_argument("--logging", metavar="TARGET[/PREFIX]|off", help="server access logs into bucket TARGET")
+                         help="set: turn object lock on (the bucket needs versioning Enabled), with a default "
+                              "retention (GOVERNANCE or COMPLIANCE, N days or years)")
+    buckets.add_argument("--logging", metavar="TARGET[/PREFIX]|off", help="set: server access logs into bucket TARGET")
+    buckets.add_argument("--tag", action="append", metavar="KEY=VALUE", help="set: the bucket's tags (repeatable; "
+                         "replaces its tag set)")
+    buckets.add_argument("--clear-tags", action="store_true", help="set: delete the bucket's tag set")
+    buckets.add_argument("--lifecycle", metavar="FILE", help="set: the lifecycle rules, a JSON list as the admin API "
+                         "takes them ([{\"id\": \"tmp\", \"prefix\": \"tmp/\", \"expiration_days\": 7}])")
+    buckets.add_argument("--clear-lifecycle", action="store_true", help="set: delete the lifecycle rules")
+    buckets.add_argument("--kms-key", help="encryption: the KMS key id of aws:kms (default: aws/s3)")
     jobs = what.add_parser("jobs", help="list scrub / rebalance / decommission / gc jobs, or start one")
     jobs.add_argument("action", nargs="?", default="list", choices=("list", "scrub", "rebalance", "gc"))
     jobs.add_argument("--node", type=int, help="scrub only this DataNode")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import secrets
@@ -171,8 +172,13 @@ def cmd_up(args) -> int:
     for i, (http, rpc) in enumerate(ports["dn"], 1):
         specs.append((f"datanode{i}", service("epochfs.datanode"),
                       env("DN_", port=http, rpc_port=rpc, data_dir=data_dir / f"datanode{i}", namenode=nn_addrs)))
+    master = data_dir / "sse-master.key"  # wraps SSE-S3/KMS data keys; the gateway's alone (never a DataNode's)
+    if not master.exists():
+        master.touch(mode=0o600)
+        master.write_text(base64.b64encode(secrets.token_bytes(32)).decode())
     specs.append(("gateway", service("epochfs.gateway"),
-                  env("GW_", port=ports["gateway"], namenode=nn_addrs, users=",".join(users))))
+                  env("GW_", port=ports["gateway"], namenode=nn_addrs, users=",".join(users),
+                      sse_master_key_file=master)))
 
     busy = _ports_in_use(host, [ports["gateway"], *(p for pair in ports["nn"] + ports["dn"] + ports["etcd"]
                                                     for p in pair)])

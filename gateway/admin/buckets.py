@@ -4,21 +4,52 @@ from __future__ import annotations
 
 import json
 
+import datetime as dt
+
 from fastapi import APIRouter, HTTPException, Request
 
-from epochfs.common import errors, policy
-from epochfs.common.messages import BucketRecord, BucketUsed, LockRule, LoggingTarget, ObjectLockConfig, Unset
+from epochfs.common import errors, lifecycle, policy, tagging
+from epochfs.common.messages import (BucketEncryption, BucketRecord, BucketUsed, LifecycleFilter, LockRule,
+                                     LoggingTarget, ObjectLockConfig, Unset)
+from epochfs.common.messages import LifecycleRule as Rule
 
 from ..s3.bucket import validate_bucket_name
 from ..s3.errors import S3Error
+from ..s3.sse import DEFAULT_KMS_KEY
 from .auth import AdminDep
 from .common import BAD_BODY, CtxDep
 from ..s3.bucket_logging import check_target
-from .models import Bucket, BucketCreate, BucketPatch, Logging, ObjectLock
+from .models import Bucket, BucketCreate, BucketPatch, LifecycleRule, Logging, ObjectLock, SseKms, SseS3
 from .models import LockDays, LockYears
 
 router = APIRouter(tags=["buckets"])
 _CLEARABLE = ("quota_bytes", "quota_objects")  # null removes the quota
+_DAY_NS = 86_400 * 10 ** 9
+
+
+def rule_view(r: Rule) -> LifecycleRule:
+    f = r.filter or LifecycleFilter(prefix=r.prefix)
+    date = dt.datetime.fromtimestamp(r.expiration_date / 1e9, dt.timezone.utc).date() \
+        if r.expiration_date is not None else None
+    return LifecycleRule(id=r.id, enabled=r.enabled, prefix=f.prefix or "", tags=f.tags, size_gt=f.size_gt,
+                         size_lt=f.size_lt, expiration_days=r.expiration_days, expiration_date=date,
+                         expired_object_delete_marker=r.expired_object_delete_marker,
+                         noncurrent_days=r.noncurrent_days, newer_noncurrent=r.newer_noncurrent,
+                         abort_upload_days=r.abort_upload_days)
+
+
+def rule_of(m: LifecycleRule) -> Rule:
+    conditions = int(bool(m.prefix)) + len(m.tags) + (m.size_gt is not None) + (m.size_lt is not None)
+    date = None
+    if m.expiration_date is not None:
+        midnight = dt.datetime.combine(m.expiration_date, dt.time(), dt.timezone.utc)
+        date = int(midnight.timestamp()) * 10 ** 9
+    return Rule(id=m.id, enabled=m.enabled,
+                filter=LifecycleFilter(prefix=m.prefix if m.prefix or conditions == 0 else None, tags=m.tags,
+                                       size_gt=m.size_gt, size_lt=m.size_lt, and_=conditions > 1),
+                expiration_days=m.expiration_days, expiration_date=date,
+                expired_object_delete_marker=m.expired_object_delete_marker, noncurrent_days=m.noncurrent_days,
+                newer_noncurrent=m.newer_noncurrent, abort_upload_days=m.abort_upload_days)
 
 
 def _rule(r) -> LockDays | LockYears | None:
@@ -38,7 +69,10 @@ def bucket_view(b: BucketRecord, usage: BucketUsed) -> Bucket:
                                                                       "block_public_policy", "restrict_public_buckets")},
                   object_lock=None if b.object_lock is None else ObjectLock(rule=_rule(b.object_lock.rule)),
                   logging=None if b.logging is None else Logging(target_bucket=b.logging.bucket,
-                                                                 target_prefix=b.logging.prefix))
+                                                                 target_prefix=b.logging.prefix),
+                  encryption=None if b.encryption is None else SseS3(alg="AES256") if b.encryption.alg == "AES256"
+                  else SseKms(alg="aws:kms", kms_key_id=b.encryption.kms_key),
+                  tags=b.tags, lifecycle=[rule_view(r) for r in b.lifecycle] if b.lifecycle else None)
 
 
 @router.get("/buckets", response_model=list[Bucket])
@@ -80,14 +114,29 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
 
 @router.patch("/buckets/{name}", response_model=Bucket,
               responses={**BAD_BODY, 404: {"description": "no such bucket"},
-                         409: {"description": "object lock needs versioning Enabled first, or the logging target "
-                                              "bucket is missing, another owner's, or has a default retention"}})
+                         409: {"description": "object lock needs versioning Enabled first; the logging target "
+                                              "bucket is missing, another owner's, or has a default retention; or "
+                                              "tags or lifecycle rules that S3's rules refuse (the reason in "
+                                              "detail)"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
     """Change block size or replication factor (both for blocks written from now on: existing objects keep
-    theirs), write policy or quotas. A quota set to null is removed. (The bucket policy: PUT or DELETE
+    theirs), write policy, quotas, object lock, logging, default encryption, tags or lifecycle rules. A quota,
+    encryption, logging, tag set or lifecycle set to null is removed. (The bucket policy: PUT or DELETE
     /admin/v1/buckets/{name}/policy.)"""
     given = patch.model_dump(exclude_unset=True)
     lock, logging = given.pop("object_lock", None), given.pop("logging", False)
+    enc = given.pop("encryption", ...)
+    tags, rules = given.pop("tags", ...), given.pop("lifecycle", ...)
+    # every part is checked before any is applied: a bad tag set or rule changes nothing. What S3 refuses beyond
+    # the schema (a tag's characters, a key twice, rules contradicting each other) answers 409 with S3's reason:
+    # the request is well-formed, its parts conflict with S3's rules.
+    try:
+        if tags is not ... and tags is not None:
+            tags = tagging.check(tags, tagging.MAX_BUCKET_TAGS)
+        if rules is not ... and rules is not None:
+            rules = lifecycle.check([rule_of(r) for r in patch.lifecycle])
+    except errors.InvalidInput as e:
+        raise HTTPException(409, e.message) from None
     changes = {k: Unset() if v is None else v for k, v in given.items() if v is not None or k in _CLEARABLE}
     if logging:  # checked as PutBucketLogging checks it, before anything changes
         try:
@@ -95,6 +144,15 @@ async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) 
                                LoggingTarget(bucket=logging["target_bucket"], prefix=logging.get("target_prefix", "")))
         except errors.InvalidLoggingTarget as e:  # the target bucket's state, not the request's form
             raise HTTPException(409, e.message) from None
+    if enc is None:
+        changes["no_encryption"] = True
+    elif enc is not ...:
+        kid = enc.get("kms_key_id")
+        try:
+            ctx.sse_keys.kek(enc["alg"], (kid or DEFAULT_KMS_KEY) if enc["alg"] == "aws:kms" else None)  # usable
+        except S3Error as e:
+            raise HTTPException(404 if e.code == "KMS.NotFoundException" else 400, e.message) from None
+        changes["encryption"] = BucketEncryption(alg=enc["alg"], kms_key=kid)
     await ctx.cluster.namenode.bucket_settings(name, **changes)  # 404 if there is no such bucket
     if lock is not None:
         rule = lock.get("rule")
@@ -104,6 +162,10 @@ async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) 
     if logging is not False:
         await ctx.cluster.namenode.bucket_logging(name, None if logging is None else LoggingTarget(
             bucket=logging["target_bucket"], prefix=logging.get("target_prefix", "")))
+    if tags is not ...:
+        await ctx.cluster.namenode.bucket_tags(name, tags)
+    if rules is not ...:
+        await ctx.cluster.namenode.bucket_lifecycle(name, Unset() if rules is None else rules)
     ctx.forget_bucket(name)
     return await _one(ctx, name)
 
@@ -132,3 +194,11 @@ async def delete_policy(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
     await ctx.cluster.namenode.bucket_settings(name, policy=Unset())
     ctx.forget_bucket(name)
     return await _one(ctx, name)
+
+
+@router.get("/kms/keys", tags=["encryption"])
+async def kms_keys(_: AdminDep, ctx: CtxDep) -> dict:
+    """The KMS key ids SSE-KMS requests and default encryption may name (GW_SSE_KMS_KEYS and aws/s3), and whether
+    this gateway has a master key (without one only SSE-C works). Keys are configured, not created here: their
+    material is derived from the master key, so every gateway with the same settings resolves the same ids."""
+    return {"keys": sorted(ctx.sse_keys.kms_ids), "master_key": ctx.sse_keys.master is not None}

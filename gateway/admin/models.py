@@ -1,6 +1,7 @@
 """The admin API's request and response models (they make its OpenAPI schema at /admin/openapi.json)."""
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -118,6 +119,33 @@ class Logging(In):
     target_prefix: str = Field("", max_length=512)
 
 
+class SseS3(In):
+    """SSE-S3: objects encrypted under the cluster master key."""
+    alg: Literal["AES256"]
+
+
+class SseKms(In):
+    """SSE-KMS: objects encrypted under a KMS key (GW_SSE_KMS_KEYS)."""
+    alg: Literal["aws:kms"]
+    kms_key_id: str | None = Field(None, min_length=1, max_length=2048, pattern=r"^[\x21-\x7e]+$",
+                                   description="default: aws/s3")
+class LifecycleRule(Msg):
+    """A lifecycle rule (S3's LifecycleRule, flattened): the objects it takes (prefix, all of `tags`, sizes in
+    bytes) and its actions, in days (NN_LIFECYCLE_DAY_S seconds each) or at a date (midnight UTC)."""
+    id: str = Field(min_length=1, max_length=255)
+    enabled: bool = True
+    prefix: str = Field("", max_length=1024)
+    tags: dict[str, str] = Field(default_factory=dict, description="all of these tags (1-10)")
+    size_gt: Int(0, MAX_QUOTA) | None = Field(None, description="objects larger than this, bytes")
+    size_lt: Int(0, MAX_QUOTA) | None = Field(None, description="objects smaller than this, bytes")
+    expiration_days: Int(1, 2 ** 31 - 1) | None = Field(None, description="expire current versions this old")
+    expiration_date: dt.date | None = Field(None, description="expire current versions from this day on")
+    expired_object_delete_marker: bool | None = Field(None, description="remove delete markers left alone")
+    noncurrent_days: Int(1, 2 ** 31 - 1) | None = Field(None, description="remove noncurrent versions this old")
+    newer_noncurrent: Int(1, 100) | None = Field(None, description="but keep this many newest noncurrent ones")
+    abort_upload_days: Int(1, 2 ** 31 - 1) | None = Field(None, description="abort uploads started this long ago")
+
+
 class Bucket(Msg):
     name: str
     owner: str
@@ -136,6 +164,9 @@ class Bucket(Msg):
         None, description="block_public_acls, ignore_public_acls, block_public_policy, restrict_public_buckets")
     object_lock: ObjectLock | None = None
     logging: Logging | None = None
+    encryption: SseS3 | SseKms | None = Field(None, description="default encryption of new objects (null: none)")
+    tags: dict[str, str] | None = Field(None, description="the bucket's tag set (S3 bucket tagging)")
+    lifecycle: list[LifecycleRule] | None = Field(None, description="the bucket's lifecycle rules")
 
 
 class BucketCreate(In):
@@ -160,6 +191,12 @@ class BucketPatch(In):
     object_lock: ObjectLock | None = Field(None, description="turn object lock on (needs versioning Enabled) or "
                                                              "change its default retention")
     logging: Logging | None = Field(None, description="server access logging; null turns it off")
+    encryption: Annotated[SseS3 | SseKms, Field(discriminator="alg")] | None = Field(
+        None, description="default encryption of new objects (as PutBucketEncryption); null removes it; an unknown "
+                          "KMS key: 404")
+    tags: dict[str, str] | None = Field(None, description="replace the tag set (at most 50 tags); null deletes it")
+    lifecycle: list[LifecycleRule] | None = Field(None, max_length=1000,
+                                                  description="replace the lifecycle rules; null deletes them")
 
 
 class KeyCreate(In):

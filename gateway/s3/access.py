@@ -190,8 +190,9 @@ def is_owner(ctx, req, info: BucketRecord) -> bool:
 # ------------------------------------------------------------------ bucket policies
 # the actions on the policy itself: the bucket's owner keeps them whatever the policy says, so it can't lock itself out
 POLICY_ACTIONS = frozenset(("s3:GetBucketPolicy", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"))
-# condition-key families a feature fills per request: prefix (lower case) -> fn(ctx, req, info, key) -> resolver.
-# Object tagging registers "s3:existingobjecttag/" and "s3:requestobjecttag/" here.
+# condition-key families a feature fills per request: prefix (lower case) -> fn(ctx, req, info, key, obj) ->
+# resolver (obj: the object's record where the check has it, else None). Object tagging (gateway/s3/tagging.py)
+# registers "s3:existingobjecttag/" and "s3:requestobjecttag/" here.
 CONDITION_RESOLVERS: dict[str, Callable] = {}
 
 @functools.lru_cache(maxsize=256)
@@ -200,7 +201,7 @@ def _parsed(text: str) -> policy.Policy:
 
 
 def _context(ctx, req, info: BucketRecord, action: str, key: str | None,
-             any_key: bool = False) -> policy.RequestContext:
+             any_key: bool = False, obj: ObjectRecord | None = None) -> policy.RequestContext:
     u = req.user
     caller = policy.Caller(u.owner_id, u.display_name, u.access_key) if req.auth is not None else policy.Caller()
     now = time.time()
@@ -225,19 +226,19 @@ def _context(ctx, req, info: BucketRecord, action: str, key: str | None,
     for h, v in req.headers.items():  # s3:x-amz-acl, s3:x-amz-grant-*, s3:x-amz-server-side-encryption*, ...
         if h.startswith("x-amz-") and not h.startswith(("x-amz-meta-", "x-amz-date", "x-amz-security-token")):
             keys[f"s3:{h}"] = v
-    resolvers = {prefix: make(ctx, req, info, key) for prefix, make in CONDITION_RESOLVERS.items()}
+    resolvers = {prefix: make(ctx, req, info, key, obj) for prefix, make in CONDITION_RESOLVERS.items()}
     return policy.RequestContext(caller, action, policy.arn(info.name, key), keys, resolvers=resolvers,
                                  any_key=any_key)
 
 
 def policy_verdict(ctx, req, info: BucketRecord, action: str, key: str | None = None,
-                   any_key: bool = False) -> str | None:
+                   any_key: bool = False, obj: ObjectRecord | None = None) -> str | None:
     """What the bucket's policy says about this request: "Deny", "Allow" or None (nothing: the ACLs decide).
     any_key: an operation on objects by inode (the mount's), checked against the whole bucket."""
     if not info.policy:
         return None
     pol = _parsed(info.policy)
-    verdict = policy.evaluate(pol, _context(ctx, req, info, action, key, any_key))
+    verdict = policy.evaluate(pol, _context(ctx, req, info, action, key, any_key, obj))
     pab = info.public_access_block
     if verdict == "Allow" and pab is not None and pab.restrict_public_buckets and policy.is_public(pol) \
             and not is_owner(ctx, req, info):
@@ -298,9 +299,10 @@ async def bucket_access(ctx, req, perm: str | None = None, action: str | None = 
     raise _denied()
 
 
-def check_object_write(ctx, req, info: BucketRecord, key: str, action: str) -> None:
-    """May the caller do `action` (s3:DeleteObject, ...) on `key`, one item of a batch request?"""
-    verdict = policy_verdict(ctx, req, info, action, key)
+def check_object_write(ctx, req, info: BucketRecord, key: str, action: str, obj: ObjectRecord | None = None) -> None:
+    """May the caller do `action` (s3:DeleteObject, ...) on `key` (one item of a batch request; `obj` its record
+    where the caller has it, for conditions on its tags)?"""
+    verdict = policy_verdict(ctx, req, info, action, key, obj=obj)
     if verdict == "Deny":
         raise _denied()
     if verdict == "Allow" or is_owner(ctx, req, info) or grants(effective_acl(info, info.acl), "write", req) or \
@@ -316,7 +318,7 @@ def check_object_read(ctx, req, info: BucketRecord, obj: ObjectRecord | None, ke
     key = req.key if key is None else key
     if action is None:
         action = "s3:GetObjectVersion" if "versionId" in req.query else "s3:GetObject"
-    verdict = policy_verdict(ctx, req, info, action, None if any_key else key, any_key)
+    verdict = policy_verdict(ctx, req, info, action, None if any_key else key, any_key, obj)
     if verdict == "Deny":
         raise _denied()
     if is_owner(ctx, req, info) or (req.auth is not None and key_allows(req.user, info.name, perm)):

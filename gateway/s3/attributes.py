@@ -4,7 +4,7 @@ from __future__ import annotations
 from epochfs.common import errors
 from epochfs.common.messages import ObjectRecord
 
-from . import args, xml
+from . import args, sse, xml
 from .access import bucket_access, check_object_read
 from .errors import invalid_request
 from .objects import check_key, part_checksum
@@ -53,15 +53,14 @@ async def get_object_attributes(ctx, req):
     wanted = _wanted(req)
     max_parts = min(_int_header(req, "x-amz-max-parts", 1000), 1000)
     marker = _int_header(req, "x-amz-part-number-marker", 0)
-    vid = req.query.get("versionId")
-    if vid not in (None, "", "null"):
-        raise errors.NoSuchVersion("The specified version does not exist.")
+    vid = req.query.get("versionId") or None
     try:
-        obj = (await ctx.cluster.namenode.stat(req.bucket, req.key)).obj
+        obj = (await ctx.cluster.namenode.stat(req.bucket, req.key, vid)).obj
     except errors.NoSuchKey:
         check_object_read(ctx, req, info, None)
         raise
     check_object_read(ctx, req, info, obj)
+    sse.data_key(ctx, req.headers, obj.sse)  # an SSE-C object's attributes need its key, as its data
     out = []
     if "ETag" in wanted:
         etag = obj.etag.strip('"')
@@ -77,4 +76,6 @@ async def get_object_attributes(ctx, req):
     if "ObjectSize" in wanted:
         out.append(f"<ObjectSize>{obj.size}</ObjectSize>")
     headers = [("content-type", "application/xml"), ("last-modified", xml.http_date(obj.mtime))]
+    if obj.version_id:
+        headers.append(("x-amz-version-id", obj.version_id))
     return Response(200, headers, xml.doc("GetObjectAttributesResponse", "".join(out)))

@@ -30,10 +30,12 @@ from epochfs.common import errors, readtoken
 from epochfs.common import messages as m
 from epochfs.common.blocks import pick_replica
 
-from ..cluster import plan_range
+from ..cluster import open_piece, plan_range
+from ..crypto import BlockCipher
+from . import sse
 from .access import bucket_access, check_object_read
 from .body import read_all
-from .errors import S3Error, from_domain
+from .errors import S3Error, from_domain, invalid_request
 from .ext import extension
 from .http import Response
 from .objects import check_key
@@ -53,6 +55,7 @@ class _Item:
     end: int | None
     meta: m.BatchItem | None = None     # the index entry: its length, size, ETag and mtime, or its error
     pieces: list = dataclasses.field(default_factory=list)  # (blk, offset, length), then the bytes read
+    cipher: BlockCipher | None = None   # an object encrypted with an SSE-S3 or SSE-KMS key: decrypted here
 
     def fail(self, e: Exception) -> None:
         s3e = e if isinstance(e, S3Error) else from_domain(e)
@@ -121,6 +124,11 @@ async def _stat_items(ctx, req, items: list[_Item]) -> dict:
                     check_object_read(ctx, req, info, None, key=it.key, action="s3:GetObject")
                 raise e
             check_object_read(ctx, req, info, obj, key=it.key, action="s3:GetObject")
+            if obj.sse is not None:
+                if obj.sse.alg == "SSE-C":
+                    raise invalid_request("The object is encrypted with a customer-provided key (SSE-C): read it "
+                                          "with GetObject and its key")
+                it.cipher = BlockCipher(sse.data_key(ctx, {}, obj.sse))
         except (S3Error, errors.DomainError) as e:
             it.fail(e)
             continue
@@ -162,12 +170,17 @@ async def _fetch(ctx, items: list[_Item], addrs: dict, first: bool) -> None:
         view, pos = memoryview(payload), 0
         for (it, j), n in zip(refs, head.lens):
             if n >= 0:
-                it.pieces[j] = view[pos:pos + n]
+                data = view[pos:pos + n]
+                if it.cipher is not None:
+                    blk, off, _ = it.pieces[j]
+                    data = await open_piece(it.cipher, blk.id, off, data)
+                it.pieces[j] = data
                 pos += n
 
     await asyncio.gather(*(node_reads(a, refs) for a, refs in by_node.items()))
     todo = [(it, j) for it in items for j, p in enumerate(it.pieces) if isinstance(p, tuple)]
-    got = await asyncio.gather(*(_read_piece(ctx, it.pieces[j], addrs) for it, j in todo), return_exceptions=True)
+    got = await asyncio.gather(*(_read_piece(ctx, it.pieces[j], addrs, it.cipher) for it, j in todo),
+                               return_exceptions=True)
     for (it, j), r in zip(todo, got):
         if isinstance(r, BaseException):
             if not first or not isinstance(r, errors.DomainError):
@@ -177,9 +190,9 @@ async def _fetch(ctx, items: list[_Item], addrs: dict, first: bool) -> None:
             it.pieces[j] = r
 
 
-def _read_piece(ctx, piece: tuple, addrs: dict):
+def _read_piece(ctx, piece: tuple, addrs: dict, cipher: BlockCipher | None = None):
     blk, off, n = piece
-    return ctx.cluster.read_block(blk, addrs, off, n)
+    return ctx.cluster.read_block(blk, addrs, off, n, cipher)
 
 
 @extension("POST", "batch")
@@ -222,7 +235,11 @@ async def batch_locate(ctx, req):
     items = _parse(await read_all(req.receive, MAX_BODY), req.bucket)
     addrs = await _stat_items(ctx, req, items)
     for it in items:
-        if it.meta.err is None:
+        if it.meta.err is None and it.cipher is not None:  # only a gateway decrypts: the client asks /batch for it
+            it.meta = m.BatchItem(err="EncryptedObject", msg="The object is encrypted server-side: read it through "
+                                  "the gateway")
+            it.pieces = []
+        elif it.meta.err is None:
             it.meta = msgspec.structs.replace(it.meta, pieces=[
                 m.LocatedPiece(id=blk.id, offset=off, length=n, nodes=blk.nodes) for blk, off, n in it.pieces])
     grant = readtoken.issue(ctx.settings.cluster_secret,

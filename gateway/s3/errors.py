@@ -66,6 +66,8 @@ S3_ERRORS: dict[type[errors.DomainError], tuple[str, int]] = {
     errors.NoObjectLockConfiguration: ("ObjectLockConfigurationNotFoundError", 404),
     errors.NoSuchObjectLockConfiguration: ("NoSuchObjectLockConfiguration", 404),
     errors.InvalidLoggingTarget: ("InvalidTargetBucketForLogging", 400),
+    errors.InvalidTag: ("InvalidTag", 400),
+    errors.InvalidConfiguration: ("InvalidRequest", 400),
 }
 # details of a domain error that S3 shows as fields of the error document, in the order they were given
 S3_FIELDS: dict[str, str] = {

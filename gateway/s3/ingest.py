@@ -29,7 +29,7 @@ from epochfs.common import errors
 from epochfs.common import messages as m
 from epochfs.common.blocks import crc32c
 
-from . import args
+from . import args, sse
 from .access import bucket_access, check_object_write
 from .body import BodyCheck, read_exactly
 from .errors import S3Error, from_domain, invalid_request
@@ -141,6 +141,7 @@ async def batch_put(ctx, req):
     if payload_hash in _STREAMING or "aws-chunked" in h.get("content-encoding", ""):
         raise invalid_request("A batch body can't be aws-chunked: send it with its Content-Length.")
     base = await object_attrs(ctx, req, info)  # the request's ACL and storage class, for every item
+    sse.for_write(ctx, h, info.encryption)  # the encryption headers checked before the body is read
     body = await read_exactly(req.receive, length)
     if payload_hash != UNSIGNED:
         if len(payload_hash) != 64:
@@ -178,15 +179,20 @@ async def batch_put(ctx, req):
             ok.append((i, check, blks))
         except (S3Error, errors.DomainError) as e:
             results[i] = _failed(e)
-    written = await ctx.cluster.write_many(req.bucket, [blks for _, _, blks in ok])
+    # each item encrypted as a PutObject would be (its own data key; by its headers or the bucket's default)
+    sealed = [sse.for_write(ctx, h, info.encryption)[0] for _ in ok]
+    written = await ctx.cluster.write_many(req.bucket, [blks for _, _, blks in ok],
+                                           ciphers=[s.cipher if s else None for s in sealed])
     commit, ids = [], []
-    for (i, check, _), w in zip(ok, written):
+    for (i, check, _), w, sealed_i in zip(ok, written, sealed):
         if isinstance(w, errors.DomainError):
             results[i] = _failed(w)
             continue
         cs = check.checksums()
-        obj = msgspec.structs.replace(attrs[i], size=items[i].size, etag=check.etag,
-                                      checksum={**cs, "type": "FULL_OBJECT"} if cs else {})
+        obj = msgspec.structs.replace(attrs[i], size=items[i].size,
+                                      etag=sealed_i.etag(check.etag) if sealed_i else check.etag,
+                                      checksum={**cs, "type": "FULL_OBJECT"} if cs else {},
+                                      sse=sealed_i.info if sealed_i else None)
         commit.append((i, cs, m.PutItem(key=items[i].key, obj=obj, blocks=tuple(w),
                                         if_none_match=items[i].if_none_match)))
         ids += [b.id for b in w]

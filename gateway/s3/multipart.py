@@ -8,12 +8,13 @@ from epochfs.common import errors
 from epochfs.common.checksums import ALGORITHMS, multipart_types
 from epochfs.common.messages import PartChoice, PartRecord, UploadAttrs
 
-from . import args, objectlock, quota, xml
+from .. import crypto
+from . import args, objectlock, quota, sse, xml
 from .access import bucket_access
 from .body import BodyCheck, body_stream, read_all
 from .errors import invalid_request, malformed_xml
 from .http import Response
-from .objects import check_key, object_attrs, read_copy_source
+from .objects import check_key, object_attrs, read_copy_source, written_version_headers
 
 
 def _checksum_choice(req) -> tuple[str | None, str | None]:
@@ -38,11 +39,13 @@ async def create(ctx, req):
     check_key(req.key)
     obj = await object_attrs(ctx, req, info)
     alg, ctype = _checksum_choice(req)
+    sealed, _ = sse.for_write(ctx, req.headers, info.encryption)
     attrs = UploadAttrs(content_type=obj.content_type, meta=obj.meta, headers=obj.headers, owner=obj.owner,
-                        acl=obj.acl, storage_class=obj.storage_class, checksum_algorithm=alg, checksum_type=ctype)
+                        acl=obj.acl, storage_class=obj.storage_class, checksum_algorithm=alg, checksum_type=ctype,
+                        sse=sealed.info if sealed else None, tags=obj.tags)
     attrs = objectlock.with_lock(req, info, attrs)
     upload_id = await ctx.cluster.namenode.mpu_create(req.bucket, req.key, attrs)
-    headers = [("content-type", "application/xml")]
+    headers = [("content-type", "application/xml")] + sse.headers(attrs.sse)
     if alg:
         headers += [("x-amz-checksum-algorithm", alg.upper()), ("x-amz-checksum-type", ctype)]
     body = xml.doc("InitiateMultipartUploadResult", f"<Bucket>{xml.esc(req.bucket)}</Bucket><Key>{xml.esc(req.key)}"
@@ -54,18 +57,20 @@ async def upload_part(ctx, req):
     await quota.precheck(ctx, req, await bucket_access(ctx, req, "write"), replaces_key=False)
     n = args.part_number(req.query["partNumber"])
     up = await ctx.cluster.namenode.mpu_get(req.bucket, req.key, req.query["uploadId"])
+    dk = _part_key(ctx, req, up.attrs.sse)
     check = BodyCheck(req.headers, req.auth, keep_alg=up.attrs.checksum_algorithm)
     stream, dec = body_stream(req.receive, req.headers, req.auth)
-    blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update)
+    blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update,
+                                                  cipher=None if dk is None else crypto.BlockCipher(dk))
     try:
         check.verify(dec.trailers if dec else None)
-        part = PartRecord(size=size, etag=check.etag, checksum=check.checksums())
+        part = PartRecord(size=size, etag=_part_etag(up.attrs.sse, dk, check.etag), checksum=check.checksums())
         await ctx.cluster.commit(req.bucket, ctx.cluster.namenode.mpu_put_part(
             req.bucket, req.key, req.query["uploadId"], n, part, blocks))
     except BaseException:
         await ctx.abandon(blocks)
         raise
-    headers = [("etag", check.etag)]
+    headers = [("etag", part.etag)] + sse.headers(up.attrs.sse)
     for alg, v in check.checksums().items():
         headers.append((f"x-amz-checksum-{alg}", v))
     return Response(200, headers)
@@ -75,19 +80,21 @@ async def upload_part_copy(ctx, req):
     await bucket_access(ctx, req, "write")
     n = args.part_number(req.query["partNumber"])
     up = await ctx.cluster.namenode.mpu_get(req.bucket, req.key, req.query["uploadId"])
+    dk = _part_key(ctx, req, up.attrs.sse)
     _, _, stream, _ = await read_copy_source(ctx, req, req.headers.get("x-amz-copy-source-range"))
     check = BodyCheck({}, None, keep_alg=up.attrs.checksum_algorithm)
-    blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update)
+    blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update,
+                                                  cipher=None if dk is None else crypto.BlockCipher(dk))
     try:
-        part = PartRecord(size=size, etag=check.etag, checksum=check.checksums())
+        part = PartRecord(size=size, etag=_part_etag(up.attrs.sse, dk, check.etag), checksum=check.checksums())
         await ctx.cluster.commit(req.bucket, ctx.cluster.namenode.mpu_put_part(
             req.bucket, req.key, req.query["uploadId"], n, part, blocks))
     except BaseException:
         await ctx.abandon(blocks)
         raise
     body = xml.doc("CopyPartResult", f"<LastModified>{xml.iso8601(time.time_ns())}</LastModified>"
-                                     f"<ETag>{xml.esc(check.etag)}</ETag>")
-    return Response(200, [("content-type", "application/xml")], body)
+                                     f"<ETag>{xml.esc(part.etag)}</ETag>")
+    return Response(200, [("content-type", "application/xml")] + sse.headers(up.attrs.sse), body)
 
 
 async def complete(ctx, req):
@@ -109,6 +116,12 @@ async def complete(ctx, req):
     expected = {a: req.headers[f"x-amz-checksum-{a}"] for a in ALGORITHMS if f"x-amz-checksum-{a}" in req.headers}
     if "x-amz-checksum-type" in req.headers:
         expected["type"] = req.headers["x-amz-checksum-type"].upper()
+    try:
+        up = await ctx.cluster.namenode.mpu_get(req.bucket, req.key, req.query["uploadId"])
+    except errors.NoSuchUpload:  # completed before: the NameNode answers a retry as the first completion
+        up = None
+    if up is not None:
+        sse.data_key(ctx, req.headers, up.attrs.sse, upload=True)  # SSE-C: the upload's key, as on every part
     res = await ctx.cluster.namenode.mpu_complete(req.bucket, req.key, req.query["uploadId"], parts,
                                                   checksum=expected, if_match=req.headers.get("if-match"),
                                                   if_none_match=req.headers.get("if-none-match"))
@@ -119,9 +132,23 @@ async def complete(ctx, req):
     body = xml.doc("CompleteMultipartUploadResult",
                    f"<Location>/{xml.esc(req.bucket)}/{xml.esc(req.key)}</Location><Bucket>{xml.esc(req.bucket)}"
                    f"</Bucket><Key>{xml.esc(req.key)}</Key><ETag>{xml.esc(res.etag)}</ETag>{cs_xml}")
-    headers = [("content-type", "application/xml")] + ([("x-amz-version-id", res.version_id)] if res.version_id
-                                                       else [])
+    headers = [("content-type", "application/xml")] + written_version_headers(res.version_id) + \
+        sse.headers(up.attrs.sse if up else None)
     return Response(200, headers, body)
+
+
+def _part_key(ctx, req, upload_sse) -> bytes | None:
+    """The data key a part of an upload is encrypted with: SSE-C parts carry the upload's key in every request.
+    x-amz-server-side-encryption(-aws-kms-key-id) is not among UploadPart's request headers and is ignored (as RGW
+    does): the upload's encryption, chosen when it was created, applies to every part."""
+    return sse.data_key(ctx, req.headers, upload_sse, upload=True)
+
+
+def _part_etag(upload_sse, dk: bytes | None, md5_etag: str) -> str:
+    """A part's ETag: its MD5, except under SSE-C and SSE-KMS (as the object's)."""
+    if upload_sse is None or upload_sse.alg == "AES256":
+        return md5_etag
+    return f'"{crypto.etag_of(md5_etag.strip(chr(34)), dk)}"'
 
 
 async def abort(ctx, req):

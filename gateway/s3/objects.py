@@ -16,7 +16,10 @@ from epochfs.common.checksums import ALGORITHMS
 from epochfs.common.messages import BucketRecord, ObjectRecord
 from epochfs.common.paths import split_key
 
-from . import args, objectlock, quota, xml
+from ..crypto import BlockCipher
+from . import args, objectlock, quota, sse, xml
+from .lifecycle import expiration_header
+from .tagging import copy_tags, count_header, request_tags
 from .access import (acl_from_xml, acl_not_supported, acl_xml, acls_disabled, bucket_access, canned_acl,
                      check_object_read, check_object_write, check_public_acl, new_object_acl)
 from .body import BodyCheck, body_stream, read_all
@@ -79,7 +82,7 @@ async def object_attrs(ctx, req, info: BucketRecord) -> ObjectRecord:
         raise S3Error("InvalidStorageClass", "The storage class you specified is not valid", 400)
     owner, acl = await new_object_acl(ctx, req, info)
     ctype = args.header_value(h.get("content-type", "binary/octet-stream"), "content-type")
-    return ObjectRecord(content_type=ctype, meta=meta, headers=hdr, owner=owner,
+    return ObjectRecord(content_type=ctype, meta=meta, headers=hdr, owner=owner, tags=request_tags(req),
                         acl=None if acl == "private" else acl, storage_class=None if sc == "STANDARD" else sc)
 
 
@@ -239,6 +242,12 @@ def version_headers(version_id: str | None, delete_marker: bool = False) -> list
     return h
 
 
+def written_version_headers(version_id: str | None) -> list[tuple[str, str]]:
+    """x-amz-version-id of a write (PUT, copy, CompleteMultipartUpload): none in a bucket whose versioning is
+    suspended (the object took the id "null"), as S3 answers."""
+    return [("x-amz-version-id", version_id)] if version_id and version_id != "null" else []
+
+
 async def put_object(ctx, req):
     info = await bucket_access(ctx, req, "write")
     check_key(req.key)
@@ -247,22 +256,27 @@ async def put_object(ctx, req):
     if "content-length" not in req.headers and "x-amz-decoded-content-length" not in req.headers \
             and "chunked" not in req.headers.get("transfer-encoding", ""):
         raise S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.", 411)
+    sealed, _ = sse.for_write(ctx, req.headers, info.encryption)
     check = BodyCheck(req.headers, req.auth)
     stream, dec = body_stream(req.receive, req.headers, req.auth)
     blocks, size = await ctx.cluster.write_stream(req.bucket, stream, check.update,
-                                                  limit=ctx.settings.max_object_size)
+                                                  limit=ctx.settings.max_object_size,
+                                                  cipher=sealed.cipher if sealed else None)
     try:
         check.verify(dec.trailers if dec else None)
         cs = check.checksums()
-        obj = msgspec.structs.replace(attrs, size=size, etag=check.etag,
-                                      checksum={**cs, "type": "FULL_OBJECT"} if cs else {})
+        obj = msgspec.structs.replace(attrs, size=size, etag=sealed.etag(check.etag) if sealed else check.etag,
+                                      checksum={**cs, "type": "FULL_OBJECT"} if cs else {},
+                                      sse=sealed.info if sealed else None)
         res = await ctx.cluster.commit(req.bucket, ctx.cluster.namenode.put_object(
             req.bucket, req.key, obj, blocks, if_match=req.headers.get("if-match"),
             if_none_match=req.headers.get("if-none-match")))
     except BaseException:
         await ctx.abandon(blocks)
         raise
-    headers = [("etag", res.etag)] + version_headers(res.version_id)
+    headers = [("etag", res.etag)] + written_version_headers(res.version_id) + \
+        sse.headers(sealed.info if sealed else None) + expiration_header(info.lifecycle, req.key, size, obj.tags,
+                                                                         res.mtime)
     for alg, v in check.checksums().items():
         headers.append((f"x-amz-checksum-{alg}", v))
         headers.append(("x-amz-checksum-type", "FULL_OBJECT"))
@@ -292,14 +306,17 @@ async def get_object(ctx, req, head: bool = False):
         check_object_read(ctx, req, info, None)
         raise
     check_object_read(ctx, req, info, obj)
+    rng = _part_range(obj, req)
+    cipher = sse.read_cipher(ctx, req, obj.sse)
     check_read_conditions(obj, req.headers)
     size = obj.size
-    rng = _part_range(obj, req)
     whole = rng is None and "range" not in req.headers
     if rng is None and "range" in req.headers:
         rng = parse_range(req.headers["range"], size)
     headers = object_headers(obj, req, with_checksum=None if whole else False) + \
-        version_headers(obj.version_id, obj.delete_marker)
+        version_headers(obj.version_id, obj.delete_marker) + sse.headers(obj.sse) + count_header(obj)
+    if info.lifecycle:
+        headers += expiration_header(info.lifecycle, req.key, obj.size, obj.tags, obj.mtime)
     for q, hname in (("response-content-type", "content-type"), ("response-content-language", "content-language"),
                      ("response-expires", "expires"), ("response-cache-control", "cache-control"),
                      ("response-content-disposition", "content-disposition"),
@@ -317,8 +334,10 @@ async def get_object(ctx, req, head: bool = False):
         return Response(status, headers, b"", length=n)
     blocks, boff = obj.blocks, obj.block_offset  # a ranged stat's blocks start at boff
     if n <= (4 << 20):  # small enough to answer in one piece, whatever the bucket's block size
-        return Response(status, headers, await ctx.cluster.read_joined(blocks, addrs, start - boff, end - boff))
-    return Response(status, headers, ctx.cluster.read_range(blocks, addrs, start - boff, end - boff), length=n)
+        return Response(status, headers, await ctx.cluster.read_joined(blocks, addrs, start - boff, end - boff,
+                                                                       cipher=cipher))
+    return Response(status, headers, ctx.cluster.read_range(blocks, addrs, start - boff, end - boff, cipher=cipher),
+                    length=n)
 
 
 async def head_object(ctx, req):
@@ -393,9 +412,9 @@ async def delete_objects(ctx, req):
             res = await ctx.cluster.namenode.delete_object(req.bucket, key, vid, **cond, bypass=bypass)
             if not quiet:
                 v = f"<VersionId>{xml.esc(vid)}</VersionId>" if vid else ""
-                if res.delete_marker:
+                if res.delete_marker:  # a marker made (its id), or one removed by its version id (that id)
                     v += "<DeleteMarker>true</DeleteMarker>"
-                    if vid is None and res.version_id:
+                    if res.version_id:
                         v += f"<DeleteMarkerVersionId>{xml.esc(res.version_id)}</DeleteMarkerVersionId>"
                 out.append(f"<Deleted><Key>{xml.esc(key)}</Key>{v}</Deleted>")
         except (S3Error, errors.DomainError) as e:
@@ -442,6 +461,8 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
         check_object_read(ctx, req, info, None, key=sk, action=action)
         raise
     check_object_read(ctx, req, info, obj, key=sk, action=action)
+    dk = sse.data_key(ctx, req.headers, obj.sse, prefix=sse.COPY_CUSTOMER)
+    cipher = None if dk is None else BlockCipher(dk)
     check_read_conditions(obj, req.headers, prefix="x-amz-copy-source-if-", copy=True)
     size = obj.size
     start, end = 0, size
@@ -453,12 +474,13 @@ async def read_copy_source(ctx, req, rng_header: str | None = None):
         start, end = args.digits(m[1], canonical=False), args.digits(m[2], canonical=False) + 1
         if start >= size or end > size or end <= start:
             raise S3Error("InvalidRange", "The requested range is not satisfiable", 416)
-    return (sb, sk), obj, ctx.cluster.read_range(obj.blocks, addrs, start, end), end - start
+    return (sb, sk), obj, ctx.cluster.read_range(obj.blocks, addrs, start, end, cipher=cipher), end - start
 
 
 async def copy_object(ctx, req):
     info = await bucket_access(ctx, req, "write")
     check_key(req.key)
+    sealed, asked = sse.for_write(ctx, req.headers, info.encryption)  # every header checked before the source
     (sb, sk), src, stream, _ = await read_copy_source(ctx, req)
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
     if directive not in ("COPY", "REPLACE"):
@@ -473,7 +495,9 @@ async def copy_object(ctx, req):
         attrs = ObjectRecord(content_type=src.content_type, meta=src.meta, xattrs=src.xattrs, headers=src.headers,
                              storage_class=sc, owner=owner, acl=None if acl == "private" else acl)
     attrs = objectlock.with_lock(req, info, attrs)  # the copy's own lock headers (the source's are not copied)
-    if (sb, sk) == (req.bucket, req.key) and directive == "COPY" and "x-amz-storage-class" not in req.headers:
+    attrs = msgspec.structs.replace(attrs, tags=copy_tags(req, src))
+    if (sb, sk) == (req.bucket, req.key) and directive == "COPY" and "x-amz-storage-class" not in req.headers \
+            and not asked:
         raise invalid_request("This copy request is illegal because it is trying to copy an object to itself "
                               "without changing the object's metadata, storage class, website redirect location or "
                               "encryption attributes.")
@@ -486,11 +510,13 @@ async def copy_object(ctx, req):
         md5.update(data)
         check.update(data)
 
-    blocks, size = await ctx.cluster.write_stream(req.bucket, stream, update)
+    blocks, size = await ctx.cluster.write_stream(req.bucket, stream, update, cipher=sealed.cipher if sealed else None)
     try:
         cs = check.checksums()
-        obj = msgspec.structs.replace(attrs, size=size, etag=f'"{md5.hexdigest()}"',
-                                      checksum={**cs, "type": "FULL_OBJECT"} if cs else {})
+        etag = f'"{md5.hexdigest()}"'
+        obj = msgspec.structs.replace(attrs, size=size, etag=sealed.etag(etag) if sealed else etag,
+                                      checksum={**cs, "type": "FULL_OBJECT"} if cs else {},
+                                      sse=sealed.info if sealed else None)
         res = await ctx.cluster.commit(req.bucket, ctx.cluster.namenode.put_object(
             req.bucket, req.key, obj, blocks, if_match=req.headers.get("if-match"),
             if_none_match=req.headers.get("if-none-match")))
@@ -500,7 +526,8 @@ async def copy_object(ctx, req):
     cs = "".join(f"<Checksum{a.upper()}>{v}</Checksum{a.upper()}>" for a, v in check.checksums().items())
     body = xml.doc("CopyObjectResult", f"<LastModified>{xml.iso8601(res.mtime)}</LastModified>"
                                        f"<ETag>{xml.esc(res.etag)}</ETag>{cs}")
-    headers = [("content-type", "application/xml")] + version_headers(res.version_id)
+    headers = [("content-type", "application/xml")] + written_version_headers(res.version_id) + \
+        sse.headers(sealed.info if sealed else None)
     if copy_source_version(req):
         headers.append(("x-amz-copy-source-version-id", copy_source_version(req)))
     return Response(200, headers, body)

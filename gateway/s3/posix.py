@@ -34,7 +34,8 @@ from epochfs.common.clients import NameNodeClient
 from epochfs.common.messages import op_name
 
 from ..cluster import plan_range
-from . import args
+from ..crypto import BlockCipher
+from . import args, sse
 from .access import bucket_access, check_object_read, may_list
 from .body import body_stream, raw_body, read_all
 from .errors import S3Error
@@ -141,6 +142,13 @@ async def fs_read(ctx, req):
         raise errors.PermissionDenied("Access Denied") from None
     check_object_read(ctx, req, info, res, action="s3:GetObject", any_key=True)  # and the object's ACL
     end = min(off + n, res.size)
+    cipher = None
+    if res.sse is not None:  # only a gateway decrypts: no locate (the mount reads through here), no SSE-C
+        if req.query.get("locate") or res.sse.alg == "SSE-C":
+            raise errors.EncryptedObject(f"inode {ino} is encrypted server-side"
+                                         + (" with a customer key: read it through S3 with the key"
+                                            if res.sse.alg == "SSE-C" else ": read it through the gateway"))
+        cipher = BlockCipher(sse.data_key(ctx, {}, res.sse))
     if req.query.get("locate"):
         pieces = [m.LocatedPiece(id=b.id, offset=boff, length=k, nodes=b.nodes)
                   for b, boff, k in plan_range(res.blk, off, end)] if end > off else []
@@ -148,7 +156,7 @@ async def fs_read(ctx, req):
         return _answer(m.FileLocated(etag=res.etag, size=res.size, pieces=pieces, addrs=res.addrs, grant=grant))
     if end <= off:
         return Response(200, [("x-epochfs-etag", res.etag)], b"")
-    pieces = [p async for p in ctx.cluster.read_range(res.blk, res.addrs, off, end)]
+    pieces = [p async for p in ctx.cluster.read_range(res.blk, res.addrs, off, end, cipher=cipher)]
     return Response(200, [("x-epochfs-etag", res.etag)], pieces[0] if len(pieces) == 1 else b"".join(pieces))
 
 
@@ -199,6 +207,9 @@ async def fs_write(ctx, req):
         raise errors.InvalidInput("PUT /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     try:
         bi = await _bucket_ino(ctx, req, "write")
+        if (await ctx.bucket(req.bucket)).encryption is not None:  # the mount's writer stores plaintext blocks
+            raise errors.EncryptedObject(f"bucket {req.bucket} encrypts new objects server-side: write them "
+                                         "through S3")
     except (S3Error, errors.PermissionDenied):
         await _discard(req.receive, 1 << 20)
         raise

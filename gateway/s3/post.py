@@ -24,16 +24,17 @@ import msgspec
 import orjson
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from epochfs.common import errors
+from epochfs.common import errors, tagging
 from epochfs.common.sigv4 import UNSIGNED, signing_key
 
-from . import args, objectlock, xml
+from . import args, objectlock, sse, xml
 from .access import bucket_access
 from .body import BodyCheck
 from .errors import S3Error, access_denied
 from .http import Response
-from .objects import check_key, object_attrs, version_headers
+from .objects import check_key, object_attrs, written_version_headers
 from .sigv4 import AuthResult
+from .tagging import parse_tagging
 
 _ISO8601 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 MAX_PART_HEADER = 8 << 10             # one header line of a part
@@ -210,6 +211,8 @@ def _check_policy(conds: list, fields: dict[str, str], bucket: str) -> tuple[int
             raise S3Error("InvalidPolicyDocument", f"Invalid Policy: Invalid Condition: {c!r}", 400)
         have = values.get(name)
         covered.add(name)
+        if have is None and op == "starts-with" and want == "":
+            continue  # an optional field: ["starts-with", "$x-amz-server-side-encryption", ""] without it
         if have is None or not (have == want if op == "eq" else have.startswith(want)):
             raise _policy_error(f'Policy Condition failed: ["{op}", "${name}", "{want}"]')
     extra = [n for n in fields if n not in covered and n not in NOT_IN_POLICY
@@ -253,9 +256,14 @@ async def post_object(ctx, req):
     info = await bucket_access(ctx, req, "write")
     check_key(key)
     attrs = objectlock.with_lock(req, info, await object_attrs(ctx, req, info))
+    if "tagging" in fields:  # the form's tag set is a <Tagging> document, not the header's query form
+        attrs = msgspec.structs.replace(attrs, tags=parse_tagging(fields["tagging"].encode(),
+                                                                  tagging.MAX_OBJECT_TAGS))
+    sealed, _ = sse.for_write(ctx, headers, info.encryption)  # the form's encryption fields, as a PUT's headers
     check = BodyCheck(headers, None)  # the form's x-amz-checksum-* fields, verified like a PUT's headers
     blocks, size = await ctx.cluster.write_stream(req.bucket, form.file(), check.update,
-                                                  limit=ctx.settings.max_object_size)
+                                                  limit=ctx.settings.max_object_size,
+                                                  cipher=sealed.cipher if sealed else None)
     try:
         check.verify(None)
         if length_range is not None and not length_range[0] <= size <= length_range[1]:
@@ -265,14 +273,15 @@ async def post_object(ctx, req):
             raise S3Error("EntityTooSmall", "Your proposed upload is smaller than the minimum allowed size", 400,
                           ProposedSize=size, MinSizeAllowed=length_range[0])
         cs = check.checksums()
-        obj = msgspec.structs.replace(attrs, size=size, etag=check.etag,
-                                      checksum={**cs, "type": "FULL_OBJECT"} if cs else {})
+        obj = msgspec.structs.replace(attrs, size=size, etag=sealed.etag(check.etag) if sealed else check.etag,
+                                      checksum={**cs, "type": "FULL_OBJECT"} if cs else {},
+                                      sse=sealed.info if sealed else None)
         res = await ctx.cluster.commit(req.bucket, ctx.cluster.namenode.put_object(req.bucket, key, obj, blocks))
     except BaseException:
         await ctx.abandon(blocks)
         raise
     location = f"/{req.bucket}/{quote(key)}"
-    out = [("etag", res.etag)] + version_headers(res.version_id)
+    out = [("etag", res.etag)] + written_version_headers(res.version_id) + sse.headers(sealed.info if sealed else None)
     if redirect:
         sep = "&" if "?" in redirect else "?"
         target = f"{redirect}{sep}bucket={quote(req.bucket)}&key={quote(key)}&etag={quote(res.etag)}"

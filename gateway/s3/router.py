@@ -13,8 +13,8 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from epochfs.common import errors
 
-from . import (attributes, batch, bucket, bucket_logging, cors, ext, ingest, listing, multipart, objectlock, objects,
-               posix, post)
+from . import (attributes, batch, bucket, bucket_logging, cors, ext, ingest, lifecycle, listing, multipart, objectlock,
+               objects, posix, post, sse, tagging)
 from ..keys import access_key_of
 from ..metrics import operation
 from .access import ANONYMOUS
@@ -92,8 +92,8 @@ def route(req: S3Request):
             for sub, h in _BUCKET_GET.items():
                 if sub in q:
                     return h
-            for sub in ("lifecycle", "tagging", "website", "logging", "notification",
-                        "replication", "encryption", "object-lock",
+            for sub in ("website", "logging", "notification",
+                        "replication", "object-lock",
                         "requestPayment", "accelerate", "analytics", "metrics", "inventory",
                         "intelligent-tiering"):
                 if sub in q:
@@ -127,7 +127,9 @@ def route(req: S3Request):
             return objects.get_acl
         if "attributes" in q:
             return attributes.get_object_attributes
-        if "tagging" in q or "retention" in q or "legal-hold" in q or "torrent" in q:
+        if "tagging" in q:
+            return tagging.get_object_tagging
+        if "retention" in q or "legal-hold" in q or "torrent" in q:
             raise not_implemented("this object sub-resource")
         return objects.get_object
     if m == "HEAD":
@@ -137,12 +139,16 @@ def route(req: S3Request):
             return multipart.upload_part_copy if "x-amz-copy-source" in req.headers else multipart.upload_part
         if "acl" in q:
             return objects.put_acl
-        if "tagging" in q or "retention" in q or "legal-hold" in q:
+        if "tagging" in q:
+            return tagging.put_object_tagging
+        if "retention" in q or "legal-hold" in q:
             raise not_implemented("this object sub-resource")
         return objects.copy_object if "x-amz-copy-source" in req.headers else objects.put_object
     if m == "DELETE":
         if "uploadId" in q:
             return multipart.abort
+        if "tagging" in q:
+            return tagging.delete_object_tagging
         return objects.delete_object
     if m == "POST":
         if "uploads" in q:
@@ -158,6 +164,10 @@ _BUCKET_SUBRESOURCES = {
     "policyStatus": {"GET": bucket.get_policy_status},
     "publicAccessBlock": {"GET": bucket.get_public_access_block, "PUT": bucket.put_public_access_block,
                           "DELETE": bucket.delete_public_access_block},
+    "encryption": {"GET": sse.get_encryption, "PUT": sse.put_encryption, "DELETE": sse.delete_encryption},
+    "tagging": {"GET": tagging.get_bucket_tagging, "PUT": tagging.put_bucket_tagging,
+                "DELETE": tagging.delete_bucket_tagging},
+    "lifecycle": {"GET": lifecycle.get_lifecycle, "PUT": lifecycle.put_lifecycle, "DELETE": lifecycle.delete_lifecycle},
 }
 
 # the action a bucket policy names for each handler; (plain, with ?versionId) where a version makes a difference
@@ -192,6 +202,15 @@ _ACTIONS = {
     objectlock.get_retention: "s3:GetObjectRetention", objectlock.put_retention: "s3:PutObjectRetention",
     objectlock.get_legal_hold: "s3:GetObjectLegalHold", objectlock.put_legal_hold: "s3:PutObjectLegalHold",
     bucket_logging.get_logging: "s3:GetBucketLogging", bucket_logging.put_logging: "s3:PutBucketLogging",
+    sse.get_encryption: "s3:GetEncryptionConfiguration", sse.put_encryption: "s3:PutEncryptionConfiguration",
+    sse.delete_encryption: "s3:PutEncryptionConfiguration",
+    tagging.get_object_tagging: ("s3:GetObjectTagging", "s3:GetObjectVersionTagging"),
+    tagging.put_object_tagging: ("s3:PutObjectTagging", "s3:PutObjectVersionTagging"),
+    tagging.delete_object_tagging: ("s3:DeleteObjectTagging", "s3:DeleteObjectVersionTagging"),
+    tagging.get_bucket_tagging: "s3:GetBucketTagging", tagging.put_bucket_tagging: "s3:PutBucketTagging",
+    tagging.delete_bucket_tagging: "s3:PutBucketTagging",
+    lifecycle.get_lifecycle: "s3:GetLifecycleConfiguration", lifecycle.put_lifecycle: "s3:PutLifecycleConfiguration",
+    lifecycle.delete_lifecycle: "s3:PutLifecycleConfiguration",
 }
 
 

@@ -20,9 +20,9 @@ from .services import Services
 
 
 def make_handlers(meta: MetaStore, members: Membership, settings: NameNodeSettings, repair: RepairWorker,
-                  ops: OperatorJobs, journal: Journal) -> dict:
+                  ops: OperatorJobs, journal: Journal, lifecycle=None) -> dict:
     access_keys = AccessKeys(meta)
-    services = Services(meta, members, settings, repair, ops, access_keys)
+    services = Services(meta, members, settings, repair, ops, access_keys, lifecycle)
     table = node_handlers(meta, members, repair, ops, journal) | ha_handlers(journal) | posix_handlers(meta, members, services.admit) \
         | batch_handlers(meta, members)
     for subject in (buckets, objects, objectlock, multipart, blocks, keys, jobs):

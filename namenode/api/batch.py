@@ -14,7 +14,7 @@ from ..membership import Membership
 from ..metastore import MetaStore
 
 # what the gateway needs of a record to check access and read it; the rest of the inode stays here
-_READ_FIELDS = ("size", "etag", "mt", "blk", "acl", "owner")
+_READ_FIELDS = ("size", "etag", "mt", "blk", "acl", "owner", "sse", "tg")
 MAX_STAT = 10_000
 MAX_MANIFEST_PAGE = 100_000
 

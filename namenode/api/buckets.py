@@ -2,7 +2,7 @@
 through these, each setting validated here."""
 from __future__ import annotations
 
-from epochfs.common import defaults, errors, policy, write_policy
+from epochfs.common import defaults, errors, lifecycle, policy, tagging, write_policy
 from epochfs.common import messages as m
 
 from .services import Services, fields, record
@@ -10,6 +10,7 @@ from .services import Services, fields, record
 MAX_REPLICATION = defaults.MAX_REPLICATION
 OWNERSHIP = ("BucketOwnerEnforced", "BucketOwnerPreferred", "ObjectWriter")
 VERSIONING = ("Enabled", "Suspended")
+ENCRYPTION = ("AES256", "aws:kms")  # a bucket's default server-side encryption
 CANNED_ACLS = ("private", "public-read", "public-read-write", "authenticated-read")
 ACL_PERMISSIONS = ("READ", "WRITE", "READ_ACP", "WRITE_ACP", "FULL_CONTROL")
 
@@ -83,6 +84,15 @@ def changes(req: m.BucketSettings, current: m.BucketRecord | None = None) -> dic
             out["pol"] = req.policy
     if req.acl is not None and pab is not None and pab.block_public_acls and _public_acl(req.acl):
         raise errors.PermissionDenied("the bucket's public access block forbids a public ACL")
+    if req.encryption is not None and req.no_encryption:
+        raise errors.InvalidInput("set or remove the default encryption, not both")
+    if req.encryption is not None:
+        _one_of(req.encryption.alg, ENCRYPTION, "default encryption")
+        if req.encryption.alg != "aws:kms" and req.encryption.kms_key is not None:
+            raise errors.InvalidInput("a KMS key id goes only with aws:kms encryption")
+        out["enc"] = fields(req.encryption)
+    elif req.no_encryption:
+        out["enc"] = None
     return out
 
 
@@ -136,6 +146,14 @@ def handlers(s: Services) -> dict:
         new = {"lgt": None if req.target is None else _logging(req.target)}
         return record(meta.update_bucket(req.bucket, new), m.BucketRecord)
 
+    async def bucket_tags(req: m.BucketTags, _) -> m.BucketRecord:
+        tags = None if req.tags is None else tagging.check(req.tags, tagging.MAX_BUCKET_TAGS)
+        return record(meta.set_bucket_tags(req.bucket, tags), m.BucketRecord)
+
+    async def bucket_lifecycle(req: m.BucketLifecycle, _) -> m.BucketRecord:
+        rules = None if isinstance(req.rules, m.Unset) else lifecycle.check(req.rules)
+        return record(meta.set_bucket_lifecycle(req.bucket, rules), m.BucketRecord)
+
     async def bucket_usage(req: m.BucketUsage, _) -> m.Usage:
         if req.bucket:
             return m.Usage(usage={req.bucket: m.BucketUsed(*meta.usage(meta.bucket_ino(req.bucket)))})
@@ -143,4 +161,4 @@ def handlers(s: Services) -> dict:
 
     return {m.BucketCreate: bucket_create, m.BucketDelete: bucket_delete, m.BucketInfo: bucket_info,
             m.BucketList: bucket_list, m.BucketSettings: bucket_settings, m.BucketUsage: bucket_usage,
-            m.BucketLogging: bucket_logging}
+            m.BucketLogging: bucket_logging, m.BucketTags: bucket_tags, m.BucketLifecycle: bucket_lifecycle}

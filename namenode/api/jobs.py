@@ -35,7 +35,8 @@ def handlers(s: Services) -> dict:
         return job_info(repair.decommission(req.node))
 
     async def jobs(req: m.Jobs, _) -> m.JobList:
-        return m.JobList(jobs=[job_info(j) for j in repair.jobs_list() + ops.jobs_list()])
+        lc = s.lifecycle.jobs_list() if s.lifecycle is not None else []
+        return m.JobList(jobs=[job_info(j) for j in repair.jobs_list() + ops.jobs_list() + lc])
 
     async def job_start(req: m.JobStart, _) -> m.JobInfo:
         return job_info(ops.start(req.kind, req.node))

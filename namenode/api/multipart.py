@@ -1,7 +1,7 @@
 """Multipart uploads: parts are committed as they arrive; completing concatenates their block lists."""
 from __future__ import annotations
 
-from epochfs.common import messages as m
+from epochfs.common import messages as m, tagging
 
 from .buckets import check_acl
 from .services import Services, fields, record
@@ -13,7 +13,11 @@ def handlers(s: Services) -> dict:
     async def mpu_create(req: m.MpuCreate, _) -> m.UploadCreated:
         if req.attrs.acl is not None:
             check_acl(req.attrs.acl)
-        return m.UploadCreated(upload_id=meta.create_upload(req.bucket, req.key, fields(req.attrs)))
+        attrs = fields(req.attrs)
+        tags = tagging.check(req.attrs.tags, tagging.MAX_OBJECT_TAGS)
+        if tags:
+            attrs["tg"] = tags  # as checked: sorted by key
+        return m.UploadCreated(upload_id=meta.create_upload(req.bucket, req.key, attrs))
 
     async def mpu_get(req: m.MpuGet, _) -> m.UploadRecord:
         return record(meta.get_upload(req.bucket, req.key, req.upload_id), m.UploadRecord)

@@ -1,7 +1,7 @@
 """Objects: commit, stat, delete, settings, and the listings of keys and versions."""
 from __future__ import annotations
 
-from epochfs.common import errors
+from epochfs.common import errors, tagging
 from epochfs.common import messages as m
 from epochfs.common.blocks import block_nodes, covering
 
@@ -16,7 +16,10 @@ def handlers(s: Services) -> dict:
     meta, members, repair = s.meta, s.members, s.repair
 
     async def put_object(req: m.PutObject, _) -> m.Committed:
+        tags = tagging.check(req.obj.tags, tagging.MAX_OBJECT_TAGS)
         obj = {k: v for k, v in fields(req.obj).items() if k not in _SET_BY_COMMIT}
+        if tags:
+            obj["tg"] = tags  # as checked: sorted by key
         obj["blk"] = s.admit(req.bucket, list(req.blocks))
         res = meta.put_object(req.bucket, req.key, obj, if_match=req.if_match, if_none_match=req.if_none_match)
         repair.check_commit(obj["blk"])
@@ -32,6 +35,9 @@ def handlers(s: Services) -> dict:
         for i, it in enumerate(req.items):
             obj = {k: v for k, v in fields(it.obj).items() if k not in _SET_BY_COMMIT}
             try:
+                tags = tagging.check(it.obj.tags, tagging.MAX_OBJECT_TAGS)
+                if tags:
+                    obj["tg"] = tags  # as checked: sorted by key
                 obj["blk"] = s.admit(req.bucket, list(it.blocks))
             except errors.DomainError as e:
                 errs[i] = m.PieceError(type(e).__name__, e.message)
@@ -70,6 +76,10 @@ def handlers(s: Services) -> dict:
             meta.stat(req.bucket, req.key)  # NoSuchKey all the same
         return m.Done()
 
+    async def object_tags(req: m.ObjectTags, _) -> m.TagsSet:
+        return record(meta.set_object_tags(req.bucket, req.key, tagging.check(req.tags, tagging.MAX_OBJECT_TAGS),
+                                           req.version_id), m.TagsSet)
+
     # A page's entries come from the MetaStore already in their wire form (ListEntry's array ["k", key, ...]), and
     # are sent as they are: converting 1,000 of them into Structs only to encode them again cost 1.5 ms of NameNode
     # CPU per page (+50% of a LIST's NameNode CPU); the caller decodes them into the typed entries.
@@ -83,7 +93,8 @@ def handlers(s: Services) -> dict:
         return m.VersionListing(items=page["items"], truncated=page["truncated"])
 
     return {m.PutObject: put_object, m.PutObjects: put_objects, m.Stat: stat, m.DeleteObject: delete_object,
-            m.ObjectSettings: object_settings, m.ListObjects: list_objects, m.ListVersions: list_versions}
+            m.ObjectSettings: object_settings, m.ObjectTags: object_tags, m.ListObjects: list_objects,
+            m.ListVersions: list_versions}
 
 
 def only_range(rec: dict, rng) -> dict:

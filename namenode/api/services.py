@@ -24,6 +24,7 @@ class Services:
     repair: RepairWorker
     ops: OperatorJobs
     access_keys: AccessKeys
+    lifecycle: object = None  # the LifecycleWorker (namenode/lifecycle.py): its sweeps are jobs
 
     def admit(self, bucket: str | None, blocks: list[m.WrittenBlock | int]) -> list:
         """New blocks as a commit stores them, if each was acknowledged by as many copies as the bucket's write

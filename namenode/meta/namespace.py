@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import msgspec
+
 from epochfs.common import errors
 from epochfs.common.blocks import block_id
 from epochfs.common.kv import prefix_end
@@ -87,6 +89,28 @@ class Namespace(StoreBase):
         rec["bkt"] = {**rec.get("bkt", {}), **c.fields}
         b.put(keys.inode(ino), self._enc(rec))
         return {"name": c.bucket, **rec["bkt"]}
+
+    def set_bucket_tags(self, bucket: str, tags: dict[str, str] | None) -> dict:
+        return self.execute(cmds.SetBucketTags(bucket=bucket, tags=tags))
+
+    def _apply_set_bucket_tags(self, b, c: cmds.SetBucketTags) -> dict:
+        return self._set_bucket_field(b, c.bucket, "tg", c.tags)
+
+    def set_bucket_lifecycle(self, bucket: str, rules: list | None) -> dict:
+        return self.execute(cmds.SetBucketLifecycle(bucket=bucket, rules=rules))
+
+    def _apply_set_bucket_lifecycle(self, b, c: cmds.SetBucketLifecycle) -> dict:
+        return self._set_bucket_field(b, c.bucket, "lc", None if c.rules is None else msgspec.to_builtins(c.rules))
+
+    def _set_bucket_field(self, b, bucket: str, name: str, value) -> dict:
+        ino = self.bucket_ino(bucket)
+        rec = self.get_inode(ino)
+        bkt = {k: v for k, v in rec.get("bkt", {}).items() if k != name}
+        if value is not None:
+            bkt[name] = value
+        rec["bkt"] = bkt
+        b.put(keys.inode(ino), self._enc(rec))
+        return {"name": bucket, **bkt}
 
     def list_buckets(self) -> list[dict]:
         out = []
@@ -296,6 +320,31 @@ class Namespace(StoreBase):
             rec = {**cur, **c.fields}
         b.put(keys.inode(ino), self._enc(rec))
 
+    def set_object_tags(self, bucket: str, key: str, tags: dict[str, str], version_id: str | None = None) -> dict:
+        """Replace the tags of the key's current version (or of `version_id`): {"vid": its version id}."""
+        return self.execute(cmds.SetObjectTags(bucket=bucket, key=key, tags=tags, version_id=version_id))
+
+    def _apply_set_object_tags(self, b, c: cmds.SetObjectTags) -> dict:
+        parent, name, marker = self._resolve(c.bucket, c.key)
+        if marker:  # a directory marker ("a/b/"): its attributes live on the directory's inode
+            rec = self.get_inode(parent)
+            if rec is None or "mk" not in rec or c.version_id not in (None, "null"):
+                raise errors.NoSuchKey("The specified key does not exist.", key=c.key)
+            target, where = rec["mk"], keys.inode(parent)
+        else:
+            ino = self.stat(c.bucket, c.key, c.version_id)["ino"]  # NoSuchKey, NoSuchVersion, a delete marker...
+            rec = self.get_inode(ino)
+            where = keys.inode(ino)
+            if c.version_id is not None and rec.get("vid", "null") != c.version_id:
+                where, rec = self._find_version(ino, c.version_id)
+            target = rec
+        if c.tags:
+            target["tg"] = c.tags
+        else:
+            target.pop("tg", None)
+        b.put(where, self._enc(rec))
+        return {"vid": target.get("vid")}
+
     def delete_object(self, bucket: str, key: str, *, version_id: str | None = None, if_match: str | None = None,
                       if_mtime: int | None = None, if_size: int | None = None, bypass: bool = False) -> dict:
         """Delete a key (or one version of it). Returns {"existed", "dm" (a delete marker was made or removed),
@@ -311,16 +360,15 @@ class Namespace(StoreBase):
     def _apply_delete_object(self, b, c: cmds.DeleteObject) -> dict:
         bucket, key, version_id, t = c.bucket, c.key, c.version_id, c.t
         if_match, if_mtime, if_size = c.if_match, c.if_mtime, c.if_size
-        gone = {"existed": False}
         try:
             parent, name, marker = self._resolve(bucket, key)
         except errors.NoSuchKey:
-            return gone
+            return self._delete_missing(b, c)
         if marker:
             return self._delete_marker_dir(b, bucket, key, parent, if_match, if_mtime, if_size)
         ino = self._lookup(parent, name, False)
         if ino is None:
-            return gone
+            return self._delete_missing(b, c)
         cur = self.get_inode(ino) or {}
         ver = self.versioning(bucket)
         target, vkey = cur, None
@@ -368,6 +416,15 @@ class Namespace(StoreBase):
         if version_id is not None or "vid" in cur:
             res["vid"] = cur.get("vid", "null")
         return res
+    def _delete_missing(self, b, c: cmds.DeleteObject) -> dict:
+        """A DELETE of a key that has no version: nothing, except in a versioned bucket, where (as in S3) a delete
+        marker becomes the key's current version all the same."""
+        ver = self.versioning(c.bucket)
+        if ver is None or c.version_id is not None or c.key.endswith("/"):
+            return {"existed": False}
+        res = self._put(b, c.bucket, c.key, {"dm": True, "size": 0}, c.t, c.vid, None, None)
+        return {"existed": False, "dm": True, "vid": res["vid"]}
+
     def _detach(self, b, parent: int, name: str, ino: int, rec: dict, t: int) -> bool:
         """An S3 write or delete of one name of a file with other names (hard links made through the mount) is
         about that key only: the name leaves the inode, which keeps its content, versions and blocks for the other

@@ -44,7 +44,7 @@ class Usage(StoreBase):
     def _usage_delta(self, bucket: str, key: str, obj: dict) -> tuple[int, int]:
         """What committing `obj` at `key` changes in the bucket's usage; raises QuotaExceeded if that goes over the
         bucket's quota (only growth is refused: an overwrite that shrinks always passes)."""
-        if key.endswith("/"):
+        if key.endswith("/") or obj.get("dm"):  # a delete marker is put only where no object is visible
             return 0, 0
         try:
             parent, name, _ = self._resolve(bucket, key)

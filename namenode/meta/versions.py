@@ -19,6 +19,22 @@ class Versions(StoreBase):
         """None (never enabled), "Enabled" or "Suspended"."""
         return (self.get_inode(self.bucket_ino(bucket)) or {}).get("bkt", {}).get("ver")
 
+    def key_versions(self, bucket: str, key: str) -> list[dict]:
+        """A key's versions as stored (tags and all), the current one first, then the noncurrent ones newest first;
+        [] if it has none. A directory marker ("a/b/") is one version, "null"."""
+        try:
+            parent, name, marker = self._resolve(bucket, key)
+        except errors.NoSuchKey:
+            return []
+        if marker:
+            rec = self.get_inode(parent) or {}
+            return [{**rec["mk"], "vid": "null"}] if "mk" in rec else []
+        ino = self._lookup(parent, name, False)
+        cur = self.get_inode(ino) if ino is not None else None
+        if cur is None or cur.get("t") != "f":
+            return []
+        return [cur] + [r for _, r in self._versions(ino)]
+
     def _versions(self, ino: int) -> list[tuple[bytes, dict]]:
         p = keys.versions(ino)
         return [(k, self._dec(v)) for k, v in self.kv.scan(p, prefix_end(p))]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import random
 import signal
@@ -24,6 +25,7 @@ MAIN = ("EPOCHMAINKEY0000000", "epochmainsecret000000000000000000000000", "main-
         "main@example.com")
 ALT = ("EPOCHALTKEY00000000", "epochaltsecret0000000000000000000000000", "alt-user-id", "alt", "alt@example.com")
 SECRET = "test-cluster-secret"
+KMS_KEYS = "testkey-1,testkey-2"  # the KMS key ids the gateway knows (as ceph/s3-tests names them)
 
 
 _given: set[int] = set()
@@ -109,8 +111,16 @@ class Cluster:
         self._spawn("gw", "epochfs.gateway", {
             "GW_HOST": self.addr("gw"), "GW_PORT": str(self.ports["gw"]),
             "GW_NAMENODE": f"{self.addr('nn')}:{self.ports['nn'][1]}",
-            "GW_CLUSTER_SECRET": SECRET, "GW_USERS": users, **self.extra["gw"]})
+            "GW_CLUSTER_SECRET": SECRET, "GW_USERS": users, "GW_SSE_MASTER_KEY_FILE": str(self._master_key()),
+            "GW_SSE_KMS_KEYS": KMS_KEYS, **self.extra["gw"]})
         self._wait_http(f"{self.endpoint}/healthz", "gw")
+
+    def _master_key(self) -> Path:
+        """The gateway's SSE master key, made once per cluster (a restarted gateway reads its objects again)."""
+        p = self.root / "gw-master.key"
+        if not p.exists():
+            p.write_text(base64.b64encode(os.urandom(32)).decode())
+        return p
 
     def start(self) -> Cluster:
         self.start_namenode()

@@ -400,3 +400,37 @@ def test_aws_cli_and_admin(cluster, s3, bucket, tmp_path):
     r = httpx.put(f"{cluster.endpoint}/admin/v1/buckets/{bucket}/policy", auth=(MAIN[0], MAIN[1]), content=b"{")
     assert r.status_code == 400
     assert httpx.get(f"{cluster.endpoint}/admin/v1/buckets/{bucket}", auth=(MAIN[0], MAIN[1])).json()["policy_public"]
+
+
+def test_object_tag_conditions(cluster, s3, bucket):
+    """s3:ExistingObjectTag/<key> (the object's tags: GetObject, GetObjectTagging, PutObjectTagging) and
+    s3:RequestObjectTag/<key> (x-amz-tagging of a PutObject), as ceph/s3-tests' test_bucket_policy_*_existing_tag
+    and test_bucket_policy_put_obj_request_obj_tag check them."""
+    alt = cluster.s3(ALT)
+    s3.put_object(Bucket=bucket, Key="pub", Body=b"p", Tagging="security=public")
+    s3.put_object(Bucket=bucket, Key="priv", Body=b"q", Tagging="security=private")
+    s3.put_object(Bucket=bucket, Key="none", Body=b"n")
+    public = {"StringEquals": {"s3:ExistingObjectTag/security": "public"}}
+    s3.put_bucket_policy(Bucket=bucket, Policy=_policy(
+        _allow(["s3:GetObject", "s3:GetObjectTagging", "s3:PutObjectTagging"], f"arn:aws:s3:::{bucket}/*",
+               {"AWS": ALT[2]}, Condition=public),
+        _allow("s3:PutObject", f"arn:aws:s3:::{bucket}/up/*", {"AWS": ALT[2]},
+               Condition={"StringEquals": {"s3:RequestObjectTag/security": "public"}})))
+    assert alt.get_object(Bucket=bucket, Key="pub")["Body"].read() == b"p"
+    assert alt.get_object_tagging(Bucket=bucket, Key="pub")["TagSet"] == [{"Key": "security", "Value": "public"}]
+    for key in ("priv", "none"):
+        assert _code(alt.get_object, Bucket=bucket, Key=key) == (403, "AccessDenied")
+        assert _code(alt.get_object_tagging, Bucket=bucket, Key=key) == (403, "AccessDenied")
+        assert _code(alt.put_object_tagging, Bucket=bucket, Key=key,
+                     Tagging={"TagSet": [{"Key": "security", "Value": "public"}]}) == (403, "AccessDenied")
+    # retagging is decided on the tags the object has: once private, the next retag is refused
+    alt.put_object_tagging(Bucket=bucket, Key="pub", Tagging={"TagSet": [{"Key": "security", "Value": "private"}]})
+    assert _code(alt.put_object_tagging, Bucket=bucket, Key="pub",
+                 Tagging={"TagSet": [{"Key": "security", "Value": "public"}]}) == (403, "AccessDenied")
+    assert _code(alt.get_object, Bucket=bucket, Key="pub") == (403, "AccessDenied")
+    # a PUT is allowed only with the tag the policy asks for
+    alt.put_object(Bucket=bucket, Key="up/a", Body=b"a", Tagging="security=public")
+    assert _code(alt.put_object, Bucket=bucket, Key="up/b", Body=b"b", Tagging="security=private") == \
+        (403, "AccessDenied")
+    assert _code(alt.put_object, Bucket=bucket, Key="up/c", Body=b"c") == (403, "AccessDenied")
+    assert s3.get_object_tagging(Bucket=bucket, Key="up/a")["TagSet"] == [{"Key": "security", "Value": "public"}]

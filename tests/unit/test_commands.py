@@ -6,6 +6,7 @@ import pytest
 
 from epochfs.common import errors
 from epochfs.common.kv import MemoryKV
+from epochfs.common.messages import LifecycleRule
 from epochfs.namenode import commands as cmds
 from epochfs.namenode.access_keys import AccessKeys
 from epochfs.namenode.metastore import MetaStore, now_ns
@@ -50,7 +51,7 @@ def workload(m: MetaStore, rng: random.Random, steps: int) -> int:
     refused = 0
     for _ in range(steps):
         op = rng.choice(["put", "put", "delete", "mpu", "quota", "mkdir", "rename", "commit", "unlink", "gc",
-                         "setattr", "xattr", "key", "short", "abandon", "update"])
+                         "setattr", "xattr", "key", "short", "abandon", "update", "tags"])
         bucket, key = rng.choice("bv"), rng.choice(names)
         try:
             if op == "put":
@@ -103,6 +104,10 @@ def workload(m: MetaStore, rng: random.Random, steps: int) -> int:
                 m.abandon([bid for bid, _ in placed])
             elif op == "update":
                 m.update_object(bucket, key, {"acl": "public-read"})
+            elif op == "tags":
+                m.set_object_tags(bucket, key, {"k": str(rng.randint(0, 9))} if rng.random() < 0.8 else {})
+                m.set_bucket_tags(bucket, rng.choice([None, {"team": "a"}]))
+                m.set_bucket_lifecycle(bucket, rng.choice([None, [LifecycleRule(id="r", expiration_days=3)]]))
         except errors.DomainError:
             refused += 1
     return refused
@@ -117,7 +122,8 @@ def test_replaying_the_commands_gives_the_same_bytes(seed, grace):
     assert refused > 0 and len(log.entries) > 300  # preconditions did fail along the way, and wrote nothing
     ops = {cmds.decode(raw).__struct_config__.tag for raw in log.entries}
     assert {"put_object", "delete_object", "complete_upload", "rename", "commit", "update_bucket",
-            "expire_pending", "allocate", "save_node", "create_access_key", "garbage_done"} <= ops
+            "expire_pending", "allocate", "save_node", "create_access_key", "garbage_done", "set_object_tags",
+            "set_bucket_tags", "set_bucket_lifecycle"} <= ops
     assert ("release_freed" in ops) == (grace > 0)
     want = dump(m.kv)
     a, b = replay(log.entries, free_grace_s=grace), replay(log.entries, free_grace_s=grace)
