@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import fsspec
 import httpx
 import pytest
 from botocore.exceptions import ClientError
-from cluster import ALT, MAIN, free_port
+from cluster import ALT, MAIN
+from test_s3_contract import moto_endpoint  # noqa: F401 (fixture: moto's server as an oracle)
 
 pytestmark = pytest.mark.integration
 
@@ -36,30 +36,12 @@ def _deny(action, resource, principal="*", **extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def moto(tmp_path_factory):
+def moto(moto_endpoint):
     """moto's server, an oracle for the policy and public access block calls it implements."""
     import boto3
     from botocore.config import Config
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        assert proc.poll() is None, "moto server exited"
-        try:
-            if httpx.get(f"{url}/moto-api/", timeout=1).status_code < 500:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "moto server did not start"
-        time.sleep(0.1)
-    yield boto3.client("s3", endpoint_url=url, aws_access_key_id="testing", aws_secret_access_key="testing",
-                       region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
-    proc.terminate()
-    proc.wait(timeout=10)
-    log.close()
+    return boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                        region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
 
 
 def _transcript(s3, bucket: str) -> list:

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 from botocore.exceptions import ClientError
 from cluster import MAIN
+from test_s3_contract import moto_endpoint  # noqa: F401 (fixture: moto's server as an oracle)
 from mounting import Mount, needs_fuse
 
 pytestmark = pytest.mark.integration
@@ -378,35 +379,12 @@ def test_mount_reads_through_the_gateway_and_refuses_writes(cluster, s3, bucket,
 
 # ---------------------------------------------------------------- moto as an oracle
 @pytest.fixture(scope="module")
-def moto_s3(tmp_path_factory):
+def moto_s3(moto_endpoint):
     """moto's server, for the parts of SSE it implements (the headers S3 answers, bucket encryption documents)."""
-    import sys
-    import time
-
     import boto3
-    import httpx
     from botocore.config import Config
-    from cluster import free_port
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        assert proc.poll() is None, "moto server exited"
-        try:
-            if httpx.get(f"{url}/moto-api/", timeout=1).status_code < 500:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "moto server did not start"
-        time.sleep(0.1)
-    yield boto3.client("s3", endpoint_url=url, aws_access_key_id="a", aws_secret_access_key="b",
-                       region_name="us-east-1", config=Config(s3={"addressing_style": "path"}))
-    proc.terminate()
-    proc.wait(timeout=10)
-    log.close()
+    return boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="a", aws_secret_access_key="b",
+                        region_name="us-east-1", config=Config(s3={"addressing_style": "path"}))
 
 
 def _sse_story(s3, bucket: str) -> list:
