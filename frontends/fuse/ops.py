@@ -94,7 +94,7 @@ class EpochOperations(pyfuse3.Operations):
 
     @nursery.setter
     def nursery(self, nursery: trio.Nursery | None) -> None:
-        self.reader.nursery = nursery
+        self.reader.nursery = self.writes.nursery = nursery
 
     async def start(self) -> None:
         """Find the mount's root: the tree of buckets, a bucket, or a directory below one."""
@@ -171,7 +171,7 @@ class EpochOperations(pyfuse3.Operations):
             args["mt"] = attr.st_mtime_ns
             w = self.writes.of(ino)
             if w is not None:
-                w.set_mtime(attr.st_mtime_ns)
+                await self.writes.set_mtime(w, attr.st_mtime_ns)
         a = None
         if fields.update_size:
             if attr.st_size > MAX_FILE_SIZE:

@@ -163,3 +163,47 @@ def test_unsupported_fallocate_modes_fail_cleanly(mnt, s3, bucket):
     finally:
         os.close(fd)
     assert s3.get_object(Bucket=bucket, Key="fa.bin")["Body"].read() == b"q" * 10000
+
+
+def test_a_new_file_is_streamed_while_written_and_appears_whole_only_at_close(cluster, mnt, s3, bucket):
+    """A new file written front to back goes up while it is written, in one upload (one commit at close): S3 sees
+    the empty file until then, never a part of the new content, and close sends only the tail."""
+    piece = 1 << 20
+    data = random.Random(7).randbytes(20 * piece + 123)
+    writes = fs_requests(cluster).get("write", 0)
+    with open(mnt.path / "stream.bin", "wb") as f:
+        for pos in range(0, 16 * piece, piece):
+            f.write(data[pos:pos + piece])
+        assert fs_requests(cluster).get("write", 0) - writes == 1  # the upload is under way
+        head = s3.head_object(Bucket=bucket, Key="stream.bin")
+        assert head["ContentLength"] == 0  # created, its new content not yet visible
+        f.write(data[16 * piece:])
+    assert fs_requests(cluster).get("write", 0) - writes == 1
+    got = s3.get_object(Bucket=bucket, Key="stream.bin")
+    assert got["Body"].read() == data
+    assert (mnt.path / "stream.bin").read_bytes() == data
+
+
+def test_a_write_into_what_was_streamed_already_falls_back_to_one_upload_at_close(cluster, mnt, s3, bucket):
+    """Changing bytes the stream sent already (a header patched at the end, as archivers and checkpoint writers
+    do), truncating or setting the mtime cancels the stream; the content and the time are still right at close."""
+    piece = 1 << 20
+    data = bytearray(random.Random(8).randbytes(24 * piece))
+    with open(mnt.path / "patched.bin", "wb") as f:
+        f.write(data[:20 * piece])
+        f.write(data[20 * piece:])
+        f.seek(0)
+        f.write(b"HEADER")
+        data[:6] = b"HEADER"
+    assert s3.get_object(Bucket=bucket, Key="patched.bin")["Body"].read() == bytes(data)
+    with open(mnt.path / "cut.bin", "wb") as f:
+        f.write(data[:20 * piece])
+        f.truncate(10 * piece + 5)
+        f.write(b"end")  # at the file position: 20 MiB, after a hole
+    want = bytes(data[:10 * piece + 5]) + bytes(10 * piece - 5) + b"end"
+    assert s3.get_object(Bucket=bucket, Key="cut.bin")["Body"].read() == want
+    with open(mnt.path / "timed.bin", "wb") as f:
+        f.write(data[:20 * piece])
+        os.utime(f.fileno(), ns=(1_500_000_000_000_000_000, 1_500_000_000_000_000_000))
+    assert os.stat(mnt.path / "timed.bin").st_mtime_ns == 1_500_000_000_000_000_000
+    assert s3.get_object(Bucket=bucket, Key="timed.bin")["Body"].read() == bytes(data[:20 * piece])
