@@ -70,6 +70,8 @@ class Writer:
         self.mtime_set = False  # mtime_ns was set explicitly (utimens) after the last write: the commit keeps it
         self.lock = trio.Lock()
         self.stream: Stream | None = None
+        self.attr: dict | None = None  # the attributes of its last committed version, if known (created here)
+        self.pending: dict = {}        # chmod/chown/atime set while changes are unsaved, sent with their commit
         self._rebase(layout["etag"], layout["blk"], {}, KEPT, layout.get("bs", UPLOAD_PIECE))
 
     def _rebase(self, etag: str, blk: list, known: dict[int, int], new: int, bs: int) -> None:
@@ -193,11 +195,29 @@ class Writes:
         """The file's local copy, if it has one."""
         return self.writers.get(ino)
 
-    def new(self, ino: int, etag: str) -> Writer:
-        """The local copy of a file just created, for its first handle: nothing to ask about its layout."""
-        w = self.writers[ino] = Writer(self.o.cache_dir, {"etag": etag, "blk": [], "size": 0})
+    def new(self, ino: int, attr: dict) -> Writer:
+        """The local copy of a file just created (`attr`: its attributes), for its first handle: nothing to ask
+        about its layout."""
+        w = self.writers[ino] = Writer(self.o.cache_dir, {"etag": attr["etag"], "blk": [], "size": 0})
+        w.attr = attr
         w.refs += 1
         return w
+
+    def defer(self, w: Writer, fields: dict) -> dict | None:
+        """chmod/chown/utimens of a file with unsaved changes (an archiver restoring a file's attributes before
+        closing it), kept to be sent with the commit at flush/fsync/close instead of a request of its own; returns
+        the attributes the file now has, or None where it can't be deferred: no unsaved changes (or a commit under
+        way), a stream under way (it sent its mtime already), or set-id and
+        sticky bits, whose rules (cleared by chown, by a write) are the NameNode's to apply."""
+        if not w.dirty or w.attr is None or w.stream is not None or w.lock.locked() or set(fields) - {"mode", "uid", "gid", "at", "mt"} \
+                or (w.attr["mode"] | fields.get("mode", 0)) & 0o7000:
+            return None
+        if "mt" in fields:
+            w.set_mtime(fields.pop("mt"))
+        if fields:
+            w.pending.update(fields)
+            w.attr = {**w.attr, **fields, "ct": time.time_ns()}
+        return w.attr
 
     async def attach(self, ino: int) -> Writer:
         """The file's local copy, for one more handle (the first write through it)."""
@@ -312,6 +332,7 @@ class Writes:
                 if st.result is not None:
                     a = st.result
                     w.committed(a["etag"], a.pop("layout"), a.pop("bs"))
+                    a = await self._settle(ino, w, a)
                     self.cache.drop(ino)
                     return a
                 log.info("inode %s: streamed upload failed (%r), uploading again", ino, st.error)
@@ -329,7 +350,17 @@ class Writes:
             except errors.PreconditionFailed:  # the NameNode refused the base version (namenode/posix.py commit)
                 raise _replaced(ino) from None
             w.committed(a["etag"], a.pop("layout"), a.pop("bs"))
+            a = await self._settle(ino, w, a)
         self.cache.drop(ino)
+        return a
+
+    async def _settle(self, ino: int, w: Writer, a: dict) -> dict:
+        """After a commit: send the chmod/chown/atime deferred until it; returns the file's attributes."""
+        if w.pending:
+            fields, w.pending = w.pending, {}
+            a = {**a, **await self.c.fs_setattr(self._bucket(ino), ino=ino, fields=fields)}
+        if w.attr is not None:
+            w.attr = a
         return a
 
     async def truncate(self, ino: int, size: int) -> dict | None:
