@@ -430,7 +430,8 @@ class S3Client:
 
     async def fs_write(self, bucket: str, ino: int, layout: m.FileWrite, chunks: AsyncIterator[bytes]) -> dict:
         """New content of file `ino` (in `bucket`): `layout` says which blocks of version `layout.base` stay and
-        which extents are new, `chunks` streams the new extents' bytes (gateway/s3/posix.py fs_write; a layout of one RestOfBody: all of the content, sent chunked as it comes); returns the
+        which extents are new, `chunks` streams the new extents' bytes (gateway/s3/posix.py fs_write; a layout of
+        one RestOfBody: all of the content, sent chunked as it comes); returns the
         file's new attributes, with its new layout, once the content is committed."""
         head = msgspec.json.encode(layout)
         new = sum(seg.length for seg in layout.segs if type(seg) is m.NewExtent)
