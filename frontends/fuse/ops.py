@@ -186,7 +186,12 @@ class EpochOperations(pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.EFBIG)
             a = self._changed(await self.writes.truncate(ino, attr.st_size))
         if args or a is None:
+            if w is not None:  # sent now, after what was deferred: the commit must not set it back
+                for k in args:
+                    w.pending.pop(k, None)
             a = await self.c.fs_setattr(self.inodes.bucket(ino), ino=ino, fields=args)
+        if w is not None and w.attr is not None:  # what a later deferred change answers with, not the old mode
+            w.attr = a
         return self._entry(a)
 
     @_posix

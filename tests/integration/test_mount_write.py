@@ -232,3 +232,21 @@ def test_attributes_set_before_close_go_with_the_commit(cluster, mnt, s3, bucket
     assert st.st_mtime_ns == 1_400_000_000_000_000_000
     os.chmod(path, 0o4755)  # set-id bits are the NameNode's to apply: sent as they come, never deferred
     assert os.stat(path).st_mode & 0o7777 == 0o4755
+
+
+def test_a_change_sent_at_once_is_not_undone_by_one_deferred_before_it(mnt):
+    """A chmod deferred to the commit, then one with a set-id bit (sent at once): the later one stays after close,
+    and a utimens deferred after both answers with the mode the file has, not the one it was created with."""
+    path = mnt.path / "setid.bin"
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"y" * 5000)
+        os.fchmod(fd, 0o640)
+        os.fchmod(fd, 0o4755)
+        os.utime(fd, ns=(1_300_000_000_000_000_000, 1_300_000_000_000_000_000))
+        assert os.fstat(fd).st_mode & 0o7777 == 0o4755
+    finally:
+        os.close(fd)
+    with open(path, "rb"):  # a new open revalidates: the committed attributes
+        st = os.stat(path)
+    assert st.st_mode & 0o7777 == 0o4755 and st.st_mtime_ns == 1_300_000_000_000_000_000
