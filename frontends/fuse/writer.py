@@ -7,8 +7,10 @@ S3. Consistency is close-to-open.
 A new file (or one truncated to nothing) written front to back is streamed while it grows: once it holds
 STREAM_AFTER bytes, one upload starts that sends each UPLOAD_PIECE as soon as it is written (read back from the local
 copy: one piece in memory), so flush/fsync/close send only the tail and wait for the commit. The upload is one
-request whose commit comes at its end, so nothing of the file is visible before then. A write into what was sent
-already, a truncate or a utimens cancels it (the gateway abandons its blocks) and the usual upload takes over.
+request whose commit comes at its end, so nothing of the file is visible before then. At most MAX_STREAMS files
+are streamed at once (each holds a connection until its file closes); another starts at its next write after one
+ends, or goes up at close. A write into what was sent already, a truncate or a utimens cancels it (the gateway
+abandons its blocks) and the usual upload takes over.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ log = logging.getLogger("epochfs.mount")
 
 UPLOAD_PIECE = 4 << 20
 STREAM_AFTER = 8 << 20  # bytes a new file holds before it is streamed (smaller files go up in one piece at close)
+MAX_STREAMS = 8  # at most this many at once: each holds one of the client's connections (32) until its file closes
 MAX_FILE_SIZE = defaults.MAX_OBJECT_SIZE  # S3's largest object
 # what a writer knows of a block of the version it started from
 KEPT, CLEAN, DIRTY, GONE = range(4)  # only on DataNodes; also in the local copy, unchanged; changed; cut off
@@ -190,6 +193,7 @@ class Writes:
         self.c, self.o, self.inodes, self.cache = client, opts, inodes, cache
         self.writers: dict[int, Writer] = {}
         self.nursery: trio.Nursery | None = None  # the mount's (mount.py), where streams run
+        self.streams = 0  # under way
 
     def of(self, ino: int) -> Writer | None:
         """The file's local copy, if it has one."""
@@ -270,8 +274,9 @@ class Writes:
             w.touched()
             if w.stream is not None:
                 w.stream.wake()
-            elif w.fresh() and self.nursery is not None:
+            elif w.fresh() and self.nursery is not None and self.streams < MAX_STREAMS:
                 w.stream = Stream()
+                self.streams += 1
                 self.nursery.start_soon(self._stream, ino, w, w.stream)
 
     async def _stream(self, ino: int, w: Writer, st: Stream) -> None:
@@ -297,6 +302,7 @@ class Writes:
         except Exception as e:  # noqa: BLE001 -- the upload at flush/close reports it, or uploads again
             st.error = e
         finally:
+            self.streams -= 1
             st.ended.set()
 
     async def unstream(self, w: Writer) -> None:

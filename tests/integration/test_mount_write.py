@@ -250,3 +250,26 @@ def test_a_change_sent_at_once_is_not_undone_by_one_deferred_before_it(mnt):
     with open(path, "rb"):  # a new open revalidates: the committed attributes
         st = os.stat(path)
     assert st.st_mode & 0o7777 == 0o4755 and st.st_mtime_ns == 1_300_000_000_000_000_000
+
+
+def test_many_files_written_at_once_leave_the_mount_connections_for_other_calls(mnt, s3, bucket):
+    """Streams hold a connection each until their file closes: 34 large files open for writing (more than the
+    mount's 32 connections) must not starve a create, a lookup or their own commits (EIO after --timeout)."""
+    piece = bytes(range(256)) * 4096  # 1 MiB
+    fds = [os.open(mnt.path / f"many{i}.bin", os.O_CREAT | os.O_WRONLY, 0o644) for i in range(34)]
+    try:
+        for fd in fds:
+            for _ in range(9):  # past STREAM_AFTER
+                os.write(fd, piece)
+        with pytest.raises(FileNotFoundError):
+            os.stat(mnt.path / "many-missing")
+        (mnt.path / "many-extra").write_bytes(b"e")
+        for fd in fds:
+            os.write(fd, b"tail")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    for i in (0, 17, 33):
+        head = s3.head_object(Bucket=bucket, Key=f"many{i}.bin")
+        assert head["ContentLength"] == 9 * len(piece) + 4
+    assert s3.get_object(Bucket=bucket, Key="many33.bin")["Body"].read() == piece * 9 + b"tail"
