@@ -430,7 +430,8 @@ class S3Client:
 
     async def fs_write(self, bucket: str, ino: int, layout: m.FileWrite, chunks: AsyncIterator[bytes]) -> dict:
         """New content of file `ino` (in `bucket`): `layout` says which blocks of version `layout.base` stay and
-        which extents are new, `chunks` streams the new extents' bytes (gateway/s3/posix.py fs_write); returns the
+        which extents are new, `chunks` streams the new extents' bytes (gateway/s3/posix.py fs_write; a layout of
+        one RestOfBody: all of the content, sent chunked as it comes); returns the
         file's new attributes, with its new layout, once the content is committed."""
         head = msgspec.json.encode(layout)
         new = sum(seg.length for seg in layout.segs if type(seg) is m.NewExtent)
@@ -440,8 +441,10 @@ class S3Client:
             async for c in chunks:
                 yield c
 
+        streamed = any(type(seg) is m.RestOfBody for seg in layout.segs)  # of a length not yet known
         r = await self._fs_send("PUT", f"fs/{bucket}", query=[("ino", ino)],
-                                headers={"content-length": str(4 + len(head) + new)}, content=body())
+                                headers={} if streamed else {"content-length": str(4 + len(head) + new)},
+                                content=body())
         res = orjson.loads(r.content)
         if "err" in res:
             raise errors.by_name(res["err"])(res.get("msg", ""))

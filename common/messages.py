@@ -1370,13 +1370,18 @@ class NewExtent(Msg, array_like=True, tag="n"):
     length: Nat
 
 
+class RestOfBody(Msg, array_like=True, tag="r"):
+    """All of a file write's content, new, is the rest of the body (sent chunked, its length not known when it
+    starts): on the wire ["r"], the layout's only segment, with size 0."""
+
+
 class FileWrite(Msg):
     """The layout ahead of a mount's file write (PUT /_epochfs/fs/<bucket>?ino=): the new content, `size` bytes, is
     `segs` in order, blocks kept from version `base` (its ETag; None: no base) and new extents. `mt`: an mtime set
     with utimens after the last write, which the commit takes instead of its own time."""
     base: str | None
     size: Nat
-    segs: list[KeepBlock | NewExtent]
+    segs: list[KeepBlock | NewExtent | RestOfBody]
     mt: Nat | None = None
 
 # (end of read plans)

@@ -94,7 +94,7 @@ class EpochOperations(pyfuse3.Operations):
 
     @nursery.setter
     def nursery(self, nursery: trio.Nursery | None) -> None:
-        self.reader.nursery = nursery
+        self.reader.nursery = self.writes.nursery = nursery
 
     async def start(self) -> None:
         """Find the mount's root: the tree of buckets, a bucket, or a directory below one."""
@@ -112,6 +112,10 @@ class EpochOperations(pyfuse3.Operations):
         w = self.writes.of(a["ino"])
         if w is not None:  # unsaved writes: the kernel must see the local size and time
             size = w.size
+            if w.pending:  # and the chmod/chown/atime to be sent with them
+                p = w.pending
+                e.st_mode, e.st_uid, e.st_gid = p.get("mode", e.st_mode), p.get("uid", e.st_uid), p.get("gid", e.st_gid)
+                e.st_atime_ns, e.st_ctime_ns = p.get("at", e.st_atime_ns), max(e.st_ctime_ns, w.attr["ct"])
             if w.mtime_set:
                 e.st_mtime_ns = w.mtime_ns
             elif w.dirty:
@@ -169,16 +173,25 @@ class EpochOperations(pyfuse3.Operations):
             args["at"] = attr.st_atime_ns
         if fields.update_mtime:
             args["mt"] = attr.st_mtime_ns
-            w = self.writes.of(ino)
-            if w is not None:
-                w.set_mtime(attr.st_mtime_ns)
+        w = self.writes.of(ino)
+        if w is not None and args and not fields.update_size:
+            a = self.writes.defer(w, dict(args))
+            if a is not None:
+                return self._entry(a)
+        if w is not None and "mt" in args:
+            await self.writes.set_mtime(w, attr.st_mtime_ns)
         a = None
         if fields.update_size:
             if attr.st_size > MAX_FILE_SIZE:
                 raise pyfuse3.FUSEError(errno.EFBIG)
             a = self._changed(await self.writes.truncate(ino, attr.st_size))
         if args or a is None:
+            if w is not None:  # sent now, after what was deferred: the commit must not set it back
+                for k in args:
+                    w.pending.pop(k, None)
             a = await self.c.fs_setattr(self.inodes.bucket(ino), ino=ino, fields=args)
+        if w is not None and w.attr is not None:  # what a later deferred change answers with, not the old mode
+            w.attr = a
         return self._entry(a)
 
     @_posix
@@ -343,7 +356,7 @@ class EpochOperations(pyfuse3.Operations):
         self.inodes.remember(p, s, a)
         self.seen[a["ino"]] = _version(a)
         fh = self._open_handle(a)
-        self.files[fh].writer = self.writes.new(a["ino"], a["etag"])
+        self.files[fh].writer = self.writes.new(a["ino"], a)
         return pyfuse3.FileInfo(fh=fh), self._entry(a)
 
     @_posix

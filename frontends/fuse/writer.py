@@ -3,6 +3,14 @@
 Writes go to a local copy of the file (random writes and truncates included) that flush/fsync/close upload and
 commit, sending only the blocks that changed, so once close() returns the new content is durable and visible through
 S3. Consistency is close-to-open.
+
+A new file (or one truncated to nothing) written front to back is streamed while it grows: once it holds
+STREAM_AFTER bytes, one upload starts that sends each UPLOAD_PIECE as soon as it is written (read back from the local
+copy: one piece in memory), so flush/fsync/close send only the tail and wait for the commit. The upload is one
+request whose commit comes at its end, so nothing of the file is visible before then. At most MAX_STREAMS files
+are streamed at once (each holds a connection until its file closes); another starts at its next write after one
+ends, or goes up at close. A write into what was sent already, a truncate or a utimens cancels it (the gateway
+abandons its blocks) and the usual upload takes over.
 """
 from __future__ import annotations
 
@@ -19,7 +27,7 @@ import trio
 
 from epochfs.common import defaults, errors
 from epochfs.common.client import S3Client
-from epochfs.common.messages import BlockSpan, FileWrite, KeepBlock, NewExtent
+from epochfs.common.messages import BlockSpan, FileWrite, KeepBlock, NewExtent, RestOfBody
 
 from .cache import BlockCache
 from .inodes import InodeTable
@@ -28,6 +36,8 @@ from .options import MountOptions
 log = logging.getLogger("epochfs.mount")
 
 UPLOAD_PIECE = 4 << 20
+STREAM_AFTER = 8 << 20  # bytes a new file holds before it is streamed (smaller files go up in one piece at close)
+MAX_STREAMS = 8  # at most this many at once: each holds one of the client's connections (32) until its file closes
 MAX_FILE_SIZE = defaults.MAX_OBJECT_SIZE  # S3's largest object
 # what a writer knows of a block of the version it started from
 KEPT, CLEAN, DIRTY, GONE = range(4)  # only on DataNodes; also in the local copy, unchanged; changed; cut off
@@ -62,6 +72,9 @@ class Writer:
         self.mtime_ns = 0
         self.mtime_set = False  # mtime_ns was set explicitly (utimens) after the last write: the commit keeps it
         self.lock = trio.Lock()
+        self.stream: Stream | None = None
+        self.attr: dict | None = None  # the attributes of its last committed version, if known (created here)
+        self.pending: dict = {}        # chmod/chown/atime set while changes are unsaved, sent with their commit
         self._rebase(layout["etag"], layout["blk"], {}, KEPT, layout.get("bs", UPLOAD_PIECE))
 
     def _rebase(self, etag: str, blk: list, known: dict[int, int], new: int, bs: int) -> None:
@@ -143,12 +156,33 @@ class Writer:
         return FileWrite(base=self.base, size=self.size, segs=segs,
                          mt=self.mtime_ns if self.mtime_set else None), extents
 
+    def fresh(self) -> bool:
+        """All of the content is new (the version it started from is empty): it can be streamed as it grows."""
+        return not self.ids and self.size >= STREAM_AFTER and not self.mtime_set
+
     def committed(self, etag: str, blk: list, bs: int) -> None:
         """The content is now version `etag` made of `blk`: kept blocks stay as they were, new ones are local."""
         self._rebase(etag, blk, {bid: st for bid, st in zip(self.ids, self.state) if st in (KEPT, CLEAN)}, CLEAN,
                      bs)
         self.dirty = self.mtime_set = False
 
+
+
+class Stream:
+    """A writer's upload under way: the pieces below `sent` are sent; `more` wakes the sender."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.closing = False
+        self.more = trio.Event()
+        self.ended = trio.Event()
+        self.scope = trio.CancelScope()
+        self.result: dict | None = None
+        self.error: BaseException | None = None
+
+    def wake(self) -> None:
+        self.more.set()
+        self.more = trio.Event()
 
 
 class Writes:
@@ -158,16 +192,36 @@ class Writes:
     def __init__(self, client: S3Client, opts: MountOptions, inodes: InodeTable, cache: BlockCache) -> None:
         self.c, self.o, self.inodes, self.cache = client, opts, inodes, cache
         self.writers: dict[int, Writer] = {}
+        self.nursery: trio.Nursery | None = None  # the mount's (mount.py), where streams run
+        self.streams = 0  # under way
 
     def of(self, ino: int) -> Writer | None:
         """The file's local copy, if it has one."""
         return self.writers.get(ino)
 
-    def new(self, ino: int, etag: str) -> Writer:
-        """The local copy of a file just created, for its first handle: nothing to ask about its layout."""
-        w = self.writers[ino] = Writer(self.o.cache_dir, {"etag": etag, "blk": [], "size": 0})
+    def new(self, ino: int, attr: dict) -> Writer:
+        """The local copy of a file just created (`attr`: its attributes), for its first handle: nothing to ask
+        about its layout."""
+        w = self.writers[ino] = Writer(self.o.cache_dir, {"etag": attr["etag"], "blk": [], "size": 0})
+        w.attr = attr
         w.refs += 1
         return w
+
+    def defer(self, w: Writer, fields: dict) -> dict | None:
+        """chmod/chown/utimens of a file with unsaved changes (an archiver restoring a file's attributes before
+        closing it), kept to be sent with the commit at flush/fsync/close instead of a request of its own; returns
+        the attributes the file now has, or None where it can't be deferred: no unsaved changes (or a commit under
+        way), a stream under way (it sent its mtime already), or set-id and
+        sticky bits, whose rules (cleared by chown, by a write) are the NameNode's to apply."""
+        if not w.dirty or w.attr is None or w.stream is not None or w.lock.locked() or set(fields) - {"mode", "uid", "gid", "at", "mt"} \
+                or (w.attr["mode"] | fields.get("mode", 0)) & 0o7000:
+            return None
+        if "mt" in fields:
+            w.set_mtime(fields.pop("mt"))
+        if fields:
+            w.pending.update(fields)
+            w.attr = {**w.attr, **fields, "ct": time.time_ns()}
+        return w.attr
 
     async def attach(self, ino: int) -> Writer:
         """The file's local copy, for one more handle (the first write through it)."""
@@ -199,6 +253,9 @@ class Writes:
     def drop(self, ino: int, w: Writer) -> None:
         if self.writers.get(ino) is w:
             del self.writers[ino]
+        if w.stream is not None:  # not committed (an upload failed before it): abandoned
+            w.stream.scope.cancel()
+            w.stream = None
         w.file.close()
 
     async def read(self, ino: int, w: Writer, off: int, size: int) -> bytes:
@@ -209,14 +266,82 @@ class Writes:
 
     async def write(self, ino: int, w: Writer, off: int, buf: bytes) -> None:
         async with w.lock:
+            if w.stream is not None and off < w.stream.sent:
+                await self.unstream(w)
             await self.fill(ino, w, w.partly(off, off + len(buf)))
             os.pwrite(w.fd, buf, off)
             w.wrote(off, off + len(buf))
             w.touched()
+            if w.stream is not None:
+                w.stream.wake()
+            elif w.fresh() and self.nursery is not None and self.streams < MAX_STREAMS:
+                w.stream = Stream()
+                self.streams += 1
+                self.nursery.start_soon(self._stream, ino, w, w.stream)
+
+    async def _stream(self, ino: int, w: Writer, st: Stream) -> None:
+        """Upload the writer's content while it is written (see the module's doc); ends when it is committed,
+        failed or cancelled."""
+        async def pieces():
+            while True:
+                end = w.size
+                if end - st.sent >= UPLOAD_PIECE or st.closing and end > st.sent:
+                    n = min(UPLOAD_PIECE, end - st.sent)
+                    st.sent += n  # before the read: a write below this point from now on cancels the stream
+                    yield os.pread(w.fd, n, st.sent - n)
+                elif st.closing:
+                    return
+                else:
+                    await st.more.wait()
+
+        try:
+            with st.scope:
+                bucket = self._bucket(ino)
+                st.result = await self.c.fs_write(bucket, ino, FileWrite(base=w.base, size=0, segs=[RestOfBody()]),
+                                                  pieces())
+        except Exception as e:  # noqa: BLE001 -- the upload at flush/close reports it, or uploads again
+            st.error = e
+        finally:
+            self.streams -= 1
+            st.ended.set()
+
+    async def unstream(self, w: Writer) -> None:
+        """Cancel the writer's stream (the caller holds w.lock): its blocks are abandoned, the local copy stays."""
+        st, w.stream = w.stream, None
+        if st is not None:
+            st.scope.cancel()
+            await st.ended.wait()
+            # it can't have committed: its body ends only once upload() says so, holding w.lock
+
+    async def set_mtime(self, w: Writer, mtime_ns: int) -> None:
+        """utimens while the file has unsaved changes: their commit takes that time (a stream already sent
+        without it is cancelled)."""
+        async with w.lock:
+            if w.dirty:
+                await self.unstream(w)
+            w.set_mtime(mtime_ns)
+
+    def _bucket(self, ino: int) -> str:
+        bucket = self.inodes.bucket_of.get(ino) or self.o.bucket
+        if bucket is None:
+            raise errors.Unavailable(f"bucket of inode {ino} unknown")
+        return bucket
 
     async def upload(self, ino: int, w: Writer) -> dict | None:
         """Commit the local copy's unsaved changes, sending only what changed; returns the new attributes."""
         async with w.lock:
+            if w.stream is not None:
+                st, w.stream = w.stream, None
+                st.closing = True
+                st.wake()
+                await st.ended.wait()
+                if st.result is not None:
+                    a = st.result
+                    w.committed(a["etag"], a.pop("layout"), a.pop("bs"))
+                    a = await self._settle(ino, w, a)
+                    self.cache.drop(ino)
+                    return a
+                log.info("inode %s: streamed upload failed (%r), uploading again", ino, st.error)
             if not w.dirty:
                 return None
             layout, extents = w.layout()
@@ -226,15 +351,22 @@ class Writes:
                     for pos in range(start, start + n, UPLOAD_PIECE):
                         yield os.pread(w.fd, min(UPLOAD_PIECE, start + n - pos), pos)
 
-            bucket = self.inodes.bucket_of.get(ino) or self.o.bucket
-            if bucket is None:
-                raise errors.Unavailable(f"bucket of inode {ino} unknown")
             try:
-                a = await self.c.fs_write(bucket, ino, layout, pieces())
+                a = await self.c.fs_write(self._bucket(ino), ino, layout, pieces())
             except errors.PreconditionFailed:  # the NameNode refused the base version (namenode/posix.py commit)
                 raise _replaced(ino) from None
             w.committed(a["etag"], a.pop("layout"), a.pop("bs"))
+            a = await self._settle(ino, w, a)
         self.cache.drop(ino)
+        return a
+
+    async def _settle(self, ino: int, w: Writer, a: dict) -> dict:
+        """After a commit: send the chmod/chown/atime deferred until it; returns the file's attributes."""
+        if w.pending:
+            fields, w.pending = w.pending, {}
+            a = {**a, **await self.c.fs_setattr(self._bucket(ino), ino=ino, fields=fields)}
+        if w.attr is not None:
+            w.attr = a
         return a
 
     async def truncate(self, ino: int, size: int) -> dict | None:
@@ -245,6 +377,7 @@ class Writes:
             return await self.c.fs_setattr(self.inodes.bucket(ino), ino=ino, fields={"size": 0})
         w = await self._writer(ino)
         async with w.lock:
+            await self.unstream(w)
             await self.fill(ino, w, w.cut(size))
             os.ftruncate(w.fd, size)
             w.truncate(size)

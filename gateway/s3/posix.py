@@ -188,6 +188,14 @@ class _Body:
             n -= len(piece)
             yield piece
 
+    async def rest(self):
+        """What is left of the body, to its end."""
+        if self._left:
+            yield self._left
+            self._left = memoryview(b"")
+        async for piece in self._it:
+            yield piece
+
     async def read(self, n: int) -> bytes:
         return b"".join([bytes(p) async for p in self.take(n)])
 
@@ -196,7 +204,9 @@ class _Body:
 async def fs_write(ctx, req):
     """New content for file `ino`. The body is a 4-byte length and a JSON layout (m.FileWrite) {"base": ETag or
     null, "size": N, "segs": [["k", block id] | ["n", length], ...]}, then the bytes of the "n" extents in order:
-    "k" keeps a block of the version `base` names, "n" is new data stored as new blocks. So a write into a large file sends and
+    "k" keeps a block of the version `base` names, "n" is new data stored as new blocks (or "segs" [["r"]], size 0: the whole content is new and is
+    the rest of the body, whose length the sender need not know when it starts: the mount streams a file being
+    written while it grows). So a write into a large file sends and
     stores only the blocks it changed. The ETag is the content's MD5 when all of it is new; otherwise it can't be
     had without reading the kept blocks, and is an MD5 over the new bytes and the layout with the block count
     after a dash, as multipart ETags are (S3 clients don't take those for an MD5), changing whenever the content
@@ -226,7 +236,15 @@ async def fs_write(ctx, req):
     written: list = []
     committing = False
     try:
-        for seg in layout.segs:
+        streamed = any(type(seg) is m.RestOfBody for seg in layout.segs)
+        if streamed and (len(layout.segs) != 1 or layout.size):
+            raise errors.InvalidInput("a layout with a RestOfBody has no other segment and size 0")
+        size = layout.size
+        if streamed:
+            blk, size = await ctx.cluster.write_stream(req.bucket, body.rest(), md5.update,
+                                                       limit=ctx.settings.max_object_size)
+            written += blk
+        for seg in [] if streamed else layout.segs:
             if type(seg) is m.KeepBlock:
                 blk.append(seg.id)
             elif seg.length:
@@ -239,7 +257,7 @@ async def fs_write(ctx, req):
         else:
             etag = f'"{md5.hexdigest()}"'
         committing = True
-        attr = await ctx.cluster.namenode.fs_commit(m.FsCommit(ino=ino, blk=blk, size=layout.size, etag=etag,
+        attr = await ctx.cluster.namenode.fs_commit(m.FsCommit(ino=ino, blk=blk, size=size, etag=etag,
                                                                bucket=req.bucket, bi=bi, base=layout.base,
                                                                mt=layout.mt))
     except errors.DomainError as e:

@@ -163,3 +163,113 @@ def test_unsupported_fallocate_modes_fail_cleanly(mnt, s3, bucket):
     finally:
         os.close(fd)
     assert s3.get_object(Bucket=bucket, Key="fa.bin")["Body"].read() == b"q" * 10000
+
+
+def test_a_new_file_is_streamed_while_written_and_appears_whole_only_at_close(cluster, mnt, s3, bucket):
+    """A new file written front to back goes up while it is written, in one upload (one commit at close): S3 sees
+    the empty file until then, never a part of the new content, and close sends only the tail."""
+    piece = 1 << 20
+    data = random.Random(7).randbytes(20 * piece + 123)
+    writes = fs_requests(cluster).get("write", 0)
+    with open(mnt.path / "stream.bin", "wb") as f:
+        for pos in range(0, 16 * piece, piece):
+            f.write(data[pos:pos + piece])
+        assert fs_requests(cluster).get("write", 0) - writes == 1  # the upload is under way
+        head = s3.head_object(Bucket=bucket, Key="stream.bin")
+        assert head["ContentLength"] == 0  # created, its new content not yet visible
+        f.write(data[16 * piece:])
+    assert fs_requests(cluster).get("write", 0) - writes == 1
+    got = s3.get_object(Bucket=bucket, Key="stream.bin")
+    assert got["Body"].read() == data
+    assert (mnt.path / "stream.bin").read_bytes() == data
+
+
+def test_a_write_into_what_was_streamed_already_falls_back_to_one_upload_at_close(cluster, mnt, s3, bucket):
+    """Changing bytes the stream sent already (a header patched at the end, as archivers and checkpoint writers
+    do), truncating or setting the mtime cancels the stream; the content and the time are still right at close."""
+    piece = 1 << 20
+    data = bytearray(random.Random(8).randbytes(24 * piece))
+    with open(mnt.path / "patched.bin", "wb") as f:
+        f.write(data[:20 * piece])
+        f.write(data[20 * piece:])
+        f.seek(0)
+        f.write(b"HEADER")
+        data[:6] = b"HEADER"
+    assert s3.get_object(Bucket=bucket, Key="patched.bin")["Body"].read() == bytes(data)
+    with open(mnt.path / "cut.bin", "wb") as f:
+        f.write(data[:20 * piece])
+        f.truncate(10 * piece + 5)
+        f.write(b"end")  # at the file position: 20 MiB, after a hole
+    want = bytes(data[:10 * piece + 5]) + bytes(10 * piece - 5) + b"end"
+    assert s3.get_object(Bucket=bucket, Key="cut.bin")["Body"].read() == want
+    with open(mnt.path / "timed.bin", "wb") as f:
+        f.write(data[:20 * piece])
+        os.utime(f.fileno(), ns=(1_500_000_000_000_000_000, 1_500_000_000_000_000_000))
+    assert os.stat(mnt.path / "timed.bin").st_mtime_ns == 1_500_000_000_000_000_000
+    assert s3.get_object(Bucket=bucket, Key="timed.bin")["Body"].read() == bytes(data[:20 * piece])
+
+
+def test_attributes_set_before_close_go_with_the_commit(cluster, mnt, s3, bucket):
+    """What an archiver does for each file (write, then futimens, fchown, fchmod, close) costs one commit and one
+    setattr, not a request per call; stat sees the new attributes at once, and after close so does everyone."""
+    before = fs_requests(cluster)
+    path = mnt.path / "restored.bin"
+    with open(path, "wb") as f:
+        f.write(b"x" * 5000)
+        os.utime(f.fileno(), ns=(1_400_000_000_000_000_000, 1_400_000_000_000_000_000))
+        os.fchown(f.fileno(), 1234, 5678)
+        os.fchmod(f.fileno(), 0o640)
+        st = os.fstat(f.fileno())
+        assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o640, 1234, 5678)
+        assert st.st_mtime_ns == 1_400_000_000_000_000_000 and st.st_size == 5000
+    after = fs_requests(cluster)
+    assert after.get("setattr", 0) - before.get("setattr", 0) == 1
+    assert after.get("write", 0) - before.get("write", 0) == 1
+    assert s3.get_object(Bucket=bucket, Key="restored.bin")["Body"].read() == b"x" * 5000
+    with open(path, "rb"):  # a new open revalidates: the committed attributes
+        st = os.stat(path)
+    assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o640, 1234, 5678)
+    assert st.st_mtime_ns == 1_400_000_000_000_000_000
+    os.chmod(path, 0o4755)  # set-id bits are the NameNode's to apply: sent as they come, never deferred
+    assert os.stat(path).st_mode & 0o7777 == 0o4755
+
+
+def test_a_change_sent_at_once_is_not_undone_by_one_deferred_before_it(mnt):
+    """A chmod deferred to the commit, then one with a set-id bit (sent at once): the later one stays after close,
+    and a utimens deferred after both answers with the mode the file has, not the one it was created with."""
+    path = mnt.path / "setid.bin"
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"y" * 5000)
+        os.fchmod(fd, 0o640)
+        os.fchmod(fd, 0o4755)
+        os.utime(fd, ns=(1_300_000_000_000_000_000, 1_300_000_000_000_000_000))
+        assert os.fstat(fd).st_mode & 0o7777 == 0o4755
+    finally:
+        os.close(fd)
+    with open(path, "rb"):  # a new open revalidates: the committed attributes
+        st = os.stat(path)
+    assert st.st_mode & 0o7777 == 0o4755 and st.st_mtime_ns == 1_300_000_000_000_000_000
+
+
+def test_many_files_written_at_once_leave_the_mount_connections_for_other_calls(mnt, s3, bucket):
+    """Streams hold a connection each until their file closes: 34 large files open for writing (more than the
+    mount's 32 connections) must not starve a create, a lookup or their own commits (EIO after --timeout)."""
+    piece = bytes(range(256)) * 4096  # 1 MiB
+    fds = [os.open(mnt.path / f"many{i}.bin", os.O_CREAT | os.O_WRONLY, 0o644) for i in range(34)]
+    try:
+        for fd in fds:
+            for _ in range(9):  # past STREAM_AFTER
+                os.write(fd, piece)
+        with pytest.raises(FileNotFoundError):
+            os.stat(mnt.path / "many-missing")
+        (mnt.path / "many-extra").write_bytes(b"e")
+        for fd in fds:
+            os.write(fd, b"tail")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    for i in (0, 17, 33):
+        head = s3.head_object(Bucket=bucket, Key=f"many{i}.bin")
+        assert head["ContentLength"] == 9 * len(piece) + 4
+    assert s3.get_object(Bucket=bucket, Key="many33.bin")["Body"].read() == piece * 9 + b"tail"

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Mount write benchmark: writes through `epochfs mount` next to the same writes into a local directory, one run.
+
+    dd       `dd if=/dev/zero of=<dir>/big bs=4M count=N conv=fsync` (default N = 256: 1 GiB), MB/s
+    tar xf   an archive of F generated files of 1-16 KiB (default 5,000, in 50 folders) unpacked into <dir>, files/s;
+             then every file's mtime is checked against the archive's
+
+The ratio column is mount / local. "mount cpu" is the FUSE process's CPU (utime+stime from /proc), "cluster cpu" that
+of every process of `epochfs up` (gateway, NameNode, DataNodes), per MB for dd and per file for tar.
+
+How to run (needs root and /dev/fuse; starts its own cluster and mount, and tears both down):
+
+    python bench/mount_write_bench.py                    # 1 GiB dd, 5,000 files
+    python bench/mount_write_bench.py --quick            # 256 MiB dd, 1,000 files
+    python bench/mount_write_bench.py --profile out.txt  # the same with py-spy recording the mount (needs py-spy)
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import boto3
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mount_bench import cpu_seconds, descendants, mount, settle, start_cluster  # noqa: E402
+
+
+def tree_cpu(pid: int) -> float:
+    total = 0.0
+    for p in descendants(pid):
+        try:
+            total += cpu_seconds(p)
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def make_tar(path: Path, files: int, seed: int = 1) -> dict[str, int]:
+    """An archive of `files` files of 1-16 KiB with distinct past mtimes; returns name -> mtime."""
+    rnd = random.Random(seed)
+    mtimes = {}
+    with tarfile.open(path, "w") as t:
+        for i in range(files):
+            name = f"d{i % 50:02d}/f{i:05d}.bin"
+            data = rnd.randbytes(rnd.randint(1 << 10, 16 << 10))
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mtime, ti.mode = len(data), 1_500_000_000 + i * 7, 0o644
+            t.addfile(ti, io.BytesIO(data))
+            mtimes[name] = ti.mtime
+    return mtimes
+
+
+def measure(fn, mnt_pid: int | None, cluster_pid: int) -> tuple[float, float, float]:
+    m0 = cpu_seconds(mnt_pid) if mnt_pid else 0.0
+    c0 = tree_cpu(cluster_pid)
+    t0 = time.monotonic()
+    fn()
+    dt = time.monotonic() - t0
+    return dt, (cpu_seconds(mnt_pid) - m0 if mnt_pid else 0.0), tree_cpu(cluster_pid) - c0
+
+
+def dd(target: Path, count: int) -> None:
+    subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=4M", f"count={count}", "conv=fsync"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def untar(archive: Path, into: Path) -> None:
+    into.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "xf", str(archive), "-C", str(into)], check=True)
+
+
+def check_mtimes(root: Path, mtimes: dict[str, int]) -> int:
+    """How many files lack or have another mtime than the archive's."""
+    bad = 0
+    for name, mt in mtimes.items():
+        try:
+            if int((root / name).stat().st_mtime) != mt:
+                bad += 1
+        except OSError:
+            bad += 1
+    return bad
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--count", type=int, default=256, help="4 MiB blocks dd writes")
+    ap.add_argument("--files", type=int, default=5_000)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--mount-args", default="")
+    ap.add_argument("--profile", help="record the mount (its CPU) with py-spy into this file (collapsed stacks)")
+    ap.add_argument("--only", choices=("dd", "tar"))
+    a = ap.parse_args()
+    if a.quick:
+        a.count, a.files = 64, 1_000
+    tmp = Path(tempfile.mkdtemp(prefix="mount-wbench-"))
+    cluster, env = start_cluster(tmp)
+    mnt = spy = None
+    try:
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+        s3.create_bucket(Bucket="bench")
+        archive = tmp / "files.tar"
+        mtimes = make_tar(archive, a.files)
+        local = tmp / "local"
+        local.mkdir()
+        settle(cluster.pid)
+        mnt = mount(env, "bench", tmp / "mnt", shlex.split(a.mount_args), tmp / "mount.log")
+        if a.profile:
+            spy = subprocess.Popen(["py-spy", "record", "-p", str(mnt.pid), "-o", a.profile, "--format", "raw"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)
+        mp = tmp / "mnt"
+        rows = []
+        if a.only in (None, "dd"):
+            nbytes = a.count * (4 << 20)
+            lm = measure(lambda: dd(local / "big", a.count), None, cluster.pid)
+            mm = measure(lambda: dd(mp / "big", a.count), mnt.pid, cluster.pid)
+            assert (mp / "big").stat().st_size == nbytes
+            rows.append((f"dd {nbytes >> 20} MiB (MB/s)", nbytes / mm[0] / 1e6, nbytes / lm[0] / 1e6,
+                         mm[1] / nbytes * 1e9, mm[2] / nbytes * 1e9, "ms/MB"))
+        if a.only in (None, "tar"):
+            lm = measure(lambda: untar(archive, local / "t"), None, cluster.pid)
+            mm = measure(lambda: untar(archive, mp / "t"), mnt.pid, cluster.pid)
+            bad = check_mtimes(mp / "t", mtimes)
+            rows.append((f"tar xf {a.files} (files/s)", a.files / mm[0], a.files / lm[0], mm[1] / a.files * 1e3,
+                         mm[2] / a.files * 1e3, "ms/file"))
+            print(f"tar: mount {mm[0]:.2f} s, local {lm[0]:.2f} s; files with a wrong mtime: {bad}")
+        print(f"\nmount args: {a.mount_args!r}; {os.cpu_count()} cores\n")
+        print(f"{'phase':<26}{'mount':>10}{'local':>12}{'ratio':>8}{'mount cpu':>12}{'cluster cpu':>13}")
+        for name, m, lo, mc, cc, unit in rows:
+            print(f"{name:<26}{m:>10,.1f}{lo:>12,.1f}{m / lo:>8.3f}{mc:>12.3f}{cc:>13.3f}  {unit}")
+    except BaseException:
+        log = tmp / "mount.log"
+        if log.exists():
+            print(f"--- end of {log}:\n{log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+        raise
+    finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
+        if mnt is not None:
+            mnt.send_signal(signal.SIGTERM)
+            mnt.wait(timeout=30)
+        cluster.send_signal(signal.SIGTERM)
+        cluster.wait(timeout=60)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
