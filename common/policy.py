@@ -15,11 +15,15 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import json
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import errors
+
+_ORDER = {"Equals": operator.eq, "LessThan": operator.lt, "LessThanEquals": operator.le,
+          "GreaterThan": operator.gt, "GreaterThanEquals": operator.ge}  # Numeric<op>, Date<op>
 
 MAX_POLICY_BYTES = 20 * 1024  # S3's limit on a bucket policy
 VERSIONS = ("2012-10-17", "2008-10-17")
@@ -320,18 +324,12 @@ def _one(op: str, have: str, want) -> bool:
         return have.lower() == w.lower()
     if op == "BinaryEquals":
         return have == w
-    if op.startswith("Numeric"):
-        a, b = _num(have), _num(w)
-        if a is None or b is None:
-            return False
-        return {"NumericEquals": a == b, "NumericLessThan": a < b, "NumericLessThanEquals": a <= b,
-                "NumericGreaterThan": a > b, "NumericGreaterThanEquals": a >= b}[op]
-    if op.startswith("Date"):
-        a, b = _date(have), _date(w)
-        if a is None or b is None:
-            return False
-        return {"DateEquals": a == b, "DateLessThan": a < b, "DateLessThanEquals": a <= b,
-                "DateGreaterThan": a > b, "DateGreaterThanEquals": a >= b}[op]
+    for kind, parse in (("Numeric", _num), ("Date", _date)):
+        if op.startswith(kind):
+            a, b = parse(have), parse(w)
+            if a is None or b is None:
+                return False
+            return _ORDER[op[len(kind):]](a, b)
     if op == "IpAddress":
         return _ip_in(have, [want])
     raise AssertionError(op)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import orjson
 
@@ -180,27 +181,26 @@ class BlockStore:
         """`put`, noting in `write_error` whether the storage engine takes writes. One it refuses (RocksDB after a
         background error: a corrupt file met by a compaction, a full or failing disk) raises Unavailable, so that the
         writer goes to another node and a primary's push is retried later."""
-        try:
+        with self._engine_write():
             self.put(block_id, data, crc, secondaries, jobs_due_in=jobs_due_in)
-        except StorageError as e:
-            if not self.write_error:
-                log.error("the store refuses writes: %s", e)
-            self.write_error = str(e)[:500] or type(e).__name__
-            raise errors.Unavailable(f"this DataNode's store refuses writes: {e}") from None
-        self.write_error = ""
 
     def store_many(self, blocks: list[tuple[int, memoryview, int, list[tuple[int, str]]]], *,
                    jobs_due_in: float = 0.0) -> dict[int, str]:
         """`put_many`, noting in `write_error` whether the storage engine takes writes (as `store`)."""
+        with self._engine_write():
+            return self.put_many(blocks, jobs_due_in=jobs_due_in)
+
+    @contextmanager
+    def _engine_write(self):
+        """A write to the storage engine: a refusal sets `write_error` and raises Unavailable; a success clears it."""
         try:
-            errs = self.put_many(blocks, jobs_due_in=jobs_due_in)
+            yield
         except StorageError as e:
             if not self.write_error:
                 log.error("the store refuses writes: %s", e)
             self.write_error = str(e)[:500] or type(e).__name__
             raise errors.Unavailable(f"this DataNode's store refuses writes: {e}") from None
         self.write_error = ""
-        return errs
 
     def _forget_chunks(self, b, block_id: int, meta: bytes) -> None:
         """In batch `b`: delete a stored block's chunks, or for a bulk block mark them for `purge` (the block is gone
