@@ -49,6 +49,7 @@ MAX_GROUP_BYTES = 512 << 10  # a group of several commands stays well under etcd
 # goes alone; EtcdJournal.admit refuses one that could not fit even alone)
 REQUEST_OVERHEAD = 16 << 10  # the append txn's key, guards and framing, next to its value, with room to spare
 PUBLISH_S = 0.5
+LINGER_S = 0.002  # under load, an append waits at most this long for as many commands as the last one carried
 TRUNCATE_S = 2.0
 
 APPEND_SECONDS = Histogram("epochfs_nn_log_append_seconds", "Time of one log append txn in etcd (leader)",
@@ -88,6 +89,8 @@ class EtcdJournal(Journal):
         self._waiters: list = []  # heap of (seq, n, future)
         self._n = itertools.count()
         self._kick = asyncio.Event()
+        self._fill_at = 0  # submit resolves _filled once this many commands are pending (_linger)
+        self._filled: asyncio.Future | None = None
         self._deposed: asyncio.Event | None = None
         self._store_lock = asyncio.Lock()  # the store is being replaced (rebuild): no WAL flush meanwhile
         meta.writable = self.check_serving
@@ -119,6 +122,8 @@ class EtcdJournal(Journal):
     def submit(self, seq: int, cmd, raw: bytes | None = None) -> None:
         self._pending.append((seq, raw if raw is not None else cmds.encode(cmd)))
         self._kick.set()
+        if self._filled is not None and len(self._pending) >= self._fill_at and not self._filled.done():
+            self._filled.set_result(None)
 
     def durable_seq(self) -> int:
         return self.confirmed
@@ -380,11 +385,29 @@ class EtcdJournal(Journal):
         self.confirmed = self.meta.seq
         log.warning("%s rolled back %d unconfirmed commands; standby at seq %d", self.name, n, self.meta.seq)
 
+    async def _linger(self, target: int) -> None:
+        """Wait until `target` commands are pending, or LINGER_S. Without it, under a steady load, appends alternate
+        between one command (executed while the previous append was in flight) and all the others (sent by the
+        callers that append released), and each caller waits for two appends."""
+        if len(self._pending) >= target:
+            return
+        loop = asyncio.get_running_loop()
+        fut = self._filled = loop.create_future()
+        self._fill_at = target
+        timer = loop.call_later(LINGER_S, lambda: fut.done() or fut.set_result(None))
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self._filled = None
+
     async def _append_loop(self) -> None:
+        last_group = 1  # what the last append carried: the load's measure (idle: 1, no wait)
         while True:
             await self._kick.wait()
             self._kick.clear()
             while self._pending and self.role == "active":
+                await self._linger(last_group)
                 group, size = [], 0
                 for seq, raw in self._pending:
                     if group and size + len(raw) > MAX_GROUP_BYTES:
@@ -413,6 +436,7 @@ class EtcdJournal(Journal):
                     return
                 APPEND_SECONDS.observe(time.monotonic() - t0)
                 GROUP_SIZE.observe(len(group))
+                last_group = len(group)
                 del self._pending[:len(group)]
                 last = first + len(group) - 1
                 undo.confirm(self.meta.kv, first, last)
