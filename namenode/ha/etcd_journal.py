@@ -49,7 +49,7 @@ MAX_GROUP_BYTES = 512 << 10  # a group of several commands stays well under etcd
 # goes alone; EtcdJournal.admit refuses one that could not fit even alone)
 REQUEST_OVERHEAD = 16 << 10  # the append txn's key, guards and framing, next to its value, with room to spare
 PUBLISH_S = 0.5
-LINGER_S = 0.002  # under load, an append waits at most this long for as many commands as the last one carried
+LINGER_S = 0.005  # under load, an append waits at most this long for as many commands as the last one carried
 TRUNCATE_S = 2.0
 
 APPEND_SECONDS = Histogram("epochfs_nn_log_append_seconds", "Time of one log append txn in etcd (leader)",
@@ -58,7 +58,11 @@ GROUP_SIZE = Histogram("epochfs_nn_log_group_commands", "Commands per log append
                        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024))
 
 _pack = msgspec.msgpack.Encoder().encode
-_unpack = msgspec.msgpack.Decoder(tuple[int, list[bytes]]).decode
+# a group: [first seq, [entry, ...]]; an entry is a command's redo record, (key, value or None) pairs, embedded as
+# is (msgspec.Raw: one decode reads the whole group); a bytes entry is a command (namenode/commands.encode), as the
+# log held before redo records
+Entry = bytes | list[tuple[bytes, bytes | None]]
+_unpack = msgspec.msgpack.Decoder(tuple[int, list[Entry]]).decode
 
 
 class Deposed(Exception):
@@ -119,8 +123,19 @@ class EtcdJournal(Journal):
                 f" less {REQUEST_OVERHEAD} for the append's key and guards)")
         return raw
 
+    def admit_writes(self, cmd, writes: bytes) -> None:
+        """A command's writes (what the log carries) can be larger than the command: the same bound."""
+        if len(writes) > self.max_command_bytes:
+            raise errors.EntityTooLarge(
+                f"the {type(cmd).__name__} command writes {len(writes)} bytes; the metadata log (etcd) takes at most "
+                f"{self.max_command_bytes} per command (NN_ETCD_MAX_REQUEST_BYTES {self.settings.etcd_max_request_bytes}"
+                f" less {REQUEST_OVERHEAD} for the append's key and guards)")
+
     def submit(self, seq: int, cmd, raw: bytes | None = None) -> None:
-        self._pending.append((seq, raw if raw is not None else cmds.encode(cmd)))
+        """`raw`: the command's redo record (MetaStore keeps undo records in HA mode, and redo records with them)."""
+        if raw is None:
+            raise ValueError("HA mode needs MetaStore(undo=True): the log carries each command's writes")
+        self._pending.append((seq, raw))
         self._kick.set()
         if self._filled is not None and len(self._pending) >= self._fill_at and not self._filled.done():
             self._filled.set_result(None)
@@ -244,14 +259,23 @@ class EtcdJournal(Journal):
 
     # ---------------------------------------------------------------- following
     def _apply_group(self, value: bytes) -> None:
-        first, raws = _unpack(value)
-        last = first + len(raws) - 1
+        """Apply a log group from the first command past ours: its runs of redo records in one write batch each (a
+        standby reads nothing to apply them), commands (an older log's) one by one."""
+        first, entries = _unpack(value)
+        last = first + len(entries) - 1
         if first > self.meta.seq + 1:
             raise Gap(first)
-        for i, raw in enumerate(raws):
-            seq = first + i
-            if seq > self.meta.seq:
-                self.meta.apply_logged(seq, cmds.decode(raw))
+        i = self.meta.seq + 1 - first
+        while i < len(entries):
+            j = i
+            while j < len(entries) and not isinstance(entries[j], bytes):
+                j += 1
+            if j > i:
+                self.meta.apply_writes(first + i, entries[i:j])
+            if j < len(entries):
+                self.meta.apply_logged(first + j, cmds.decode(entries[j]))
+                j += 1
+            i = j
         self.confirmed = self.meta.seq
         self.log_end = max(self.log_end, last)
 
@@ -415,7 +439,7 @@ class EtcdJournal(Journal):
                     group.append(raw)
                     size += len(raw)
                 first = self._pending[0][0]
-                value = _pack((first, group))
+                value = _pack((first, [msgspec.Raw(raw) for raw in group]))
                 key = self.log_key(first)
                 t0 = time.monotonic()
                 try:
