@@ -49,7 +49,7 @@ MAX_GROUP_BYTES = 512 << 10  # a group of several commands stays well under etcd
 # goes alone; EtcdJournal.admit refuses one that could not fit even alone)
 REQUEST_OVERHEAD = 16 << 10  # the append txn's key, guards and framing, next to its value, with room to spare
 PUBLISH_S = 0.5
-LINGER_S = 0.005  # under load, an append waits at most this long for as many commands as the last one carried
+LINGER_S = 0.005  # under load, an append waits at most this long for the commands of the callers it expects (_linger)
 TRUNCATE_S = 2.0
 
 APPEND_SECONDS = Histogram("epochfs_nn_log_append_seconds", "Time of one log append txn in etcd (leader)",
@@ -412,7 +412,8 @@ class EtcdJournal(Journal):
     async def _linger(self, target: int) -> None:
         """Wait until `target` commands are pending, or LINGER_S. Without it, under a steady load, appends alternate
         between one command (executed while the previous append was in flight) and all the others (sent by the
-        callers that append released), and each caller waits for two appends."""
+        callers that append released), and each caller waits for two appends. The target counts both, so a group
+        split once (a linger that ran out on a busy machine) is whole again at the next append."""
         if len(self._pending) >= target:
             return
         loop = asyncio.get_running_loop()
@@ -426,12 +427,12 @@ class EtcdJournal(Journal):
             self._filled = None
 
     async def _append_loop(self) -> None:
-        last_group = 1  # what the last append carried: the load's measure (idle: 1, no wait)
+        target = 1  # the load's measure: what the last append carried and what was executed meanwhile (idle: 1)
         while True:
             await self._kick.wait()
             self._kick.clear()
             while self._pending and self.role == "active":
-                await self._linger(last_group)
+                await self._linger(target)
                 group, size = [], 0
                 for seq, raw in self._pending:
                     if group and size + len(raw) > MAX_GROUP_BYTES:
@@ -460,8 +461,8 @@ class EtcdJournal(Journal):
                     return
                 APPEND_SECONDS.observe(time.monotonic() - t0)
                 GROUP_SIZE.observe(len(group))
-                last_group = len(group)
                 del self._pending[:len(group)]
+                target = len(group) + len(self._pending)  # the callers released now come back, with the others
                 last = first + len(group) - 1
                 undo.confirm(self.meta.kv, first, last)
                 self.confirmed = self.log_end = last
