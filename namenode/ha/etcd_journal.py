@@ -470,6 +470,10 @@ class EtcdJournal(Journal):
 
     async def _truncate_loop(self) -> None:
         while True:
+            try:
+                await self.etcd.prefer_leader()  # the log appends go to etcd's leader (it can change: look again)
+            except Exception:  # noqa: BLE001 -- only a preference
+                log.exception("finding etcd's leader")
             await asyncio.sleep(TRUNCATE_S)
             try:
                 await self.truncate_once()
