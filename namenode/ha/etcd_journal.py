@@ -3,15 +3,19 @@
 etcd keys under the prefix P (NN_ETCD_PREFIX):
   P/leader              {"name", "addr", "http"} of the active NameNode, put with its lease. Election: create it if it
                         does not exist. Its create_revision is the fencing epoch: unique per leadership, increasing.
-  P/log/<first seq:20>  one group of commands: MessagePack [first_seq, [command bytes, ...]], appended only by the
-                        leader in a txn guarded by create_revision(P/leader) == its epoch (a deposed leader's append
-                        fails) and create_revision(key) == 0 (never overwritten).
+  P/log/<first seq:20>  one group of commands: MessagePack [first_seq, [entry, ...]], an entry per command: its redo
+                        record, the (key, value or None) pairs its batch wrote (an older log's entries are commands,
+                        namenode/commands.encode: still applied), appended only by the leader in a txn guarded by
+                        create_revision(P/leader) == its epoch (a deposed leader's append fails) and
+                        create_revision(key) == 0 (never overwritten).
   P/members/<name>      {"name", "addr", "http", "role", "applied"} with the member's lease, every PUBLISH_S; `applied`
                         is fsynced in its RocksDB, so truncation may trust it.
 
-The active NameNode applies a command at once (MetaStore.execute, with its undo record), appends it with the commands
-executed meanwhile in one txn (group commit) and lets the replies go once etcd committed it. Standbys watch the log
-and apply it, so a failover needs no long replay; a new leader applies the log to its end before it serves. A deposed
+The active NameNode applies a command at once (MetaStore.execute, with its undo and redo records), appends its writes
+with those of the commands executed meanwhile in one txn (group commit, shaped by _linger) and lets the replies go
+once etcd committed it. Standbys watch the log and apply each group in one RocksDB batch, reading nothing (the active
+did the work: a standby costs a fraction of it), so a failover needs no long replay; a new leader applies the log to
+its end before it serves. A deposed
 leader stops acknowledging (failed txn, lease gone, or its local lease deadline passed: before etcd could give the
 lease to another), fails its waiting replies with NotLeader, rolls back what etcd never confirmed (undo.py) and
 follows the new leader. The leader truncates the log below what every live member applied, and compacts etcd, so
@@ -49,6 +53,7 @@ MAX_GROUP_BYTES = 512 << 10  # a group of several commands stays well under etcd
 # goes alone; EtcdJournal.admit refuses one that could not fit even alone)
 REQUEST_OVERHEAD = 16 << 10  # the append txn's key, guards and framing, next to its value, with room to spare
 PUBLISH_S = 0.5
+REPUBLISH_S = 10.0  # an unchanged member record is put again this often (_publish)
 LINGER_S = 0.005  # under load, an append waits at most this long for the commands of the callers it expects (_linger)
 TRUNCATE_S = 2.0
 
@@ -239,16 +244,22 @@ class EtcdJournal(Journal):
         self._depose("lease gone")
 
     async def _publish(self) -> None:
-        """The member record, with `applied` fsynced in the local WAL first."""
+        """The member record, with `applied` fsynced in the local WAL first; put again when it changed (or its lease),
+        else every REPUBLISH_S only: an idle trio wrote 6 records a second to etcd, each a raft round and 3 fsyncs."""
+        last, last_t, synced = None, 0.0, -1
         while True:
             try:
                 if self.lease and self.role != "rebuilding":
                     async with self._store_lock:
                         seq = self.meta.seq
-                        await asyncio.to_thread(self.meta.kv.flush)
-                    rec = {"name": self.name, "addr": self.addr, "http": self.http, "role": self.role,
-                           "applied": seq}
-                    await self.etcd.put(self.k_members + self.name.encode(), json.dumps(rec).encode(), self.lease)
+                        if seq != synced:
+                            await asyncio.to_thread(self.meta.kv.flush)
+                            synced = seq
+                    rec = json.dumps({"name": self.name, "addr": self.addr, "http": self.http, "role": self.role,
+                                      "applied": seq}).encode()
+                    if (self.lease, rec) != last or time.monotonic() - last_t >= REPUBLISH_S:
+                        await self.etcd.put(self.k_members + self.name.encode(), rec, self.lease)
+                        last, last_t = (self.lease, rec), time.monotonic()
             except LeaseNotFound:
                 self._lease_lost()
             except (EtcdUnavailable, Compacted) as e:
