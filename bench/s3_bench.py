@@ -1125,7 +1125,8 @@ def ha_ratio(res: dict[str, list[dict]]) -> None:
         if not b:
             continue
         bc, hc = (r["srv_cpu"] / max(r["ops"], 1) * 1e3 if "srv_cpu" in r else float("nan") for r in (b, h))
-        print(f"{h['phase']:<11} {b['ops_s']:9.1f} {h['ops_s']:9.1f} {h['ops_s'] / b['ops_s']:6.2f} {bc:9.2f} {hc:9.2f}")
+        print(f"{h['phase']:<11} {b['ops_s']:9.1f} {h['ops_s']:9.1f} {h['ops_s'] / b['ops_s']:6.2f} {bc:9.2f} "
+              f"{hc:9.2f}")
 
 
 def sse_ratio(res: dict[str, list[dict]]) -> None:

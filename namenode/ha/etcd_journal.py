@@ -133,8 +133,8 @@ class EtcdJournal(Journal):
         if len(writes) > self.max_command_bytes:
             raise errors.EntityTooLarge(
                 f"the {type(cmd).__name__} command writes {len(writes)} bytes; the metadata log (etcd) takes at most "
-                f"{self.max_command_bytes} per command (NN_ETCD_MAX_REQUEST_BYTES {self.settings.etcd_max_request_bytes}"
-                f" less {REQUEST_OVERHEAD} for the append's key and guards)")
+                f"{self.max_command_bytes} per command (NN_ETCD_MAX_REQUEST_BYTES "
+                f"{self.settings.etcd_max_request_bytes} less {REQUEST_OVERHEAD} for the append's key and guards)")
 
     def submit(self, seq: int, cmd, raw: bytes | None = None) -> None:
         """`raw`: the command's redo record (MetaStore keeps undo records in HA mode, and redo records with them)."""
