@@ -611,17 +611,11 @@ def ppid(pid: int) -> int:
 def epochfs_servers(up_pid: int) -> dict[str, int]:
     """name -> pid for the service processes under an `epochfs up` process."""
     names: dict[str, int] = {}
-    dn = 0
     for pid in sorted(descendants(up_pid)):
-        cl = cmdline(pid)
-        m = re.search(r"epochfs\.(namenode|datanode|gateway)", cl)
-        if not m:
-            continue
-        if m.group(1) == "datanode":
-            dn += 1
-            names[f"datanode{dn}"] = pid
-        else:
-            names[m.group(1)] = pid
+        m = re.search(r"epochfs\.(namenode|datanode|gateway)|^\S*(etcd)\s", cmdline(pid))
+        if m:  # (`epochfs up --ha`: 3 NameNodes and 3 etcd members)
+            kind = m.group(1) or m.group(2)
+            names[f"{kind}{sum(n.startswith(kind) for n in names) + 1}"] = pid
     return names
 
 
@@ -732,15 +726,18 @@ class Target:
 class EpochfsTarget(Target):
     name = "epochfs"
 
-    def __init__(self, keep: bool = False) -> None:
+    def __init__(self, keep: bool = False, ha: bool = False) -> None:
         self.dir = tempfile.mkdtemp(prefix="epochfs-bench-")
-        self.keep = keep
-        port = self.port = free_port_block(20)
+        self.keep, self.ha = keep, ha
+        if ha:
+            self.name = "epochfs-ha"
+        port = self.port = free_port_block(30 if ha else 20)
         self.log = open(os.path.join(self.dir, "up.log"), "ab")
         # == `epochfs up --data-dir DIR --port PORT` (the console script's entry point), replication 3
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "epochfs.frontends.cli.main", "up", "--data-dir", os.path.join(self.dir, "data"),
-             "--port", str(port), "--host", "127.0.0.1", "--replication", "3", "--log-level", "warning"],
+             "--port", str(port), "--host", "127.0.0.1", "--replication", "3", "--log-level", "warning"]
+            + (["--ha"] if ha else []),
             stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 90
         line = ""
@@ -767,7 +764,7 @@ class EpochfsTarget(Target):
         self.tgt = {"host": u.hostname, "port": u.port, "ak": env["AWS_ACCESS_KEY_ID"],
                     "sk": env["AWS_SECRET_ACCESS_KEY"]}
         self.pids = epochfs_servers(self.proc.pid)
-        if len(self.pids) != 5:
+        if len(self.pids) != (10 if ha else 5):
             print(f"# warning: found {len(self.pids)} epochfs server processes: {self.pids}", file=sys.stderr)
         self.note = f"epochfs up pid {self.proc.pid}, servers {self.pids}, data {self.dir}"
 
@@ -1118,6 +1115,20 @@ def comparison(res: dict[str, list[dict]]) -> None:
               f"{fmt(ratio(eo, mo), 6)} {fmt(eb, 8, 1)} {fmt(mb, 9, 1)} {fmt(ratio(eb, mb), 6)}  {tgt_s:<22} {verdict}")
 
 
+def ha_ratio(res: dict[str, list[dict]]) -> None:
+    """--target ha: throughput and server CPU per op of the HA cluster against the embedded one, per phase."""
+    e = {r["phase"]: r for r in res.get("epochfs", [])}
+    print("\n== epochfs up --ha vs epochfs up (HA / embedded)")
+    print(f"{'phase':<11} {'emb ops/s':>9} {'ha ops/s':>9} {'ratio':>6} {'emb ms/op':>9} {'ha ms/op':>9}")
+    for h in res["epochfs-ha"]:
+        b = e.get(h["phase"])
+        if not b:
+            continue
+        bc, hc = (r["srv_cpu"] / max(r["ops"], 1) * 1e3 if "srv_cpu" in r else float("nan") for r in (b, h))
+        print(f"{h['phase']:<11} {b['ops_s']:9.1f} {h['ops_s']:9.1f} {h['ops_s'] / b['ops_s']:6.2f} {bc:9.2f} "
+              f"{hc:9.2f}")
+
+
 def sse_ratio(res: dict[str, list[dict]]) -> None:
     """--sse: server CPU per op with SSE-S3 against without, per target (the goal: at most 1.3x)."""
     for tname, rows in res.items():
@@ -1146,7 +1157,9 @@ def code_version() -> str:
 def main() -> None:
     global PAYLOAD, PART
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--target", choices=("epochfs", "moto", "both"), default="both")
+    ap.add_argument("--target", choices=("epochfs", "moto", "both", "ha"), default="both",
+                    help="ha: `epochfs up` against `epochfs up --ha` (3 etcd members, 3 NameNodes; server CPU summed "
+                         "over all of them), with the ratio HA / embedded")
     ap.add_argument("--quick", action="store_true", help="300 objects, 2,000 keys, 64 MiB big object, 100 ranges")
     ap.add_argument("--objects", type=int, help="128 KiB objects (default 2000; quick 300)")
     ap.add_argument("--keys", type=int, help="tiny objects listed (default 10000; quick 2000)")
@@ -1191,14 +1204,15 @@ def main() -> None:
           f"{a.part_mib} MiB x {a.mpu_parallel} in flight, {os.cpu_count()} CPUs, CLK_TCK {CLK_TCK}, epochfs "
           f"{code_version()}, "
           f"{_dt.datetime.now().isoformat(timespec='seconds')}")
-    names = ["epochfs", "moto"] if a.target == "both" else [a.target]
+    names = {"both": ["epochfs", "moto"], "ha": ["epochfs", "epochfs-ha"]}.get(a.target, [a.target])
     if a.endpoint:
         names = ["external"]
     results: dict[str, list[dict]] = {}
     try:
         for name in names:
             t = (ExternalTarget(a.endpoint, a.access_key, a.secret_key, a.pids) if name == "external"
-                 else EpochfsTarget(a.keep) if name == "epochfs" else MotoTarget())
+                 else EpochfsTarget(a.keep, ha=name == "epochfs-ha") if name.startswith("epochfs")
+                 else MotoTarget())
             try:
                 print(f"# {name}: {t.note}")
                 print(HDR, flush=True)
@@ -1210,7 +1224,9 @@ def main() -> None:
                 t.stop()
     finally:
         workers.close()
-    if len(results) > 1 or "epochfs" in results:
+    if "epochfs-ha" in results:
+        ha_ratio(results)
+    elif len(results) > 1 or "epochfs" in results:
         comparison(results)
     if a.sse:
         sse_ratio(results)

@@ -31,7 +31,7 @@ from .meta.nodes import Nodes
 from .meta.records import S_IFDIR, S_IFLNK, S_IFREG, enc_record, now_ns
 from .meta.usage import Usage
 from .meta.versions import Versions
-from .ha.undo import UndoBatch
+from .ha.undo import UndoBatch, write as write_pairs
 
 if TYPE_CHECKING:
     from .ha.journal import Journal
@@ -89,9 +89,9 @@ class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage, ObjectLo
         if self.writable is not None:
             self.writable()
         raw = self.journal.admit(cmd) if self.journal is not None else None
-        result = self._apply(cmd, self.undo)
+        result, redo = self._apply(cmd, self.undo)
         if self.journal is not None:
-            self.journal.submit(self.seq, cmd, raw)
+            self.journal.submit(self.seq, cmd, redo if redo is not None else raw)
         if self.log is not None:
             self.log.append(cmds.encode(cmd))
         return result
@@ -104,21 +104,41 @@ class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage, ObjectLo
             raise ValueError(f"log command {seq} applied after {self.seq}")
         self._apply(cmd, False)
 
+    def apply_writes(self, first: int, entries: list) -> None:
+        """Apply log entries `first`, `first`+1, ... given as their writes (each command's redo record, as the active
+        NameNode recorded it: (key, value or None) pairs) in one write batch, `applied_seq` included: no reads, and
+        the store and its applied position move together."""
+        if first != self.seq + 1:
+            raise ValueError(f"log command {first} applied after {self.seq}")
+        last = first + len(entries) - 1
+        with self.kv.batch() as b:
+            for pairs in entries:
+                write_pairs(b, pairs)
+            b.put(keys.APPLIED_SEQ, keys.u64(last))
+        self.seq = last
+        self._counters.clear()  # the caches were not told
+        self._usage.clear()
+
     def _apply(self, cmd: Command, undo: bool):
+        """Apply `cmd` as command self.seq + 1: (its result, its redo record if `undo` else None)."""
         seq = self.seq + 1
+        redo = None
         try:
             with self.kv.batch() as b:
                 w = UndoBatch(b, self.kv) if undo else b
                 result = self._appliers[type(cmd)](w, cmd)
                 w.put(keys.APPLIED_SEQ, keys.u64(seq))
                 if undo:
+                    redo = w.redo()
+                    if self.journal is not None:
+                        self.journal.admit_writes(cmd, redo)  # may refuse it: nothing is written then
                     b.put(keys.undo(seq), w.record())
         except BaseException:
             self._counters.clear()  # caches a failed command may have advanced: read again from the store
             self._usage.clear()
             raise
         self.seq = seq
-        return result
+        return result, redo
 
     def _apply_init_root(self, b, c: cmds.InitRoot) -> None:
         b.put(keys.inode(ROOT_INO), self._enc({"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0,

@@ -246,6 +246,14 @@ class Etcd:
                         "error": repr(e)[:200]}
         return list(await asyncio.gather(*(one(i, ep) for i, ep in enumerate(self.endpoints))))
 
+    async def prefer_leader(self) -> None:
+        """Send the next calls to the member that leads etcd's raft: a follower forwards a write to the leader and
+        answers only once the entry is committed and applied on itself too (one more hop, and CPU on two members)."""
+        for i, h in enumerate(await self.health()):
+            if h["leader"]:
+                self._cur = i
+                return
+
     async def watch(self, start: bytes, end: bytes, revision: int) -> "Watch":
         """A stream of the events on [start, end) from `revision` on (Watch.next); Compacted if etcd no longer has
         that revision, EtcdUnavailable when the stream cannot be set up or breaks. The caller reads the current

@@ -3,15 +3,19 @@
 etcd keys under the prefix P (NN_ETCD_PREFIX):
   P/leader              {"name", "addr", "http"} of the active NameNode, put with its lease. Election: create it if it
                         does not exist. Its create_revision is the fencing epoch: unique per leadership, increasing.
-  P/log/<first seq:20>  one group of commands: MessagePack [first_seq, [command bytes, ...]], appended only by the
-                        leader in a txn guarded by create_revision(P/leader) == its epoch (a deposed leader's append
-                        fails) and create_revision(key) == 0 (never overwritten).
+  P/log/<first seq:20>  one group of commands: MessagePack [first_seq, [entry, ...]], an entry per command: its redo
+                        record, the (key, value or None) pairs its batch wrote (an older log's entries are commands,
+                        namenode/commands.encode: still applied), appended only by the leader in a txn guarded by
+                        create_revision(P/leader) == its epoch (a deposed leader's append fails) and
+                        create_revision(key) == 0 (never overwritten).
   P/members/<name>      {"name", "addr", "http", "role", "applied"} with the member's lease, every PUBLISH_S; `applied`
                         is fsynced in its RocksDB, so truncation may trust it.
 
-The active NameNode applies a command at once (MetaStore.execute, with its undo record), appends it with the commands
-executed meanwhile in one txn (group commit) and lets the replies go once etcd committed it. Standbys watch the log
-and apply it, so a failover needs no long replay; a new leader applies the log to its end before it serves. A deposed
+The active NameNode applies a command at once (MetaStore.execute, with its undo and redo records), appends its writes
+with those of the commands executed meanwhile in one txn (group commit, shaped by _linger) and lets the replies go
+once etcd committed it. Standbys watch the log and apply each group in one RocksDB batch, reading nothing (the active
+did the work: a standby costs a fraction of it), so a failover needs no long replay; a new leader applies the log to
+its end before it serves. A deposed
 leader stops acknowledging (failed txn, lease gone, or its local lease deadline passed: before etcd could give the
 lease to another), fails its waiting replies with NotLeader, rolls back what etcd never confirmed (undo.py) and
 follows the new leader. The leader truncates the log below what every live member applied, and compacts etcd, so
@@ -49,6 +53,8 @@ MAX_GROUP_BYTES = 512 << 10  # a group of several commands stays well under etcd
 # goes alone; EtcdJournal.admit refuses one that could not fit even alone)
 REQUEST_OVERHEAD = 16 << 10  # the append txn's key, guards and framing, next to its value, with room to spare
 PUBLISH_S = 0.5
+REPUBLISH_S = 10.0  # an unchanged member record is put again this often (_publish)
+LINGER_S = 0.005  # under load, an append waits at most this long for the commands of the callers it expects (_linger)
 TRUNCATE_S = 2.0
 
 APPEND_SECONDS = Histogram("epochfs_nn_log_append_seconds", "Time of one log append txn in etcd (leader)",
@@ -57,7 +63,11 @@ GROUP_SIZE = Histogram("epochfs_nn_log_group_commands", "Commands per log append
                        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024))
 
 _pack = msgspec.msgpack.Encoder().encode
-_unpack = msgspec.msgpack.Decoder(tuple[int, list[bytes]]).decode
+# a group: [first seq, [entry, ...]]; an entry is a command's redo record, (key, value or None) pairs, embedded as
+# is (msgspec.Raw: one decode reads the whole group); a bytes entry is a command (namenode/commands.encode), as the
+# log held before redo records
+Entry = bytes | list[tuple[bytes, bytes | None]]
+_unpack = msgspec.msgpack.Decoder(tuple[int, list[Entry]]).decode
 
 
 class Deposed(Exception):
@@ -88,6 +98,8 @@ class EtcdJournal(Journal):
         self._waiters: list = []  # heap of (seq, n, future)
         self._n = itertools.count()
         self._kick = asyncio.Event()
+        self._fill_at = 0  # submit resolves _filled once this many commands are pending (_linger)
+        self._filled: asyncio.Future | None = None
         self._deposed: asyncio.Event | None = None
         self._store_lock = asyncio.Lock()  # the store is being replaced (rebuild): no WAL flush meanwhile
         meta.writable = self.check_serving
@@ -116,9 +128,22 @@ class EtcdJournal(Journal):
                 f" less {REQUEST_OVERHEAD} for the append's key and guards)")
         return raw
 
+    def admit_writes(self, cmd, writes: bytes) -> None:
+        """A command's writes (what the log carries) can be larger than the command: the same bound."""
+        if len(writes) > self.max_command_bytes:
+            raise errors.EntityTooLarge(
+                f"the {type(cmd).__name__} command writes {len(writes)} bytes; the metadata log (etcd) takes at most "
+                f"{self.max_command_bytes} per command (NN_ETCD_MAX_REQUEST_BYTES "
+                f"{self.settings.etcd_max_request_bytes} less {REQUEST_OVERHEAD} for the append's key and guards)")
+
     def submit(self, seq: int, cmd, raw: bytes | None = None) -> None:
-        self._pending.append((seq, raw if raw is not None else cmds.encode(cmd)))
+        """`raw`: the command's redo record (MetaStore keeps undo records in HA mode, and redo records with them)."""
+        if raw is None:
+            raise ValueError("HA mode needs MetaStore(undo=True): the log carries each command's writes")
+        self._pending.append((seq, raw))
         self._kick.set()
+        if self._filled is not None and len(self._pending) >= self._fill_at and not self._filled.done():
+            self._filled.set_result(None)
 
     def durable_seq(self) -> int:
         return self.confirmed
@@ -219,16 +244,22 @@ class EtcdJournal(Journal):
         self._depose("lease gone")
 
     async def _publish(self) -> None:
-        """The member record, with `applied` fsynced in the local WAL first."""
+        """The member record, with `applied` fsynced in the local WAL first; put again when it changed (or its lease),
+        else every REPUBLISH_S only: an idle trio wrote 6 records a second to etcd, each a raft round and 3 fsyncs."""
+        last, last_t, synced = None, 0.0, -1
         while True:
             try:
                 if self.lease and self.role != "rebuilding":
                     async with self._store_lock:
                         seq = self.meta.seq
-                        await asyncio.to_thread(self.meta.kv.flush)
-                    rec = {"name": self.name, "addr": self.addr, "http": self.http, "role": self.role,
-                           "applied": seq}
-                    await self.etcd.put(self.k_members + self.name.encode(), json.dumps(rec).encode(), self.lease)
+                        if seq != synced:
+                            await asyncio.to_thread(self.meta.kv.flush)
+                            synced = seq
+                    rec = json.dumps({"name": self.name, "addr": self.addr, "http": self.http, "role": self.role,
+                                      "applied": seq}).encode()
+                    if (self.lease, rec) != last or time.monotonic() - last_t >= REPUBLISH_S:
+                        await self.etcd.put(self.k_members + self.name.encode(), rec, self.lease)
+                        last, last_t = (self.lease, rec), time.monotonic()
             except LeaseNotFound:
                 self._lease_lost()
             except (EtcdUnavailable, Compacted) as e:
@@ -239,14 +270,23 @@ class EtcdJournal(Journal):
 
     # ---------------------------------------------------------------- following
     def _apply_group(self, value: bytes) -> None:
-        first, raws = _unpack(value)
-        last = first + len(raws) - 1
+        """Apply a log group from the first command past ours: its runs of redo records in one write batch each (a
+        standby reads nothing to apply them), commands (an older log's) one by one."""
+        first, entries = _unpack(value)
+        last = first + len(entries) - 1
         if first > self.meta.seq + 1:
             raise Gap(first)
-        for i, raw in enumerate(raws):
-            seq = first + i
-            if seq > self.meta.seq:
-                self.meta.apply_logged(seq, cmds.decode(raw))
+        i = self.meta.seq + 1 - first
+        while i < len(entries):
+            j = i
+            while j < len(entries) and not isinstance(entries[j], bytes):
+                j += 1
+            if j > i:
+                self.meta.apply_writes(first + i, entries[i:j])
+            if j < len(entries):
+                self.meta.apply_logged(first + j, cmds.decode(entries[j]))
+                j += 1
+            i = j
         self.confirmed = self.meta.seq
         self.log_end = max(self.log_end, last)
 
@@ -380,11 +420,30 @@ class EtcdJournal(Journal):
         self.confirmed = self.meta.seq
         log.warning("%s rolled back %d unconfirmed commands; standby at seq %d", self.name, n, self.meta.seq)
 
+    async def _linger(self, target: int) -> None:
+        """Wait until `target` commands are pending, or LINGER_S. Without it, under a steady load, appends alternate
+        between one command (executed while the previous append was in flight) and all the others (sent by the
+        callers that append released), and each caller waits for two appends. The target counts both, so a group
+        split once (a linger that ran out on a busy machine) is whole again at the next append."""
+        if len(self._pending) >= target:
+            return
+        loop = asyncio.get_running_loop()
+        fut = self._filled = loop.create_future()
+        self._fill_at = target
+        timer = loop.call_later(LINGER_S, lambda: fut.done() or fut.set_result(None))
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self._filled = None
+
     async def _append_loop(self) -> None:
+        target = 1  # the load's measure: what the last append carried and what was executed meanwhile (idle: 1)
         while True:
             await self._kick.wait()
             self._kick.clear()
             while self._pending and self.role == "active":
+                await self._linger(target)
                 group, size = [], 0
                 for seq, raw in self._pending:
                     if group and size + len(raw) > MAX_GROUP_BYTES:
@@ -392,7 +451,7 @@ class EtcdJournal(Journal):
                     group.append(raw)
                     size += len(raw)
                 first = self._pending[0][0]
-                value = _pack((first, group))
+                value = _pack((first, [msgspec.Raw(raw) for raw in group]))
                 key = self.log_key(first)
                 t0 = time.monotonic()
                 try:
@@ -414,6 +473,7 @@ class EtcdJournal(Journal):
                 APPEND_SECONDS.observe(time.monotonic() - t0)
                 GROUP_SIZE.observe(len(group))
                 del self._pending[:len(group)]
+                target = len(group) + len(self._pending)  # the callers released now come back, with the others
                 last = first + len(group) - 1
                 undo.confirm(self.meta.kv, first, last)
                 self.confirmed = self.log_end = last
@@ -421,6 +481,10 @@ class EtcdJournal(Journal):
 
     async def _truncate_loop(self) -> None:
         while True:
+            try:
+                await self.etcd.prefer_leader()  # the log appends go to etcd's leader (it can change: look again)
+            except Exception:  # noqa: BLE001 -- only a preference
+                log.exception("finding etcd's leader")
             await asyncio.sleep(TRUNCATE_S)
             try:
                 await self.truncate_once()

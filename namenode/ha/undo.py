@@ -21,13 +21,15 @@ _dec = msgspec.msgpack.Decoder(list[tuple[bytes, bytes | None]]).decode
 
 
 class UndoBatch:
-    """Wraps a command's write batch: records the pre-image of each key before its first write in the batch."""
+    """Wraps a command's write batch: records the pre-image of each key before its first write in the batch (the
+    undo record) and the value it is left with (the redo record: what the log carries to the standbys)."""
 
-    __slots__ = ("_b", "_kv", "pre")
+    __slots__ = ("_b", "_kv", "pre", "post")
 
     def __init__(self, batch, kv: KV) -> None:
         self._b, self._kv = batch, kv
         self.pre: dict[bytes, bytes | None] = {}
+        self.post: dict[bytes, bytes | None] = {}
 
     def _touch(self, key) -> bytes:
         key = bytes(key)
@@ -36,13 +38,30 @@ class UndoBatch:
         return key
 
     def put(self, key, value) -> None:
-        self._b.put(self._touch(key), value)
+        key = self._touch(key)
+        self._b.put(key, value)
+        self.post[key] = value
 
     def delete(self, key) -> None:
-        self._b.delete(self._touch(key))
+        key = self._touch(key)
+        self._b.delete(key)
+        self.post[key] = None
 
     def record(self) -> bytes:
         return _enc(list(self.pre.items()))
+
+    def redo(self) -> bytes:
+        """The command's effect as (key, value or None: deleted) pairs, applied in any order (one per key)."""
+        return _enc(list(self.post.items()))
+
+
+def write(batch, pairs) -> None:
+    """Write (key, value or None) pairs, an undo or a redo record's, into a batch."""
+    for k, v in pairs:
+        if v is None:
+            batch.delete(k)
+        else:
+            batch.put(k, v)
 
 
 def pending(kv: KV) -> list[int]:
@@ -66,11 +85,7 @@ def rollback(kv: KV, down_to: int = 0) -> int:
             break
         raw = kv.get(keys.undo(seq))
         with kv.batch() as b:
-            for k, v in _dec(raw):
-                if v is None:
-                    b.delete(k)
-                else:
-                    b.put(k, v)
+            write(b, _dec(raw))
             b.delete(keys.undo(seq))
         n += 1
     return n

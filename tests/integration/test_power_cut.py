@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -54,7 +55,10 @@ class LazyFS:
         self.fifo, self.done = base / "faults.fifo", base / "faults-done.fifo"
         os.mkfifo(self.fifo)
         os.mkfifo(self.done)
-        config = base / "lazyfs.toml"
+        # LazyFS takes the argument after --config-path for an option when it contains "-o" (any case), as
+        # pytest's /tmp/pytest-of-root/... does: the config then goes in a folder of its own without a hyphen
+        self.config_dir = tempfile.mkdtemp(prefix="lazyfs", dir="/tmp")
+        config = Path(self.config_dir) / "lazyfs.toml"
         config.write_text(f'[faults]\nfifo_path="{self.fifo}"\nfifo_path_completed="{self.done}"\n'
                           '[cache]\napply_eviction=false\n[cache.simple]\ncustom_size="1gb"\nblocks_per_page=1\n'
                           '[filesystem]\nlog_all_operations=false\nlogfile=""\n')
@@ -85,6 +89,7 @@ class LazyFS:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        shutil.rmtree(self.config_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import random
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from epochfs.common.kv import RocksKV, prefix_end
@@ -34,6 +35,7 @@ class Snapshotting(Journal):
         self.meta, self.k = meta, k
         self.at_k: dict[bytes, bytes] | None = None
         self.after_k: list[tuple[int, cmds.Command]] = []
+        self.redo: list[bytes] = []  # the redo records (what the log carries) of the commands after k
 
     def submit(self, seq: int, cmd, raw: bytes | None = None) -> None:
         if seq <= self.k:
@@ -42,10 +44,11 @@ class Snapshotting(Journal):
                 self.at_k = dump(self.meta.kv)
         else:
             self.after_k.append((seq, cmd))
+            self.redo.append(raw)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_rollback_restores_the_store_key_by_key_and_the_log_replays_onto_it(tmp_path, seed):
+@pytest.mark.parametrize("seed,replay", [(1, "commands"), (2, "commands"), (1, "writes"), (2, "writes")])
+def test_rollback_restores_the_store_key_by_key_and_the_log_replays_onto_it(tmp_path, seed, replay):
     kv = RocksKV.open(tmp_path / "meta")
     try:
         meta = MetaStore(kv, undo=True, free_grace_s=300.0, init_root=False)
@@ -63,8 +66,16 @@ def test_rollback_restores_the_store_key_by_key_and_the_log_replays_onto_it(tmp_
         assert dump(kv) == j.at_k  # every key as it was after command 120, applied_seq included
         assert meta.seq == 120 and undo.pending(kv) == []
 
-        for seq, cmd in j.after_k:  # the same commands from the log: the same store
-            meta.apply_logged(seq, cmd)
+        if replay == "commands":
+            for seq, cmd in j.after_k:  # the same commands from the log: the same store
+                meta.apply_logged(seq, cmd)
+        else:  # their redo records, in groups of 1 to 40 (one write batch each, as a standby applies the log)
+            rng, i, dec = random.Random(seed), 0, msgspec.msgpack.Decoder(list[tuple[bytes, bytes | None]]).decode
+            while i < len(j.redo):
+                n = rng.randint(1, 40)
+                meta.apply_writes(121 + i, [dec(r) for r in j.redo[i:i + n]])
+                assert meta.seq == min(120 + i + n, end_seq) == meta.stored_seq()
+                i += n
         assert dump(kv) == end and meta.seq == end_seq
     finally:
         kv.close()
