@@ -89,9 +89,9 @@ class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage, ObjectLo
         if self.writable is not None:
             self.writable()
         raw = self.journal.admit(cmd) if self.journal is not None else None
-        result, redo = self._apply(cmd, self.undo)
+        result, redo = self._apply(cmd, self.undo, raw)
         if self.journal is not None:
-            self.journal.submit(self.seq, cmd, redo if redo is not None else raw)
+            self.journal.submit(self.seq, cmd, raw, redo)
         if self.log is not None:
             self.log.append(cmds.encode(cmd))
         return result
@@ -119,8 +119,9 @@ class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage, ObjectLo
         self._counters.clear()  # the caches were not told
         self._usage.clear()
 
-    def _apply(self, cmd: Command, undo: bool):
-        """Apply `cmd` as command self.seq + 1: (its result, its redo record if `undo` else None)."""
+    def _apply(self, cmd: Command, undo: bool, raw: bytes | None = None):
+        """Apply `cmd` as command self.seq + 1: (its result, its redo record if `undo` else None); `raw`: its
+        encoding from the journal's `admit`, for the journal's bound on what the log carries."""
         seq = self.seq + 1
         redo = None
         try:
@@ -131,7 +132,7 @@ class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage, ObjectLo
                 if undo:
                     redo = w.redo()
                     if self.journal is not None:
-                        self.journal.admit_writes(cmd, redo)  # may refuse it: nothing is written then
+                        self.journal.admit_writes(cmd, raw, redo)  # may refuse it: nothing is written then
                     b.put(keys.undo(seq), w.record())
         except BaseException:
             self._counters.clear()  # caches a failed command may have advanced: read again from the store

@@ -3,9 +3,10 @@
 etcd keys under the prefix P (NN_ETCD_PREFIX):
   P/leader              {"name", "addr", "http"} of the active NameNode, put with its lease. Election: create it if it
                         does not exist. Its create_revision is the fencing epoch: unique per leadership, increasing.
-  P/log/<first seq:20>  one group of commands: MessagePack [first_seq, [entry, ...]], an entry per command: its redo
-                        record, the (key, value or None) pairs its batch wrote (an older log's entries are commands,
-                        namenode/commands.encode: still applied), appended only by the leader in a txn guarded by
+  P/log/<first seq:20>  one group of commands: MessagePack [first_seq, [entry, ...]], an entry per command:
+                        [the command (namenode/commands.encode), its redo record: the (key, value or None) pairs its
+                        batch wrote] (an older log's entries are the command alone: still applied by re-executing
+                        it); appended only by the leader in a txn guarded by
                         create_revision(P/leader) == its epoch (a deposed leader's append fails) and
                         create_revision(key) == 0 (never overwritten).
   P/members/<name>      {"name", "addr", "http", "role", "applied"} with the member's lease, every PUBLISH_S; `applied`
@@ -63,10 +64,12 @@ GROUP_SIZE = Histogram("epochfs_nn_log_group_commands", "Commands per log append
                        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024))
 
 _pack = msgspec.msgpack.Encoder().encode
-# a group: [first seq, [entry, ...]]; an entry is a command's redo record, (key, value or None) pairs, embedded as
-# is (msgspec.Raw: one decode reads the whole group); a bytes entry is a command (namenode/commands.encode), as the
-# log held before redo records
-Entry = bytes | list[tuple[bytes, bytes | None]]
+# a group: [first seq, [entry, ...]]; an entry is [command, writes]: the command as namenode/commands.encode made it
+# (the log stays a log of replayable commands: audit, replay, tests compare both) and its redo record, the (key,
+# value or None) pairs its batch wrote, which is what a standby applies (one decode reads the whole group, no reads,
+# no re-execution); a bytes entry is a command alone, as the log held before redo records
+Writes = list[tuple[bytes, bytes | None]]
+Entry = bytes | tuple[bytes, Writes]
 _unpack = msgspec.msgpack.Decoder(tuple[int, list[Entry]]).decode
 
 
@@ -128,19 +131,21 @@ class EtcdJournal(Journal):
                 f" less {REQUEST_OVERHEAD} for the append's key and guards)")
         return raw
 
-    def admit_writes(self, cmd, writes: bytes) -> None:
-        """A command's writes (what the log carries) can be larger than the command: the same bound."""
-        if len(writes) > self.max_command_bytes:
+    def admit_writes(self, cmd, raw: bytes | None, writes: bytes) -> None:
+        """The log carries the command and its writes (which can be larger than the command): the same bound."""
+        size = len(writes) + len(raw or b"")
+        if size > self.max_command_bytes:
             raise errors.EntityTooLarge(
-                f"the {type(cmd).__name__} command writes {len(writes)} bytes; the metadata log (etcd) takes at most "
+                f"the {type(cmd).__name__} command and its writes take {size} bytes; the metadata log (etcd) takes at most "
                 f"{self.max_command_bytes} per command (NN_ETCD_MAX_REQUEST_BYTES "
                 f"{self.settings.etcd_max_request_bytes} less {REQUEST_OVERHEAD} for the append's key and guards)")
 
-    def submit(self, seq: int, cmd, raw: bytes | None = None) -> None:
-        """`raw`: the command's redo record (MetaStore keeps undo records in HA mode, and redo records with them)."""
-        if raw is None:
-            raise ValueError("HA mode needs MetaStore(undo=True): the log carries each command's writes")
-        self._pending.append((seq, raw))
+    def submit(self, seq: int, cmd, raw: bytes | None = None, writes: bytes | None = None) -> None:
+        """`raw`: the command's encoding (from `admit`); `writes`: its redo record (MetaStore keeps undo records in HA
+        mode, and redo records with them). The log entry is both."""
+        if raw is None or writes is None:
+            raise ValueError("HA mode needs MetaStore(undo=True): the log carries each command and its writes")
+        self._pending.append((seq, _pack((raw, msgspec.Raw(writes)))))
         self._kick.set()
         if self._filled is not None and len(self._pending) >= self._fill_at and not self._filled.done():
             self._filled.set_result(None)
@@ -270,8 +275,8 @@ class EtcdJournal(Journal):
 
     # ---------------------------------------------------------------- following
     def _apply_group(self, value: bytes) -> None:
-        """Apply a log group from the first command past ours: its runs of redo records in one write batch each (a
-        standby reads nothing to apply them), commands (an older log's) one by one."""
+        """Apply a log group from the first command past ours: its runs of [command, writes] entries by their writes
+        in one write batch each (a standby reads nothing to apply them), bare commands (an older log's) one by one."""
         first, entries = _unpack(value)
         last = first + len(entries) - 1
         if first > self.meta.seq + 1:
@@ -282,7 +287,7 @@ class EtcdJournal(Journal):
             while j < len(entries) and not isinstance(entries[j], bytes):
                 j += 1
             if j > i:
-                self.meta.apply_writes(first + i, entries[i:j])
+                self.meta.apply_writes(first + i, [e[1] for e in entries[i:j]])
             if j < len(entries):
                 self.meta.apply_logged(first + j, cmds.decode(entries[j]))
                 j += 1

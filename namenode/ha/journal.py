@@ -28,13 +28,13 @@ class Journal:
         it durable (nothing is written then). May return its encoding, handed back to `submit`."""
         return None
 
-    def admit_writes(self, cmd: Command, writes: bytes) -> None:
-        """HA mode (MetaStore keeps undo records): called with `cmd`'s redo record before its batch is written;
-        raise a DomainError to refuse it (nothing is written then)."""
+    def admit_writes(self, cmd: Command, raw: bytes | None, writes: bytes) -> None:
+        """HA mode (MetaStore keeps undo records): called with `cmd`'s encoding (what `admit` returned) and redo record
+        before its batch is written; raise a DomainError to refuse it (nothing is written then)."""
 
-    def submit(self, seq: int, cmd: Command, raw: bytes | None = None) -> None:
-        """Command `seq` was just applied (called by MetaStore.execute, in order); `raw`: its redo record in HA mode
-        (the writes it made: what the log carries), else what `admit` returned."""
+    def submit(self, seq: int, cmd: Command, raw: bytes | None = None, writes: bytes | None = None) -> None:
+        """Command `seq` was just applied (called by MetaStore.execute, in order); `raw`: what `admit` returned;
+        `writes`: its redo record in HA mode (the writes it made: the log carries them with the command)."""
 
     async def durable(self, seq: int) -> None:
         """Return once commands up to `seq` are durable; NotLeader if they never will be (a deposed leader)."""

@@ -37,14 +37,14 @@ class Snapshotting(Journal):
         self.after_k: list[tuple[int, cmds.Command]] = []
         self.redo: list[bytes] = []  # the redo records (what the log carries) of the commands after k
 
-    def submit(self, seq: int, cmd, raw: bytes | None = None) -> None:
+    def submit(self, seq: int, cmd, raw: bytes | None = None, writes: bytes | None = None) -> None:
         if seq <= self.k:
             undo.confirm(self.meta.kv, seq, seq)
             if seq == self.k:
                 self.at_k = dump(self.meta.kv)
         else:
             self.after_k.append((seq, cmd))
-            self.redo.append(raw)
+            self.redo.append(writes)
 
 
 @pytest.mark.parametrize("seed,replay", [(1, "commands"), (2, "commands"), (1, "writes"), (2, "writes")])
