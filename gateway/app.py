@@ -50,6 +50,7 @@ class GatewayContext:
         self.sse_keys = KeyStore(settings)
         self._buckets: dict[str, tuple[float, BucketRecord]] = {}
         self.access_logs = AccessLogFlusher(self, flush_s=settings.access_log_flush_s,
+                                            idle_s=settings.access_log_idle_s,
                                             flush_bytes=settings.access_log_flush_bytes,
                                             max_bytes=settings.access_log_max_bytes)
 

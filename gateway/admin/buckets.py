@@ -115,7 +115,8 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
 @router.patch("/buckets/{name}", response_model=Bucket,
               responses={**BAD_BODY, 404: {"description": "no such bucket"},
                          409: {"description": "object lock needs versioning Enabled first; the logging target "
-                                              "bucket is missing, another owner's, or has a default retention; or "
+                                              "bucket is missing, doesn't let the logging service write, or has "
+                                              "a default retention; or "
                                               "tags or lifecycle rules that S3's rules refuse (the reason in "
                                               "detail)"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
@@ -140,7 +141,7 @@ async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) 
     changes = {k: Unset() if v is None else v for k, v in given.items() if v is not None or k in _CLEARABLE}
     if logging:  # checked as PutBucketLogging checks it, before anything changes
         try:
-            await check_target(ctx, (await ctx.cluster.namenode.bucket_info(name)).owner,
+            await check_target(ctx, await ctx.cluster.namenode.bucket_info(name),
                                LoggingTarget(bucket=logging["target_bucket"], prefix=logging.get("target_prefix", "")))
         except errors.InvalidLoggingTarget as e:  # the target bucket's state, not the request's form
             raise HTTPException(409, e.message) from None
