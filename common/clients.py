@@ -369,6 +369,12 @@ class _KeyJobCalls:
     async def key_delete(self, access_key: str) -> None:
         await self._call(m.KeyDelete(access_key=access_key))
 
+    async def kms_key_create(self, key_id: str, description: str = "") -> m.KmsKeyRecord:
+        return await self._call(m.KmsKeyCreate(key_id=key_id, description=description))
+
+    async def kms_key_list(self) -> list[m.KmsKeyRecord]:
+        return (await self._call(m.KmsKeyList())).keys
+
     async def nodes(self) -> list[m.NodeInfo]:
         return (await self._call(m.Nodes())).nodes
 

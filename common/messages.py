@@ -1441,6 +1441,27 @@ class KeyDelete(Request, tag="key_delete"):
     Reply = Done
 
 
+class KmsKeyRecord(Msg):
+    """An SSE-KMS key id made through the admin API: the gateways derive its material from the master key."""
+    key_id: str
+    description: str = ""
+    created: int = 0
+
+
+class KmsKeyCreate(Request, tag="kms_key_create"):
+    key_id: str
+    description: str = ""
+    Reply = KmsKeyRecord
+
+
+class KmsKeys(Msg):
+    keys: list[KmsKeyRecord]
+
+
+class KmsKeyList(Request, tag="kms_key_list"):
+    Reply = KmsKeys
+
+
 class JobInfo(Msg):
     """A NameNode job (repair, decommission, gc, scrub, rebalance): what every kind has, and its own counters."""
     id: str

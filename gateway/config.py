@@ -49,4 +49,7 @@ class GatewaySettings(ServiceSettings):
     """The master key itself (base64), where a file is not convenient."""
     sse_kms_keys: str = ""
     """KMS key ids (comma-separated) that SSE-KMS requests may name, besides "aws/s3" (the default key); their key
-    material is derived from the master key. An unknown id answers KMS.NotFoundException."""
+    material is derived from the master key. An unknown id answers KMS.NotFoundException. More can be created at run
+    time (admin API POST /admin/v1/kms/keys, `epochfs admin kms create ID`)."""
+    kms_refresh_s: float = 5.0
+    """How often this gateway loads the KMS key ids created through any gateway's admin API."""
