@@ -140,9 +140,13 @@ async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) 
     except errors.InvalidInput as e:
         raise HTTPException(409, e.message) from None
     changes = {k: Unset() if v is None else v for k, v in given.items() if v is not None or k in _CLEARABLE}
+    info = await ctx.cluster.namenode.bucket_info(name)  # 404 if there is no such bucket
+    if lock is not None and info.object_lock is None and info.versioning != "Enabled":
+        # checked before anything changes, as the NameNode checks it when it turns object lock on
+        raise HTTPException(409, "Versioning must be 'Enabled' on the bucket to apply a Object Lock configuration")
     if logging:  # checked as PutBucketLogging checks it, before anything changes
         try:
-            await check_target(ctx, await ctx.cluster.namenode.bucket_info(name),
+            await check_target(ctx, info,
                                LoggingTarget(bucket=logging["target_bucket"], prefix=logging.get("target_prefix", "")))
         except errors.InvalidLoggingTarget as e:  # the target bucket's state, not the request's form
             raise HTTPException(409, e.message) from None

@@ -182,8 +182,11 @@ def test_admin_api_and_cli_object_lock_and_logging(fast_logs):
             admin.call("PATCH", f"/buckets/{b}", bad)
     plain = _name("adm")
     admin.call("POST", "/buckets", {"name": plain})
-    with pytest.raises(AdminError, match="HTTP 409"):  # object lock needs versioning Enabled first
-        admin.call("PATCH", f"/buckets/{plain}", {"object_lock": {}})
+    with pytest.raises(AdminError, match="HTTP 409"):  # object lock needs versioning Enabled first ...
+        admin.call("PATCH", f"/buckets/{plain}", {"object_lock": {}, "quota_objects": 7, "tags": {"t": "1"},
+                                                  "logging": {"target_bucket": logs, "target_prefix": "p/"}})
+    got = admin.call("GET", f"/buckets/{plain}")  # ... and nothing else of that PATCH was applied
+    assert (got["object_lock"], got["quota_objects"], got["tags"], got["logging"]) == (None, None, None, None), got
 
     env = {**os.environ, "AWS_ENDPOINT_URL": fast_logs.endpoint, "AWS_ACCESS_KEY_ID": MAIN[0],
            "AWS_SECRET_ACCESS_KEY": MAIN[1], "COLUMNS": "250"}
