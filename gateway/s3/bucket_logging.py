@@ -431,3 +431,11 @@ async def observe(ctx, req, resp, s3_op: str, started: float, seconds: float, cl
                        user_agent=h.get("user-agent"), version_id=vid, sig_version=sig, auth_type=auth_type,
                        host=h.get("host"), acl_required=req.acl_required)
     ctx.access_logs.add(req.bucket, info.owner, t, target_owner, line)
+    for key, vid, status, code in req.deleted or ():  # a multi-object delete: one record per key, as S3 logs it
+        ctx.access_logs.add(req.bucket, info.owner, t, target_owner, record_line(
+            owner=info.owner, bucket=req.bucket, when=started, remote_ip=client[0] if client else "",
+            requester=req.user.owner_id if req.auth is not None else "", request_id=req.request_id,
+            operation="BATCH.DELETE.OBJECT", key=key, request_uri=uri, status=status, error_code=code,
+            bytes_sent=0, object_size=None, total_ms=int(seconds * 1000), referer=h.get("referer"),
+            user_agent=h.get("user-agent"), version_id=vid, sig_version=sig, auth_type=auth_type,
+            host=h.get("host"), acl_required=req.acl_required))

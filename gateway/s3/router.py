@@ -49,6 +49,9 @@ class S3Request:
     """The S3 action a bucket policy sees ("s3:GetObject"), set once the request is routed."""
     acl_required: bool = False
     """An ACL grant (not ownership, not a policy) let the request in: its access log record says so."""
+    deleted: list[tuple[str, str | None, int, str | None]] | None = None
+    """DeleteObjects: each key's outcome (key, version id, status, error code) for its BATCH.DELETE.OBJECT record in
+    the access log."""
     request_tags: dict[str, str] | None = None
     """The tag set the request sets in its body (PutObjectTagging, a POST form's `tagging` field), for the policy
     keys s3:RequestObjectTag/<key> and s3:RequestObjectTagKeys; None: the x-amz-tagging header's."""

@@ -113,13 +113,15 @@ def test_access_log_records_are_delivered(fast_logs):
     with pytest.raises(ClientError):
         s3.get_object(Bucket=src, Key="missing")
     s3.delete_object(Bucket=src, Key="a b.txt")
+    s3.put_object(Bucket=src, Key="m1", Body=b"1")
+    s3.delete_objects(Bucket=src, Delete={"Objects": [{"Key": "m1"}, {"Key": "never-was"}], "Quiet": True})
 
     def lines():
         out = []
         for o in s3.list_objects_v2(Bucket=logs).get("Contents", []):
             out += s3.get_object(Bucket=logs, Key=o["Key"])["Body"].read().decode().splitlines()
         return out
-    wait_until(lambda: len(lines()) >= 4, 20, "access log records delivered")
+    wait_until(lambda: len(lines()) >= 8, 20, "access log records delivered")
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=logs)["Contents"]]
     assert all(k.startswith(f"access/{MAIN[2]}/us-east-1/{src}/") for k in keys), (src, keys)
     recs = [shlex.split(line.replace("[", '"').replace("]", '"')) for line in lines()]
@@ -133,6 +135,12 @@ def test_access_log_records_are_delivered(fast_logs):
     miss = by_op[("REST.GET.OBJECT", "missing")]
     assert (miss[9], miss[10]) == ("404", "NoSuchKey")
     assert by_op[("REST.DELETE.OBJECT", "a%20b.txt")][9] == "204"
+    # a multi-object delete: its request, and one BATCH.DELETE.OBJECT record per key (quiet or not), as S3 logs it
+    multi = by_op[("REST.POST.MULTI_OBJECT_DELETE", "-")]
+    assert multi[9] == "200" and multi[8].startswith("POST /")
+    for key in ("m1", "never-was"):
+        rec = by_op[("BATCH.DELETE.OBJECT", key)]
+        assert (rec[9], rec[5], rec[8]) == ("204", multi[5], multi[8])  # the same request id and URI
 
 
 def test_logging_target_checks(fast_logs):
