@@ -183,8 +183,8 @@ class _BucketObjectCalls:
                                                 retention=retention, mode=mode, until=until,
                                                 legal_hold=legal_hold, bypass=bypass))
 
-    async def object_settings(self, bucket: str, key: str, *, acl=None) -> None:
-        await self._call(m.ObjectSettings(bucket=bucket, key=key, acl=acl))
+    async def object_settings(self, bucket: str, key: str, *, acl=None, version_id: str | None = None) -> None:
+        await self._call(m.ObjectSettings(bucket=bucket, key=key, acl=acl, version_id=version_id))
 
     async def object_tags(self, bucket: str, key: str, tags: dict[str, str],
                           version_id: str | None = None) -> m.TagsSet:

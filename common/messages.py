@@ -671,10 +671,12 @@ class ObjectLockSet(Request, tag="object_lock_set"):
 
 
 class ObjectSettings(Request, tag="object_settings"):
-    """Change an existing object's stored attributes without touching its data."""
+    """Change an existing object's stored attributes (of its current version, or of `version_id`) without touching
+    its data."""
     bucket: str
     key: str
     acl: str | list[tuple[str, str]] | None = None
+    version_id: str | None = None
     Reply = Done
 
 

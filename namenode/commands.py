@@ -99,9 +99,11 @@ class PutObjects(Command, frozen=True):
 
 
 class UpdateObject(Command, frozen=True):
+    """Change stored attributes of the key's current version, or of version `version_id`."""
     bucket: str
     key: str
     fields: Record
+    version_id: str | None = None
 
 
 class SetObjectTags(Command, frozen=True):
