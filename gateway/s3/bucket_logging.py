@@ -190,7 +190,19 @@ _OP_NAMES = {
     "ListObjectVersions": "REST.GET.BUCKETVERSIONS", "CreateMultipartUpload": "REST.POST.UPLOADS",
     "UploadPart": "REST.PUT.PART", "UploadPartCopy": "REST.COPY.PART", "CompleteMultipartUpload":
     "REST.POST.UPLOAD", "AbortMultipartUpload": "REST.DELETE.UPLOAD", "ListParts": "REST.GET.UPLOAD",
-    "HeadBucket": "REST.HEAD.BUCKET", "EpochfsPostObject": "REST.POST.OBJECT",
+    "HeadBucket": "REST.HEAD.BUCKET", "PostObject": "REST.POST.OBJECT",
+    # the names S3's own logs use for configuration calls
+    "GetBucketAcl": "REST.GET.ACL", "PutBucketAcl": "REST.PUT.ACL", "GetObjectAcl": "REST.GET.ACL",
+    "PutObjectAcl": "REST.PUT.ACL", "GetBucketLocation": "REST.GET.LOCATION", "GetBucketVersioning":
+    "REST.GET.VERSIONING", "PutBucketVersioning": "REST.PUT.VERSIONING", "GetBucketLogging": "REST.GET.LOGGING_STATUS",
+    "PutBucketLogging": "REST.PUT.LOGGING_STATUS", "GetBucketPolicy": "REST.GET.BUCKETPOLICY", "PutBucketPolicy":
+    "REST.PUT.BUCKETPOLICY", "DeleteBucketPolicy": "REST.DELETE.BUCKETPOLICY", "GetBucketTagging": "REST.GET.TAGGING",
+    "PutBucketTagging": "REST.PUT.TAGGING", "DeleteBucketTagging": "REST.DELETE.TAGGING",
+    "GetBucketEncryption": "REST.GET.ENCRYPTION", "PutBucketEncryption": "REST.PUT.ENCRYPTION",
+    "DeleteBucketEncryption": "REST.DELETE.ENCRYPTION", "GetBucketLifecycleConfiguration": "REST.GET.LIFECYCLE",
+    "PutBucketLifecycleConfiguration": "REST.PUT.LIFECYCLE", "DeleteBucketLifecycle": "REST.DELETE.LIFECYCLE",
+    "GetBucketCors": "REST.GET.CORS", "PutBucketCors": "REST.PUT.CORS", "DeleteBucketCors": "REST.DELETE.CORS",
+    "ListMultipartUploads": "REST.GET.UPLOADS",
 }
 
 
