@@ -183,8 +183,8 @@ class _BucketObjectCalls:
                                                 retention=retention, mode=mode, until=until,
                                                 legal_hold=legal_hold, bypass=bypass))
 
-    async def object_settings(self, bucket: str, key: str, *, acl=None) -> None:
-        await self._call(m.ObjectSettings(bucket=bucket, key=key, acl=acl))
+    async def object_settings(self, bucket: str, key: str, *, acl=None, version_id: str | None = None) -> None:
+        await self._call(m.ObjectSettings(bucket=bucket, key=key, acl=acl, version_id=version_id))
 
     async def object_tags(self, bucket: str, key: str, tags: dict[str, str],
                           version_id: str | None = None) -> m.TagsSet:
@@ -368,6 +368,12 @@ class _KeyJobCalls:
 
     async def key_delete(self, access_key: str) -> None:
         await self._call(m.KeyDelete(access_key=access_key))
+
+    async def kms_key_create(self, key_id: str, description: str = "") -> m.KmsKeyRecord:
+        return await self._call(m.KmsKeyCreate(key_id=key_id, description=description))
+
+    async def kms_key_list(self) -> list[m.KmsKeyRecord]:
+        return (await self._call(m.KmsKeyList())).keys
 
     async def nodes(self) -> list[m.NodeInfo]:
         return (await self._call(m.Nodes())).nodes

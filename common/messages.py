@@ -671,10 +671,12 @@ class ObjectLockSet(Request, tag="object_lock_set"):
 
 
 class ObjectSettings(Request, tag="object_settings"):
-    """Change an existing object's stored attributes without touching its data."""
+    """Change an existing object's stored attributes (of its current version, or of `version_id`) without touching
+    its data."""
     bucket: str
     key: str
     acl: str | list[tuple[str, str]] | None = None
+    version_id: str | None = None
     Reply = Done
 
 
@@ -1439,6 +1441,27 @@ class KeyUpdate(Request, tag="key_update"):
 class KeyDelete(Request, tag="key_delete"):
     access_key: str
     Reply = Done
+
+
+class KmsKeyRecord(Msg):
+    """An SSE-KMS key id made through the admin API: the gateways derive its material from the master key."""
+    key_id: str
+    description: str = ""
+    created: int = 0
+
+
+class KmsKeyCreate(Request, tag="kms_key_create"):
+    key_id: str
+    description: str = ""
+    Reply = KmsKeyRecord
+
+
+class KmsKeys(Msg):
+    keys: list[KmsKeyRecord]
+
+
+class KmsKeyList(Request, tag="kms_key_list"):
+    Reply = KmsKeys
 
 
 class JobInfo(Msg):

@@ -71,10 +71,11 @@ class Caller:
     canonical_id: str = ""  # "" when anonymous
     name: str = ""  # display name (aws:username)
     access_key: str = ""
+    service: str = ""  # an AWS service principal acting on its own ("logging.s3.amazonaws.com"), not a user
 
     @property
     def anonymous(self) -> bool:
-        return not self.canonical_id
+        return not self.canonical_id and not self.service
 
 
 Resolver = Callable[[str], "str | list[str] | None"]  # the part after the prefix -> value(s) or None (absent)
@@ -125,7 +126,8 @@ def _wildcard(pattern: str, case: bool) -> re.Pattern:
 
 
 def _principals(v, what: str) -> tuple[tuple[str, ...], bool]:
-    """Principal ids (ARNs, account or canonical ids, "*") and whether the principal is everyone."""
+    """Principal ids (ARNs, account or canonical ids, "*", "service:<name>" for a Service principal) and whether the
+    principal is everyone."""
     if v == "*":
         return ("*",), True
     if not isinstance(v, dict) or not v:
@@ -134,7 +136,8 @@ def _principals(v, what: str) -> tuple[tuple[str, ...], bool]:
     for kind, ids in v.items():
         if kind not in ("AWS", "CanonicalUser", "Service", "Federated"):
             raise _bad(f"Invalid principal in policy: unknown principal type {kind!r}")
-        out += _strings(ids, f"{what}.{kind}")
+        names = _strings(ids, f"{what}.{kind}")
+        out += [f"service:{n}" for n in names] if kind == "Service" else names
     return tuple(out), "*" in out
 
 
@@ -254,6 +257,8 @@ def check(text: str | bytes, bucket: str | None = None) -> None:
 
 # ------------------------------------------------------------------ evaluation
 def _principal_matches(ids: tuple[str, ...], caller: Caller) -> bool:
+    if caller.service:  # a service is let in only by its name (Principal {"Service": ...}), never by "*"
+        return f"service:{caller.service}" in ids
     for p in ids:
         if p == "*":
             return True

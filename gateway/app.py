@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from contextlib import asynccontextmanager
 
@@ -18,8 +19,10 @@ from .keys import KeyRegistry
 from .metrics import S3Metrics
 from .s3.bucket_logging import AccessLogFlusher
 from .s3.router import S3App, vhost_bucket
-from .s3.sse import KeyStore
+from .s3.sse import KeyStore, KmsKeyRefresher
 from .s3.sigv4 import SigV4Verifier, User, parse_users
+
+log = logging.getLogger("epochfs.gateway")
 
 # Unsigned requests for these paths go to FastAPI; a SigV4-signed request goes to the S3 API, so buckets named
 # "metrics" or "admin" stay reachable through S3 -- except the admin API's own paths, which always go to FastAPI
@@ -50,6 +53,7 @@ class GatewayContext:
         self.sse_keys = KeyStore(settings)
         self._buckets: dict[str, tuple[float, BucketRecord]] = {}
         self.access_logs = AccessLogFlusher(self, flush_s=settings.access_log_flush_s,
+                                            idle_s=settings.access_log_idle_s,
                                             flush_bytes=settings.access_log_flush_bytes,
                                             max_bytes=settings.access_log_max_bytes)
 
@@ -117,8 +121,15 @@ def create_app(settings: GatewaySettings):
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        kms = KmsKeyRefresher(ctx.sse_keys, ctx.cluster.namenode, settings.kms_refresh_s)
+        with anyio.move_on_after(5):  # the created KMS key ids before the first request (else the worker retries)
+            try:
+                await kms.run_once()
+            except Exception as e:
+                log.warning("KMS key ids not loaded yet", extra={"reason": repr(e)})
         async with anyio.create_task_group() as tg:
             tg.start_soon(ctx.access_logs.run_forever)
+            tg.start_soon(kms.run_forever)
             yield
             tg.cancel_scope.cancel()
         with anyio.move_on_after(10):  # a clean stop delivers the access log records still buffered

@@ -33,9 +33,12 @@ class GatewaySettings(ServiceSettings):
     access_log: bool = False
     """Log every S3 request (key=value line with its request id); errors are logged either way."""
     access_log_flush_s: float = 60.0
-    """Bucket logging: a buffer of server access log records is written to its target bucket once this old..."""
+    """Bucket logging: a buffer of server access log records this old is written to its target bucket (as one log
+    object) by the next request that logs into it, before that request is answered..."""
     access_log_flush_bytes: int = 1 << 20
-    """... or this large (one object per flush)."""
+    """... or once this large..."""
+    access_log_idle_s: float = 300.0
+    """... and by a background pass once this old (at least access_log_flush_s) when no request came to roll it."""
     access_log_max_bytes: int = 16 << 20
     """All buffered records together at most this much memory; past it, records are dropped (and counted)."""
     sse_master_key_file: str = ""
@@ -46,4 +49,7 @@ class GatewaySettings(ServiceSettings):
     """The master key itself (base64), where a file is not convenient."""
     sse_kms_keys: str = ""
     """KMS key ids (comma-separated) that SSE-KMS requests may name, besides "aws/s3" (the default key); their key
-    material is derived from the master key. An unknown id answers KMS.NotFoundException."""
+    material is derived from the master key. An unknown id answers KMS.NotFoundException. More can be created at run
+    time (admin API POST /admin/v1/kms/keys, `epochfs admin kms create ID`)."""
+    kms_refresh_s: float = 5.0
+    """How often this gateway loads the KMS key ids created through any gateway's admin API."""

@@ -34,6 +34,17 @@ _NAMES = {
     ("objectlock", "get_lock_config"): "GetObjectLockConfiguration",
     ("objectlock", "put_lock_config"): "PutObjectLockConfiguration",
     ("bucket_logging", "get_logging"): "GetBucketLogging", ("bucket_logging", "put_logging"): "PutBucketLogging",
+    ("bucket", "get_policy"): "GetBucketPolicy", ("bucket", "put_policy"): "PutBucketPolicy",
+    ("bucket", "delete_policy"): "DeleteBucketPolicy", ("bucket", "get_policy_status"): "GetBucketPolicyStatus",
+    ("bucket", "get_ownership"): "GetBucketOwnershipControls", ("bucket", "put_ownership"): "PutBucketOwnershipControls",
+    ("bucket", "delete_ownership"): "DeleteBucketOwnershipControls",
+    ("objectlock", "get_legal_hold"): "GetObjectLegalHold", ("objectlock", "put_legal_hold"): "PutObjectLegalHold",
+    ("objectlock", "get_retention"): "GetObjectRetention", ("objectlock", "put_retention"): "PutObjectRetention",
+    ("sse", "get_encryption"): "GetBucketEncryption", ("sse", "put_encryption"): "PutBucketEncryption",
+    ("sse", "delete_encryption"): "DeleteBucketEncryption",
+    ("lifecycle", "get_lifecycle"): "GetBucketLifecycleConfiguration",
+    ("lifecycle", "put_lifecycle"): "PutBucketLifecycleConfiguration",
+    ("lifecycle", "delete_lifecycle"): "DeleteBucketLifecycle", ("post", "post_object"): "PostObject",
 }
 _CACHE: dict[object, str] = {}
 
@@ -47,7 +58,7 @@ def operation(handler) -> str:
         fn = handler.__name__
         name = _NAMES.get((mod, fn)) or "".join(w.capitalize() for w in fn.split("_"))
         if mod not in ("bucket", "objects", "listing", "multipart", "cors", "attributes", "objectlock",
-                       "bucket_logging"):
+                       "bucket_logging", "tagging", "sse", "lifecycle", "post"):
             name = "Epochfs" + name  # /_epochfs extensions
         _CACHE[handler] = name
     return name

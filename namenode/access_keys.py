@@ -19,6 +19,7 @@ from . import commands as cmds, keys
 
 PERMISSIONS = ("read", "write", "owner")
 _ACCESS_KEY = re.compile(r"^[A-Za-z0-9_.+=-]{3,128}$")
+_KMS_KEY_ID = re.compile(r"^[A-Za-z0-9_.:/-]{1,256}$")
 _FIELDS = {"secret_key", "owner_id", "name", "admin", "disabled", "buckets"}
 
 
@@ -60,6 +61,13 @@ def apply_delete(kv: KV, b, c: cmds.DeleteAccessKey) -> None:
     b.delete(keys.access_key(c.access_key))
 
 
+def apply_create_kms_key(kv: KV, b, c: cmds.CreateKmsKey) -> dict:
+    if kv.get(keys.kms_key(c.key_id)) is not None:
+        raise errors.AlreadyExists(f"KMS key {c.key_id!r} exists")
+    b.put(keys.kms_key(c.key_id), orjson.dumps(c.rec))
+    return {"key_id": c.key_id, **c.rec}
+
+
 class AccessKeys:
     def __init__(self, meta) -> None:
         """`meta`: the MetaStore, whose commands change the keys (a MetaStore's `kv` is read directly)."""
@@ -97,6 +105,19 @@ class AccessKeys:
             rec.pop("secret_key", None)
             out.append({"access_key": k[1:].decode(), **rec})
         return out
+
+    # ------------------------------------------------ SSE-KMS key ids (the gateways derive their material)
+    def create_kms_key(self, key_id: str, description: str) -> dict:
+        if not isinstance(key_id, str) or not _KMS_KEY_ID.match(key_id) or key_id.startswith("aws/"):
+            raise errors.InvalidInput("a KMS key id is 1-256 letters, digits or _.:/-, not starting with aws/")
+        if len(description) > 1024:
+            raise errors.InvalidInput("a KMS key description is at most 1024 characters")
+        return self.meta.execute(cmds.CreateKmsKey(key_id=key_id, rec={"description": description,
+                                                                       "created": time.time_ns()}))
+
+    def kms_keys(self) -> list[dict]:
+        p = keys.KMS_KEYS
+        return [{"key_id": k[1:].decode(), **orjson.loads(v)} for k, v in self.kv.scan(p, prefix_end(p))]
 
     def forget_bucket(self, bucket: str) -> None:
         """A deleted bucket's name may be taken by someone else: grants on it go with it."""

@@ -99,9 +99,11 @@ class PutObjects(Command, frozen=True):
 
 
 class UpdateObject(Command, frozen=True):
+    """Change stored attributes of the key's current version, or of version `version_id`."""
     bucket: str
     key: str
     fields: Record
+    version_id: str | None = None
 
 
 class SetObjectTags(Command, frozen=True):
@@ -260,6 +262,11 @@ class DeleteAccessKey(Command, frozen=True):
     access_key: str
 
 
+class CreateKmsKey(Command, frozen=True):
+    key_id: str
+    rec: Record  # description, created (ns, chosen before)
+
+
 # ------------------------------------------------------------------ POSIX (the mount), scoped to bucket inode `bi`
 class Mkdir(Command, frozen=True):
     bi: int | None
@@ -377,6 +384,7 @@ AnyCommand = Union[
     CreateUpload, PutPart, CompleteUpload, AbortUpload,
     Allocate, Abandon, ExpirePending, ReleaseFreed, GarbageDone, AddGarbage, DropStrayCopy, ReplaceReplicas,
     MarkShort, DropShort, AssignNodeId, SaveNode, CreateAccessKey, UpdateAccessKey, DeleteAccessKey,
+    CreateKmsKey,
     Mkdir, Mknod, Symlink, Link, Unlink, Rmdir, Rename, SetAttr, Commit, SetXattr, RemoveXattr, StampDirs,
 ]
 

@@ -17,6 +17,8 @@
   O <time:8> <ino:8>           -> a file inode whose last name went (POSIX rename/unlink); readable by inode
                                    by open handles until the NameNode reaps it after a grace period
   K <access key>                -> S3 access key created through the admin API (JSON: secret, owner, perms...)
+  M <kms key id>                -> SSE-KMS key id created through the admin API (JSON: description, created); its
+                                   material is derived from the master key in the gateways, never stored here
   S <bucket ino:8>              -> bucket usage [bytes, objects] of current versions, updated in each commit's batch
   W <block:8>                   -> replicas wanted (4 bytes) of a block written with fewer (nodes down or full),
                                    until the repair worker has topped it up
@@ -115,6 +117,13 @@ def access_key(ak: str) -> bytes:
 
 
 ACCESS_KEYS = b"K"
+
+
+def kms_key(key_id: str) -> bytes:
+    return b"M" + key_id.encode()
+
+
+KMS_KEYS = b"M"
 
 
 def usage(bucket_ino: int) -> bytes:

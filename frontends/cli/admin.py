@@ -293,6 +293,14 @@ def _bucket_encryption(c: AdminClient, args) -> str:
     return f"{b['name']}: default encryption {_encryption(b)}"
 
 
+def _kms_action(c: AdminClient, args) -> str:
+    """`kms create ID [--description TEXT]`."""
+    if args.action != "create" or not args.key_id:
+        raise AdminError("kms: list (no arguments) or `create KEY_ID [--description TEXT]`")
+    k = c.call("POST", "/kms/keys", {"key_id": args.key_id, "description": args.description or ""})
+    return f"KMS key {k['key_id']} created"
+
+
 def show_kms(c: AdminClient) -> Table:
     r = c.call("GET", "/kms/keys")
     note = "" if r["master_key"] else " (no master key on this gateway: only SSE-C works)"
@@ -340,6 +348,8 @@ def run(args) -> int:
             print(_bucket_policy(c, args))
         elif args.what == "buckets" and args.action == "encryption":
             out.print(_bucket_encryption(c, args))
+        elif args.what == "kms" and args.action is not None:
+            out.print(_kms_action(c, args))
         elif args.what == "keys" and args.action != "list":
             out.print(_key_action(c, args))
         elif args.what == "buckets" and args.action == "show":
@@ -387,9 +397,13 @@ def add_parser(sub) -> None:
     ap.add_argument("--access-key", help="admin access key (default: $AWS_ACCESS_KEY_ID)")
     ap.add_argument("--secret-key", help="admin secret key (default: $AWS_SECRET_ACCESS_KEY)")
     what = ap.add_subparsers(dest="what", required=True)
-    for name, help_ in (("status", "cluster summary, NameNodes (role, log position, lag) and etcd"), ("nodes", "DataNodes"),
-                        ("kms", "the KMS key ids SSE-KMS may name (GW_SSE_KMS_KEYS)")):
+    for name, help_ in (("status", "cluster summary, NameNodes (role, log position, lag) and etcd"), ("nodes", "DataNodes")):
         what.add_parser(name, help=help_)
+    kms = what.add_parser("kms", help="the KMS key ids SSE-KMS may name (GW_SSE_KMS_KEYS and created ones); "
+                                      "`create KEY_ID` makes one")
+    kms.add_argument("action", nargs="?", choices=["create"], help="create a key id")
+    kms.add_argument("key_id", nargs="?", help="the new key id")
+    kms.add_argument("--description", help="create: a note kept with the id")
     buckets = what.add_parser("buckets", help="buckets, quotas, policies, object lock, logging, default encryption, "
                                               "tags and lifecycle rules; `show` one bucket, `policy` shows or sets "
                                               "its policy, `set` changes object lock, logging, tags and lifecycle, "

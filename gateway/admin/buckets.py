@@ -19,7 +19,8 @@ from ..s3.sse import DEFAULT_KMS_KEY
 from .auth import AdminDep
 from .common import BAD_BODY, CtxDep
 from ..s3.bucket_logging import check_target
-from .models import Bucket, BucketCreate, BucketPatch, LifecycleRule, Logging, ObjectLock, SseKms, SseS3
+from .models import (Bucket, BucketCreate, BucketPatch, KmsKeyCreate, LifecycleRule, Logging, ObjectLock, SseKms,
+                     SseS3)
 from .models import LockDays, LockYears
 
 router = APIRouter(tags=["buckets"])
@@ -115,7 +116,8 @@ async def get_bucket(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
 @router.patch("/buckets/{name}", response_model=Bucket,
               responses={**BAD_BODY, 404: {"description": "no such bucket"},
                          409: {"description": "object lock needs versioning Enabled first; the logging target "
-                                              "bucket is missing, another owner's, or has a default retention; or "
+                                              "bucket is missing, doesn't let the logging service write, or has "
+                                              "a default retention; or "
                                               "tags or lifecycle rules that S3's rules refuse (the reason in "
                                               "detail)"}})
 async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) -> Bucket:
@@ -138,9 +140,13 @@ async def patch_bucket(name: str, patch: BucketPatch, _: AdminDep, ctx: CtxDep) 
     except errors.InvalidInput as e:
         raise HTTPException(409, e.message) from None
     changes = {k: Unset() if v is None else v for k, v in given.items() if v is not None or k in _CLEARABLE}
+    info = await ctx.cluster.namenode.bucket_info(name)  # 404 if there is no such bucket
+    if lock is not None and info.object_lock is None and info.versioning != "Enabled":
+        # checked before anything changes, as the NameNode checks it when it turns object lock on
+        raise HTTPException(409, "Versioning must be 'Enabled' on the bucket to apply a Object Lock configuration")
     if logging:  # checked as PutBucketLogging checks it, before anything changes
         try:
-            await check_target(ctx, (await ctx.cluster.namenode.bucket_info(name)).owner,
+            await check_target(ctx, info,
                                LoggingTarget(bucket=logging["target_bucket"], prefix=logging.get("target_prefix", "")))
         except errors.InvalidLoggingTarget as e:  # the target bucket's state, not the request's form
             raise HTTPException(409, e.message) from None
@@ -198,7 +204,28 @@ async def delete_policy(name: str, _: AdminDep, ctx: CtxDep) -> Bucket:
 
 @router.get("/kms/keys", tags=["encryption"])
 async def kms_keys(_: AdminDep, ctx: CtxDep) -> dict:
-    """The KMS key ids SSE-KMS requests and default encryption may name (GW_SSE_KMS_KEYS and aws/s3), and whether
-    this gateway has a master key (without one only SSE-C works). Keys are configured, not created here: their
-    material is derived from the master key, so every gateway with the same settings resolves the same ids."""
-    return {"keys": sorted(ctx.sse_keys.kms_ids), "master_key": ctx.sse_keys.master is not None}
+    """The KMS key ids SSE-KMS requests and default encryption may name (GW_SSE_KMS_KEYS, aws/s3 and those created
+    here), and whether this gateway has a master key (without one only SSE-C works). A key's material is derived
+    from the master key and its id, so every gateway with the same master key resolves the same ids."""
+    ctx.sse_keys.created_ids = {k.key_id for k in await ctx.cluster.namenode.kms_key_list()}
+    return {"keys": sorted(ctx.sse_keys.kms_ids | ctx.sse_keys.created_ids),
+            "master_key": ctx.sse_keys.master is not None}
+
+
+@router.post("/kms/keys", tags=["encryption"], status_code=201,
+             responses={400: {"description": "a bad key id (1-256 of A-Z a-z 0-9 _ . : / -, not aws/...)"},
+                        409: {"description": "that key id exists (configured or created)"}})
+async def create_kms_key(body: KmsKeyCreate, _: AdminDep, ctx: CtxDep) -> dict:
+    """Create an SSE-KMS key id: SSE-KMS requests and default encryption may name it at once on this gateway, on
+    the others within GW_KMS_REFRESH_S. The NameNode keeps the id only; its material is derived from the master
+    key. Keys are never deleted (objects encrypted under one would become unreadable)."""
+    if body.key_id.startswith("aws/"):
+        raise HTTPException(400, "key ids aws/... are AWS's own (aws/s3: the default key)")
+    if ctx.sse_keys.known(body.key_id):
+        raise HTTPException(409, f"KMS key {body.key_id!r} exists")
+    try:
+        rec = await ctx.cluster.namenode.kms_key_create(body.key_id, body.description)
+    except errors.AlreadyExists as e:  # made meanwhile through another gateway
+        raise HTTPException(409, e.message) from None
+    ctx.sse_keys.created_ids.add(rec.key_id)
+    return {"key_id": rec.key_id, "description": rec.description, "created": rec.created}

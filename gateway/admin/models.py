@@ -211,6 +211,13 @@ class KeyCreate(In):
     buckets: Annotated[dict[BucketNameStr, Permission], BucketPerms] = Field(default_factory=dict)
 
 
+class KmsKeyCreate(In):
+    key_id: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:/-]+$",
+                        description="the id SSE-KMS requests name (x-amz-server-side-encryption-aws-kms-key-id); "
+                                    "not aws/... (AWS's own keys)")
+    description: str = Field("", max_length=1024)
+
+
 class KeyPatch(In):
     disabled: bool | None = None
     admin: bool | None = None

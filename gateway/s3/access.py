@@ -103,6 +103,13 @@ def _grant_list(acl) -> list:
     return acl
 
 
+def log_delivery_granted(info: BucketRecord) -> bool:
+    """Does the bucket's ACL give the log-delivery group WRITE and READ_ACP (the ACL way to let the logging service
+    write server access logs into it; nothing while its ACLs are off)?"""
+    have = {p for g, p in _grant_list(effective_acl(info, info.acl)) if g == f"uri:{LOG_DELIVERY}"}
+    return bool(have & {"WRITE", "FULL_CONTROL"}) and bool(have & {"READ_ACP", "FULL_CONTROL"})
+
+
 def is_public_acl(acl) -> bool:
     """AWS: an ACL is public if it grants anything to AllUsers or AuthenticatedUsers."""
     return any(g in (f"uri:{ALL_USERS}", f"uri:{AUTH_USERS}") for g, _ in _grant_list(acl))
@@ -196,7 +203,7 @@ POLICY_ACTIONS = frozenset(("s3:GetBucketPolicy", "s3:PutBucketPolicy", "s3:Dele
 CONDITION_RESOLVERS: dict[str, Callable] = {}
 
 @functools.lru_cache(maxsize=256)
-def _parsed(text: str) -> policy.Policy:
+def parsed_policy(text: str) -> policy.Policy:
     return policy.parse(text)
 
 
@@ -237,13 +244,21 @@ def policy_verdict(ctx, req, info: BucketRecord, action: str, key: str | None = 
     any_key: an operation on objects by inode (the mount's), checked against the whole bucket."""
     if not info.policy:
         return None
-    pol = _parsed(info.policy)
+    pol = parsed_policy(info.policy)
     verdict = policy.evaluate(pol, _context(ctx, req, info, action, key, any_key, obj))
     pab = info.public_access_block
     if verdict == "Allow" and pab is not None and pab.restrict_public_buckets and policy.is_public(pol) \
             and not is_owner(ctx, req, info):
         return None  # a public policy lets in only the owner's account while RestrictPublicBuckets is on
     return verdict
+
+
+def _by_acl(req, granted: bool) -> bool:
+    """`granted`, noting on the request that an ACL grant let it in (the ACLRequired field of its access log
+    record, as S3 fills it: "Yes" when neither ownership nor a policy would have)."""
+    if granted and hasattr(req, "acl_required"):
+        req.acl_required = True
+    return granted
 
 
 def _denied() -> errors.PermissionDenied:
@@ -265,7 +280,7 @@ def may_list(ctx, req, info: BucketRecord, key: str | None = None) -> bool:
     if verdict is not None:
         return verdict == "Allow"
     return is_owner(ctx, req, info) or (req.auth is not None and key_allows(req.user, info.name, "read")) \
-        or grants(effective_acl(info, info.acl), "read", req)
+        or _by_acl(req, grants(effective_acl(info, info.acl), "read", req))
 
 
 _DEFAULT_ACTION = {None: "s3:PutBucketAcl", "read": "s3:ListBucket", "write": "s3:PutObject",
@@ -292,7 +307,7 @@ async def bucket_access(ctx, req, perm: str | None = None, action: str | None = 
         raise _denied()
     if owner or verdict == "Allow":
         return info
-    if perm is not None and grants(effective_acl(info, info.acl), perm, req):
+    if perm is not None and _by_acl(req, grants(effective_acl(info, info.acl), perm, req)):
         return info
     if perm is not None and req.auth is not None and key_allows(req.user, req.bucket, perm):
         return info
@@ -305,8 +320,8 @@ def check_object_write(ctx, req, info: BucketRecord, key: str, action: str, obj:
     verdict = policy_verdict(ctx, req, info, action, key, obj=obj)
     if verdict == "Deny":
         raise _denied()
-    if verdict == "Allow" or is_owner(ctx, req, info) or grants(effective_acl(info, info.acl), "write", req) or \
-            (req.auth is not None and key_allows(req.user, info.name, "write")):
+    if verdict == "Allow" or is_owner(ctx, req, info) or (req.auth is not None and key_allows(
+            req.user, info.name, "write")) or _by_acl(req, grants(effective_acl(info, info.acl), "write", req)):
         return
     raise _denied()
 
@@ -331,7 +346,7 @@ def check_object_read(ctx, req, info: BucketRecord, obj: ObjectRecord | None, ke
         return
     if req.auth is not None and obj.owner == req.user.owner_id and not acls_disabled(info):
         return  # an object's owner (its writer) has full control of it
-    if not grants(effective_acl(info, obj.acl), perm, req):
+    if not _by_acl(req, grants(effective_acl(info, obj.acl), perm, req)):
         raise _denied()
 
 

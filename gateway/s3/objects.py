@@ -399,6 +399,7 @@ async def delete_objects(ctx, req):
         raise malformed_xml()
     quiet = (root.findtext("Quiet") or "").strip().lower() == "true"
     out = []
+    req.deleted = []
     for o in objs:
         key = o.findtext("Key")
         if key is None:
@@ -410,6 +411,7 @@ async def delete_objects(ctx, req):
             cond = _delete_conditions(o.findtext("ETag"), o.findtext("LastModifiedTime"), o.findtext("Size"),
                                       http_date=False)
             res = await ctx.cluster.namenode.delete_object(req.bucket, key, vid, **cond, bypass=bypass)
+            req.deleted.append((key, vid or res.version_id, 204, None))
             if not quiet:
                 v = f"<VersionId>{xml.esc(vid)}</VersionId>" if vid else ""
                 if res.delete_marker:  # a marker made (its id), or one removed by its version id (that id)
@@ -420,6 +422,7 @@ async def delete_objects(ctx, req):
         except (S3Error, errors.DomainError) as e:
             from .errors import from_domain
             err = e if isinstance(e, S3Error) else from_domain(e)
+            req.deleted.append((key, vid, err.status, err.code))
             v = f"<VersionId>{xml.esc(vid)}</VersionId>" if vid else ""
             out.append(f"<Error><Key>{xml.esc(key)}</Key>{v}<Code>{err.code}</Code>"
                        f"<Message>{xml.esc(err.message)}</Message></Error>")
@@ -549,10 +552,11 @@ async def put_acl(ctx, req):
     info = await bucket_access(ctx, req, "object")
     if acls_disabled(info):
         raise acl_not_supported()
-    obj, _ = await _stat(ctx, req.bucket, req.key)
+    vid = req.query.get("versionId")
+    obj, _ = await _stat(ctx, req.bucket, req.key, vid)
     check_object_read(ctx, req, info, obj, action=req.action, perm="write_acp")
     body = await read_all(req.receive, 1 << 20)
     acl = await acl_from_xml(ctx, body, obj.owner) if body.strip() else await canned_acl(ctx, req)
     check_public_acl(info, acl)
-    await ctx.cluster.namenode.object_settings(req.bucket, req.key, acl=acl)
-    return Response(200)
+    await ctx.cluster.namenode.object_settings(req.bucket, req.key, acl=acl, version_id=vid)
+    return Response(200, [("x-amz-version-id", vid)] if vid else [])

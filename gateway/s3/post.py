@@ -34,7 +34,7 @@ from .errors import S3Error, access_denied
 from .http import Response
 from .objects import check_key, object_attrs, written_version_headers
 from .sigv4 import AuthResult
-from .tagging import parse_tagging
+from .tagging import body_tags
 
 _ISO8601 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 MAX_PART_HEADER = 8 << 10             # one header line of a part
@@ -253,12 +253,16 @@ async def post_object(ctx, req):
     if "acl" in headers:
         headers["x-amz-acl"] = headers.pop("acl")
     req = dataclasses.replace(req, key=key, auth=auth, headers=headers)
+    bad = None
+    if "tagging" in fields:  # the form's tag set is a <Tagging> document, not the header's query form
+        req.request_tags, bad = body_tags(fields["tagging"].encode(), tagging.MAX_OBJECT_TAGS)
     info = await bucket_access(ctx, req, "write")
+    if bad is not None:
+        raise bad
     check_key(key)
     attrs = objectlock.with_lock(req, info, await object_attrs(ctx, req, info))
-    if "tagging" in fields:  # the form's tag set is a <Tagging> document, not the header's query form
-        attrs = msgspec.structs.replace(attrs, tags=parse_tagging(fields["tagging"].encode(),
-                                                                  tagging.MAX_OBJECT_TAGS))
+    if req.request_tags is not None:
+        attrs = msgspec.structs.replace(attrs, tags=req.request_tags)
     sealed, _ = sse.for_write(ctx, headers, info.encryption)  # the form's encryption fields, as a PUT's headers
     check = BodyCheck(headers, None)  # the form's x-amz-checksum-* fields, verified like a PUT's headers
     blocks, size = await ctx.cluster.write_stream(req.bucket, form.file(), check.update,

@@ -47,6 +47,15 @@ class S3Request:
     """Came over TLS (aws:SecureTransport)."""
     action: str | None = None
     """The S3 action a bucket policy sees ("s3:GetObject"), set once the request is routed."""
+    acl_required: bool = False
+    """An ACL grant (not ownership, not a policy) let the request in: its access log record says so."""
+    deleted: list[tuple[str, str | None, int, str | None]] | None = None
+    """DeleteObjects: each key's outcome (key, version id, status, error code) for its BATCH.DELETE.OBJECT record in
+    the access log."""
+    request_tags: dict[str, str] | None = None
+    """The tag set the request sets in its body (PutObjectTagging, a POST form's `tagging` field), for the policy
+    keys s3:RequestObjectTag/<key> and s3:RequestObjectTagKeys; None: the x-amz-tagging header's."""
+    """An ACL grant (not ownership, not a policy) let the request in: its access log record says so."""
 
     @property
     def user(self) -> User:
@@ -293,11 +302,17 @@ class S3App:
             resp.headers.append(("connection", "close"))
         if "origin" in headers and req is not None and method != "OPTIONS":
             resp.headers += await cors.actual_request_headers(self.ctx, req)
+        logged = req is not None and req.bucket is not None and req.bucket != ext.EXT_BUCKET and method != "OPTIONS"
+        if logged:
+            try:  # server access logging: a due log object is written before this answer (bucket_logging.py)
+                await bucket_logging.before_answer(self.ctx, req, resp)
+            except Exception:
+                log.exception("access log delivery failed")
         seconds = time.perf_counter() - t0
         self.ctx.metrics.observe(req, resp, seconds, handler)
         await self._send(send, resp, rid, method == "HEAD")
-        if req is not None and req.bucket is not None and req.bucket != ext.EXT_BUCKET and method != "OPTIONS":
-            try:  # server access logging, after the answer is out (bucket_logging.py)
+        if logged:
+            try:  # its record, after the answer is out
                 await bucket_logging.observe(self.ctx, req, resp, operation(handler), time.time() - seconds,
                                              seconds, scope.get("client"))
             except Exception:

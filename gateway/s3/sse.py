@@ -13,6 +13,7 @@ import hashlib
 from pathlib import Path
 
 from epochfs.common.messages import BucketEncryption, SseInfo
+from epochfs.common.worker import PassStats, Worker
 
 from .. import crypto
 from . import xml
@@ -33,8 +34,10 @@ _PURPOSE = {"AES256": b"epochfs-sse-s3", "aws:kms": b"epochfs-sse-kms", "SSE-C":
 
 class KeyStore:
     """The gateway's keys: the cluster master key (a file under the gateway's data, or a setting; never sent to the
-    NameNode or a DataNode) and the KMS key ids operators configured (GW_SSE_KMS_KEYS), whose material is derived
-    from the master key, so every gateway with the same master key resolves the same ids."""
+    NameNode or a DataNode) and the KMS key ids: those operators configured (GW_SSE_KMS_KEYS) and those created at
+    run time through the admin API (kept by the NameNode, which stores the id only; every gateway loads them at
+    start and every GW_KMS_REFRESH_S, the creating gateway at once). A KMS key's material is derived from the master
+    key and its id, so every gateway with the same master key resolves the same ids."""
 
     def __init__(self, settings) -> None:
         self.master: bytes | None = None
@@ -43,7 +46,11 @@ class KeyStore:
         elif settings.sse_master_key:
             self.master = _read_key(settings.sse_master_key.encode())
         self.kms_ids = {k.strip() for k in settings.sse_kms_keys.split(",") if k.strip()} | {DEFAULT_KMS_KEY}
+        self.created_ids: set[str] = set()  # made through the admin API (the NameNode's list)
         self._derived: dict[str, bytes] = {}
+
+    def known(self, kms_key: str) -> bool:
+        return kms_key in self.kms_ids or kms_key in self.created_ids
 
     def _master(self) -> bytes:
         if self.master is None:
@@ -56,12 +63,23 @@ class KeyStore:
         master = self._master()
         if alg == "AES256":
             return master
-        if kms_key not in self.kms_ids:
+        if not self.known(kms_key):
             raise S3Error("KMS.NotFoundException", f"Invalid keyId {kms_key}", 400)
         k = self._derived.get(kms_key)
         if k is None:
             k = self._derived[kms_key] = crypto.derive(master, "kms:" + kms_key)
         return k
+
+
+class KmsKeyRefresher(Worker):
+    """Loads the KMS key ids created through the admin API (any gateway's) from the NameNode, every interval."""
+
+    def __init__(self, keys: KeyStore, namenode, interval_s: float) -> None:
+        self.keys, self.namenode, self.interval_s = keys, namenode, interval_s
+
+    async def run_once(self) -> PassStats:
+        self.keys.created_ids = {k.key_id for k in await self.namenode.kms_key_list()}
+        return PassStats()  # nothing to hurry: the next pass after the interval
 
 
 def _read_key(text: bytes) -> bytes:

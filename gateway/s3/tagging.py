@@ -84,9 +84,21 @@ async def _check_tag_write(ctx, req):
     check_object_write(ctx, req, info, req.key, req.action, obj)
 
 
+def body_tags(doc: bytes, limit: int) -> tuple[dict[str, str] | None, Exception | None]:
+    """A <Tagging> document's tag set for the access check (s3:RequestObjectTag), and the error to answer once the
+    caller is known to be allowed (AccessDenied comes before MalformedXML or InvalidTag)."""
+    try:
+        return parse_tagging(doc, limit), None
+    except (S3Error, errors.DomainError) as e:
+        return {}, e
+
+
 async def put_object_tagging(ctx, req):
+    req.request_tags, bad = body_tags(await read_all(req.receive, MAX_BODY), tagging.MAX_OBJECT_TAGS)
     await _check_tag_write(ctx, req)
-    tags = parse_tagging(await read_all(req.receive, MAX_BODY), tagging.MAX_OBJECT_TAGS)
+    if bad is not None:
+        raise bad
+    tags = req.request_tags
     res = await ctx.cluster.namenode.object_tags(req.bucket, req.key, tags, req.query.get("versionId"))
     return Response(200, _vid_header(res.version_id))
 
@@ -121,20 +133,32 @@ async def delete_bucket_tagging(ctx, req):
 
 # ---- policy condition keys (access.CONDITION_RESOLVERS): s3:ExistingObjectTag/<key> is the tag of the object the
 # request reads or retags (its record as the check has it; none: no value, so only ...IfExists / Null match), and
-# s3:RequestObjectTag/<key> a tag the request sets through x-amz-tagging (PutObject, CopyObject, CreateMultipartUpload).
+# s3:RequestObjectTag/<key> a tag the request sets: through x-amz-tagging (PutObject, CopyObject,
+# CreateMultipartUpload), its body (PutObjectTagging) or a POST form's tagging field; s3:RequestObjectTagKeys their keys.
 def _existing_tags(ctx, req, info, key, obj):
     tags = getattr(obj, "tags", None) or {}  # an ObjectRecord or a batch's ReadStat; the mount's FileBlocks: none
     return tags.get
 
 
-def _request_tags(ctx, req, info, key, obj):
+def _tags_of_request(req) -> dict[str, str]:
+    if getattr(req, "request_tags", None) is not None:
+        return req.request_tags
     h = req.headers.get("x-amz-tagging")
     try:
-        tags = tagging.parse_header(h) if h is not None else {}
+        return tagging.parse_header(h) if h is not None else {}
     except errors.InvalidTag:
-        tags = {}  # the handler refuses the header itself (400 InvalidTag)
-    return tags.get
+        return {}  # the handler refuses the header itself (400 InvalidTag)
+
+
+def _request_tags(ctx, req, info, key, obj):
+    return _tags_of_request(req).get
+
+
+def _request_tag_keys(ctx, req, info, key, obj):
+    keys = list(_tags_of_request(req))
+    return lambda _: keys or None  # the whole key ("s3:RequestObjectTagKeys"): a list, absent when no tags
 
 
 CONDITION_RESOLVERS["s3:existingobjecttag/"] = _existing_tags
 CONDITION_RESOLVERS["s3:requestobjecttag/"] = _request_tags
+CONDITION_RESOLVERS["s3:requestobjecttagkeys"] = _request_tag_keys

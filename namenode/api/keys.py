@@ -1,4 +1,4 @@
-"""Access keys made through the admin API (namenode/access_keys.py keeps them)."""
+"""Access keys and SSE-KMS key ids made through the admin API (namenode/access_keys.py keeps them)."""
 from __future__ import annotations
 
 from epochfs.common import messages as m
@@ -29,5 +29,11 @@ def handlers(s: Services) -> dict:
         store.delete(req.access_key)
         return m.Done()
 
+    async def kms_key_create(req: m.KmsKeyCreate, _) -> m.KmsKeyRecord:
+        return record(store.create_kms_key(req.key_id, req.description), m.KmsKeyRecord)
+
+    async def kms_key_list(req: m.KmsKeyList, _) -> m.KmsKeys:
+        return m.KmsKeys(keys=[record(r, m.KmsKeyRecord) for r in store.kms_keys()])
+
     return {m.KeyCreate: key_create, m.KeyGet: key_get, m.KeyList: key_list, m.KeyUpdate: key_update,
-            m.KeyDelete: key_delete}
+            m.KeyDelete: key_delete, m.KmsKeyCreate: kms_key_create, m.KmsKeyList: kms_key_list}

@@ -71,7 +71,7 @@ def handlers(s: Services) -> dict:
             check_acl(req.acl)
             new["acl"] = req.acl
         if new:
-            meta.update_object(req.bucket, req.key, new)
+            meta.update_object(req.bucket, req.key, new, req.version_id)
         else:
             meta.stat(req.bucket, req.key)  # NoSuchKey all the same
         return m.Done()

@@ -306,11 +306,17 @@ class Namespace(StoreBase):
             b.delete(keys.pending(block_id(blk)))
         return {"ino": ino, "etag": obj.get("etag"), "mt": t, "vid": obj.get("vid")}
 
-    def update_object(self, bucket: str, key: str, fields: dict) -> None:
-        """Change stored attributes (ACL, metadata) of an existing object without touching its data."""
-        self.execute(cmds.UpdateObject(bucket=bucket, key=key, fields=fields))
+    def update_object(self, bucket: str, key: str, fields: dict, version_id: str | None = None) -> None:
+        """Change stored attributes (ACL, metadata) of an existing object (its current version, or `version_id`)
+        without touching its data."""
+        self.execute(cmds.UpdateObject(bucket=bucket, key=key, fields=fields, version_id=version_id))
 
     def _apply_update_object(self, b, c: cmds.UpdateObject) -> None:
+        if c.version_id is not None:
+            where, rec, target = self._version_record(c.bucket, c.key, c.version_id)
+            target.update(c.fields)
+            b.put(where, self._enc(rec))
+            return
         cur = self.stat(c.bucket, c.key)
         ino = cur.pop("ino")
         if c.key.endswith("/"):
@@ -324,20 +330,24 @@ class Namespace(StoreBase):
         """Replace the tags of the key's current version (or of `version_id`): {"vid": its version id}."""
         return self.execute(cmds.SetObjectTags(bucket=bucket, key=key, tags=tags, version_id=version_id))
 
-    def _apply_set_object_tags(self, b, c: cmds.SetObjectTags) -> dict:
-        parent, name, marker = self._resolve(c.bucket, c.key)
+    def _version_record(self, bucket: str, key: str, version_id: str | None) -> tuple[bytes, dict, dict]:
+        """Where the key's current version (or `version_id`) is stored, the record there, and the part of it that
+        is the object's (a directory marker's lives inside its directory's inode)."""
+        parent, name, marker = self._resolve(bucket, key)
         if marker:  # a directory marker ("a/b/"): its attributes live on the directory's inode
             rec = self.get_inode(parent)
-            if rec is None or "mk" not in rec or c.version_id not in (None, "null"):
-                raise errors.NoSuchKey("The specified key does not exist.", key=c.key)
-            target, where = rec["mk"], keys.inode(parent)
-        else:
-            ino = self.stat(c.bucket, c.key, c.version_id)["ino"]  # NoSuchKey, NoSuchVersion, a delete marker...
-            rec = self.get_inode(ino)
-            where = keys.inode(ino)
-            if c.version_id is not None and rec.get("vid", "null") != c.version_id:
-                where, rec = self._find_version(ino, c.version_id)
-            target = rec
+            if rec is None or "mk" not in rec or version_id not in (None, "null"):
+                raise errors.NoSuchKey("The specified key does not exist.", key=key)
+            return keys.inode(parent), rec, rec["mk"]
+        ino = self.stat(bucket, key, version_id)["ino"]  # NoSuchKey, NoSuchVersion, a delete marker...
+        rec = self.get_inode(ino)
+        where = keys.inode(ino)
+        if version_id is not None and rec.get("vid", "null") != version_id:
+            where, rec = self._find_version(ino, version_id)
+        return where, rec, rec
+
+    def _apply_set_object_tags(self, b, c: cmds.SetObjectTags) -> dict:
+        where, rec, target = self._version_record(c.bucket, c.key, c.version_id)
         if c.tags:
             target["tg"] = c.tags
         else:

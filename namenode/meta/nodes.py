@@ -40,5 +40,8 @@ class Nodes(StoreBase):
     def _apply_delete_access_key(self, b, c: cmds.DeleteAccessKey) -> None:
         access_keys.apply_delete(self.kv, b, c)
 
+    def _apply_create_kms_key(self, b, c: cmds.CreateKmsKey) -> dict:
+        return access_keys.apply_create_kms_key(self.kv, b, c)
+
     def load_nodes(self) -> dict[int, dict]:
         return {int.from_bytes(k[1:], "big"): self._dec(v) for k, v in self.kv.scan(keys.NODES, prefix_end(keys.NODES))}

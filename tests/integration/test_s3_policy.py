@@ -416,3 +416,42 @@ def test_object_tag_conditions(cluster, s3, bucket):
         (403, "AccessDenied")
     assert _code(alt.put_object, Bucket=bucket, Key="up/c", Body=b"c") == (403, "AccessDenied")
     assert s3.get_object_tagging(Bucket=bucket, Key="up/a")["TagSet"] == [{"Key": "security", "Value": "public"}]
+
+
+def _tagging_doc(**tags) -> str:
+    return "<Tagging><TagSet>" + "".join(f"<Tag><Key>{k}</Key><Value>{v}</Value></Tag>" for k, v in tags.items()) + \
+        "</TagSet></Tagging>"
+
+
+def test_request_object_tag_from_the_body_and_the_post_form(cluster, s3, bucket):
+    """s3:RequestObjectTag/<key> and s3:RequestObjectTagKeys come from the tags the request sets wherever it sets
+    them: PutObjectTagging's body and a POST form's tagging field, not only x-amz-tagging; a request the condition
+    refuses changes nothing, and AccessDenied comes before a malformed tag set's error."""
+    import requests
+    alt = cluster.s3(ALT)
+    s3.put_object(Bucket=bucket, Key="obj", Body=b"o")
+    s3.put_bucket_policy(Bucket=bucket, Policy=_policy(_allow(
+        ["s3:PutObjectTagging", "s3:PutObject"], f"arn:aws:s3:::{bucket}/*", {"AWS": ALT[2]}, Condition={
+            "StringEquals": {"s3:RequestObjectTag/security": "public"},
+            "ForAllValues:StringEquals": {"s3:RequestObjectTagKeys": ["security", "team"]}})))
+    alt.put_object_tagging(Bucket=bucket, Key="obj", Tagging={"TagSet": [{"Key": "security", "Value": "public"},
+                                                                         {"Key": "team", "Value": "a"}]})
+    for tags in ([{"Key": "security", "Value": "private"}],
+                 [{"Key": "security", "Value": "public"}, {"Key": "owner", "Value": "x"}]):
+        assert _code(alt.put_object_tagging, Bucket=bucket, Key="obj", Tagging={"TagSet": tags}) == \
+            (403, "AccessDenied")
+    assert s3.get_object_tagging(Bucket=bucket, Key="obj")["TagSet"] == [
+        {"Key": "security", "Value": "public"}, {"Key": "team", "Value": "a"}]
+    s3.put_object_tagging(Bucket=bucket, Key="obj", Tagging={"TagSet": [{"Key": "k", "Value": "v"}]})  # the owner
+    with pytest.raises(ClientError) as e:  # the owner's malformed tag set: its own error
+        s3.put_object_tagging(Bucket=bucket, Key="obj", Tagging={"TagSet": [{"Key": "k" * 200, "Value": "v"}]})
+    assert e.value.response["Error"]["Code"] == "InvalidTag"
+
+    def post(key: str, doc: str) -> requests.Response:
+        form = alt.generate_presigned_post(bucket, key, Fields={"tagging": doc}, Conditions=[{"tagging": doc}])
+        return requests.post(form["url"], data=form["fields"], files={"file": ("f", b"posted")}, timeout=30)
+    assert post("form-ok", _tagging_doc(security="public")).status_code == 204
+    assert s3.get_object_tagging(Bucket=bucket, Key="form-ok")["TagSet"] == [{"Key": "security", "Value": "public"}]
+    r = post("form-no", _tagging_doc(security="private"))
+    assert r.status_code == 403 and b"AccessDenied" in r.content
+    assert _code(s3.head_object, Bucket=bucket, Key="form-no")[0] == 404

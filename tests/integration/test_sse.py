@@ -422,3 +422,46 @@ def _sse_story(s3, bucket: str) -> list:
 def test_same_answers_as_moto(s3, bucket, moto_s3):
     moto_s3.create_bucket(Bucket=bucket)
     assert _sse_story(s3, bucket) == _sse_story(moto_s3, bucket)
+
+
+def test_kms_keys_created_at_run_time(tmp_path):
+    """An operator creates a KMS key id through the admin API or the CLI: SSE-KMS may name it at once, it survives a
+    gateway restart (the NameNode keeps the id; the material comes from the master key, so objects encrypted under
+    it read back), and an unknown id still answers 400 KMS.NotFoundException, changing nothing."""
+    import sys
+
+    from cluster import Cluster
+
+    from epochfs.frontends.cli.admin import AdminClient, AdminError
+    c = Cluster(tmp_path / "kms", gw_env={"GW_KMS_REFRESH_S": "0.5"}).start()
+    try:
+        s3, admin = c.s3(), AdminClient(c.endpoint, MAIN[0], MAIN[1])
+        s3.create_bucket(Bucket="kms")
+        with pytest.raises(ClientError) as e:
+            s3.put_object(Bucket="kms", Key="k", Body=b"x", ServerSideEncryption="aws:kms", SSEKMSKeyId="team-a")
+        assert code(e) == (400, "KMS.NotFoundException")
+        assert "Contents" not in s3.list_objects_v2(Bucket="kms")
+        got = admin.call("POST", "/kms/keys", {"key_id": "team-a", "description": "team A's datasets"})
+        assert got["key_id"] == "team-a" and got["description"] == "team A's datasets"
+        put = s3.put_object(Bucket="kms", Key="k", Body=b"secret", ServerSideEncryption="aws:kms",
+                            SSEKMSKeyId="team-a")
+        assert (put["ServerSideEncryption"], put["SSEKMSKeyId"]) == ("aws:kms", "team-a")
+        for bad, status in (({"key_id": "team-a"}, "409"), ({"key_id": "testkey-1"}, "409"),
+                            ({"key_id": "aws/mine"}, "400"), ({"key_id": "a b"}, "422"), ({"key_id": ""}, "422")):
+            with pytest.raises(AdminError, match=status):
+                admin.call("POST", "/kms/keys", bad)
+        env = {**os.environ, "AWS_ENDPOINT_URL": c.endpoint, "AWS_ACCESS_KEY_ID": MAIN[0],
+               "AWS_SECRET_ACCESS_KEY": MAIN[1], "COLUMNS": "250"}
+        r = subprocess.run([sys.executable, "-m", "epochfs.frontends.cli.main", "admin", "kms", "create", "team-b"],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "team-b created" in r.stdout, r.stderr
+        c.stop("gw")
+        c.start_gateway()
+        s3 = c.s3()
+        assert s3.get_object(Bucket="kms", Key="k")["Body"].read() == b"secret"
+        s3.put_bucket_encryption(Bucket="kms", ServerSideEncryptionConfiguration={"Rules": [
+            {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": "team-b"}}]})
+        assert s3.put_object(Bucket="kms", Key="d", Body=b"y")["SSEKMSKeyId"] == "team-b"
+        assert admin.call("GET", "/kms/keys")["keys"] == ["aws/s3", "team-a", "team-b", "testkey-1", "testkey-2"]
+    finally:
+        c.close()

@@ -85,3 +85,35 @@ def test_conditional_delete_of_a_key_whose_current_version_is_a_delete_marker(s3
     assert s3.delete_object(Bucket=bucket, Key="k", IfMatch="*")["DeleteMarker"] is True
     assert s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "k", "Size": 0}]})["Deleted"][0]["DeleteMarker"]
     assert s3.get_object(Bucket=bucket, Key="k", VersionId=r["VersionId"])["Body"].read() == b"data"
+
+
+def test_acl_of_one_version(cluster, s3, bucket):
+    """PutObjectAcl/GetObjectAcl with versionId work on that version only (as S3): a noncurrent version made
+    public-read is readable by anyone, the current one stays private, and a later version starts private."""
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    v1 = s3.put_object(Bucket=bucket, Key="k", Body=b"v1")["VersionId"]
+    v2 = s3.put_object(Bucket=bucket, Key="k", Body=b"v2")["VersionId"]
+    r = s3.put_object_acl(Bucket=bucket, Key="k", VersionId=v1, ACL="public-read")
+    assert r["ResponseMetadata"]["HTTPHeaders"]["x-amz-version-id"] == v1
+
+    def grants(**kw):
+        return sorted((g["Grantee"].get("URI") or g["Grantee"]["ID"], g["Permission"])
+                      for g in s3.get_object_acl(Bucket=bucket, Key="k", **kw)["Grants"])
+    owner = s3.get_object_acl(Bucket=bucket, Key="k")["Owner"]["ID"]
+    assert grants(VersionId=v1) == sorted([("http://acs.amazonaws.com/groups/global/AllUsers", "READ"),
+                                           (owner, "FULL_CONTROL")])
+    assert grants() == grants(VersionId=v2) == [(owner, "FULL_CONTROL")]
+    anon = boto3.client("s3", endpoint_url=cluster.endpoint, region_name="us-east-1",
+                        config=Config(signature_version=UNSIGNED))
+    assert anon.get_object(Bucket=bucket, Key="k", VersionId=v1)["Body"].read() == b"v1"
+    with pytest.raises(ClientError) as e:
+        anon.get_object(Bucket=bucket, Key="k", VersionId=v2)
+    assert code(e) == (403, "AccessDenied")
+    s3.put_object(Bucket=bucket, Key="k", Body=b"v3")
+    assert grants() == [(owner, "FULL_CONTROL")]
+    with pytest.raises(ClientError) as e:
+        s3.put_object_acl(Bucket=bucket, Key="k", VersionId="no-such-version", ACL="public-read")
+    assert code(e)[0] in (400, 404)

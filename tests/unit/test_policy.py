@@ -116,3 +116,17 @@ def test_public():
     assert not policy.is_public(_p(_st(Condition={"StringEquals": {"aws:SourceAccount": "123"}})))
     assert policy.is_public(_p(_st(Condition={"StringLike": {"aws:SourceAccount": "1*"}})))
     assert policy.is_public(_p(_st(Condition={"StringEquals": {"s3:prefix": "x"}})))
+
+
+def test_service_principal_is_named_not_a_wildcard():
+    """The logging service (a Service principal) is let in by its name only: not by "*", nor a user by its name."""
+    logging = policy.Caller(service="logging.s3.amazonaws.com")
+    p = _p(_st(principal={"Service": "logging.s3.amazonaws.com"}, action="s3:PutObject",
+               resource="arn:aws:s3:::b/log/*", Condition={"StringEquals": {"aws:SourceAccount": "main-id"}}))
+    assert policy.evaluate(p, _ctx(logging, "s3:PutObject", "log/x", **{"aws:SourceAccount": "main-id"})) == "Allow"
+    assert policy.evaluate(p, _ctx(logging, "s3:PutObject", "log/x", **{"aws:SourceAccount": "alt-id"})) is None
+    assert policy.evaluate(p, _ctx(policy.Caller("logging.s3.amazonaws.com"), "s3:PutObject", "log/x",
+                                   **{"aws:SourceAccount": "main-id"})) is None  # a user id of that name is a user
+    everyone = _p(_st(action="s3:PutObject"), _st(principal={"AWS": "*"}, action="s3:PutObject"))
+    assert policy.evaluate(everyone, _ctx(logging, "s3:PutObject", "log/x")) is None
+    assert not policy.is_public(p) and not logging.anonymous
