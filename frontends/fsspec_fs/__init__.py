@@ -22,6 +22,7 @@ from ...common import errors
 from ...common.client import MIN_PART, PutBatcher, S3Client
 from ...common.paths import split_key
 from .. import errmap
+from .readcache import BlockLRU
 
 
 # items per batch request: a DataLoader batch (typically 32-256 samples) is one request
@@ -449,6 +450,7 @@ class EpochFileSystem(AsyncFileSystem):
     def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None, **kwargs):
         if "x" in mode and self.exists(path):
             raise FileExistsError(path)
+        kwargs.setdefault("cache_type", BlockLRU.name)  # readcache.py: blocks read at scattered offsets stay
         return EpochFile(self, path, mode, block_size=block_size or self.blocksize, autocommit=autocommit,
                          cache_options=cache_options, **kwargs)
 
