@@ -386,8 +386,9 @@ class EpochFileSystem(AsyncFileSystem):
         directory) to a name in an existing directory of the same bucket, replacing a file there (a file moved onto
         a directory goes into it). A reader sees the old name or the new one, never a partial copy: what
         torch.distributed.checkpoint's FsspecWriter needs of its `.metadata.tmp` -> `.metadata`. Anything else
-        (another bucket, a destination directory that does not exist yet, lists of paths) is copied and then
-        deleted, as fsspec does."""
+        (another bucket, a destination directory that does not exist yet, a bucket with versioning, whose history
+        S3 keeps as a new version and a delete marker, lists of paths) is copied and then deleted, as fsspec
+        does."""
         if isinstance(path1, str) and isinstance(path2, str):
             p1, p2 = self._strip_protocol(path1), self._strip_protocol(path2)
             if p1 == p2:
@@ -434,6 +435,11 @@ class EpochFileSystem(AsyncFileSystem):
             dst_dir = await self._dir_ino(b2, dst[:-1])
             if dst_dir is None:
                 return False  # the copy makes the destination's directories
+            try:
+                if await self.client.versioning(b1) is not None:
+                    return False  # S3's history: a new version of the destination and a delete marker at the source
+            except errors.PermissionDenied:
+                return False  # only the bucket's owner may ask; a copy is right either way
             d = await self._lookup(b2, dst_dir, dst[-1])
             if d is not None and stat.S_ISDIR(d["mode"]):
                 if is_dir:

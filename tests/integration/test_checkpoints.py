@@ -242,3 +242,21 @@ def test_mv_renames_in_one_step_where_it_can(env, cluster, s3, bucket):
         fs.mv(f"{bucket}/new", f"{bucket}/new/dir/inner", recursive=True)
     assert e.value.errno == 22
     assert fs.cat(f"{bucket}/new/dir/keep.txt") == b"k"
+
+
+def test_mv_in_a_versioned_bucket_keeps_s3s_history(env, cluster, s3, bucket):
+    """With versioning the rename would carry the source's versions to the destination and drop the replaced
+    file's: there mv copies and deletes, so the destination gets a new version over its old one and the source a
+    delete marker, as S3 has it."""
+    fs = fsspec.filesystem("epochfs", skip_instance_cache=True)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    s3.put_object(Bucket=bucket, Key="c/.metadata.tmp", Body=b"new")
+    s3.put_object(Bucket=bucket, Key="c/.metadata", Body=b"old")
+    n = fs_requests(cluster).get("rename", 0)
+    fs.mv(f"{bucket}/c/.metadata.tmp", f"{bucket}/c/.metadata")
+    assert fs_requests(cluster).get("rename", 0) == n
+    listing = s3.list_object_versions(Bucket=bucket, Prefix="c/")
+    versions = {(v["Key"], v["IsLatest"]): v["Size"] for v in listing["Versions"]}
+    assert versions == {("c/.metadata", True): 3, ("c/.metadata", False): 3, ("c/.metadata.tmp", False): 3}
+    assert [(d["Key"], d["IsLatest"]) for d in listing["DeleteMarkers"]] == [("c/.metadata.tmp", True)]
+    assert fs.cat(f"{bucket}/c/.metadata") == b"new"
