@@ -38,8 +38,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mount_bench import cpu_seconds, mount, settle, start_cluster  # noqa: E402
-from mount_write_bench import tree_cpu  # noqa: E402
+from mount_bench import cpu_seconds, descendants, mount, settle, start_cluster  # noqa: E402
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 warnings.filterwarnings("ignore", message="Detected an existing checkpoint")
@@ -76,6 +75,20 @@ def empty_like(sd: dict) -> dict:
     return {k: torch.empty_like(t) for k, t in sd.items()}
 
 
+def service_cpu(cluster_pid: int) -> dict[str, float]:
+    """CPU seconds of the cluster's processes by service (gateway, namenode, datanode: the three summed)."""
+    out = {"gateway": 0.0, "namenode": 0.0, "datanode": 0.0}
+    for p in descendants(cluster_pid):
+        try:
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+            role = next((r for r in out if f"epochfs.{r}".encode() in cmd), None)
+            if role is not None:
+                out[role] += cpu_seconds(p)
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
 def fsync_save(sd: dict, path: Path) -> None:
     with open(path, "wb") as f:
         torch.save(sd, f)
@@ -87,15 +100,16 @@ class Meter:
     def __init__(self, mnt_pid: int | None, cluster_pid: int) -> None:
         self.mnt_pid, self.cluster_pid = mnt_pid, cluster_pid
 
-    def __call__(self, fn) -> tuple[float, float, float, float]:
-        """(seconds, client cpu, mount cpu, cluster cpu) of fn()."""
+    def __call__(self, fn) -> tuple[float, float, float, dict[str, float]]:
+        """(seconds, client cpu, mount cpu, cluster cpu by service) of fn()."""
         m0 = cpu_seconds(self.mnt_pid) if self.mnt_pid else 0.0
-        c0, p0 = tree_cpu(self.cluster_pid), time.process_time()
+        c0, p0 = service_cpu(self.cluster_pid), time.process_time()
         t0 = time.monotonic()
         fn()
         dt = time.monotonic() - t0
+        c1 = service_cpu(self.cluster_pid)
         return (dt, time.process_time() - p0, (cpu_seconds(self.mnt_pid) - m0) if self.mnt_pid else 0.0,
-                tree_cpu(self.cluster_pid) - c0)
+                {k: c1[k] - c0[k] for k in c0})
 
 
 def main() -> None:
@@ -168,11 +182,13 @@ def main() -> None:
         mib = size / MiB
         print(f"\nload average after: {os.getloadavg()[0]:.1f}; mount args {a.mount_args!r}; FsspecWriter "
               f"sync_files={a.sync_files}\n")
-        print(f"{'phase':<30}{'epochfs MB/s':>13}{'local MB/s':>12}{'ratio':>7}{'client':>9}{'mount':>8}"
-              f"{'cluster':>9}  cpu ms/MiB (epochfs side)")
+        print(f"{'phase':<30}{'epochfs MB/s':>13}{'local MB/s':>12}{'ratio':>7}{'client':>8}{'mount':>7}"
+              f"{'cluster':>9}{'gw':>6}{'nn':>6}{'dn':>6}  cpu ms/MiB (epochfs side)")
         for name, (t, cc, mc, kc), (lt, *_) in rows:
-            print(f"{name:<30}{size / t / 1e6:>13,.0f}{size / lt / 1e6:>12,.0f}{lt / t:>7.2f}{cc / mib * 1e3:>9.2f}"
-                  f"{mc / mib * 1e3:>8.2f}{kc / mib * 1e3:>9.2f}")
+            per = {k: v / mib * 1e3 for k, v in kc.items()}
+            print(f"{name:<30}{size / t / 1e6:>13,.0f}{size / lt / 1e6:>12,.0f}{lt / t:>7.2f}{cc / mib * 1e3:>8.2f}"
+                  f"{mc / mib * 1e3:>7.2f}{sum(per.values()):>9.2f}{per['gateway']:>6.2f}{per['namenode']:>6.2f}"
+                  f"{per['datanode']:>6.2f}")
     except BaseException:
         log = tmp / "mount.log"
         if log.exists():

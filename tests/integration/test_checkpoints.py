@@ -142,6 +142,24 @@ def test_dcp_fsspec_writer_on_epochfs(env, cluster, s3, bucket):
         dcp.save(_state(11), storage_writer=FsspecWriter(url, overwrite=False))
 
 
+
+def test_dcp_async_save_through_epochfs(env, bucket):
+    """dcp.async_save with FsspecWriter: the state is staged when the call returns and written by a background
+    thread while training goes on changing the model in place; the checkpoint holds the state as it was."""
+    model, opt = _trained(16)
+    live = {"model": model.state_dict(), "optim": opt.state_dict(), "step": 16}
+    want = _state(16)
+    url = f"epochfs://{bucket}/async/step-16"
+    fut = dcp.async_save(live, storage_writer=FsspecWriter(url))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)  # the next training steps
+    fut.result(timeout=120)
+    got = _state(17)
+    dcp.load(got, storage_reader=FsspecReader(url))
+    _assert_bitwise_equal(got, want)
+
+
 @needs_fuse
 def test_dcp_saved_through_epochfs_loads_from_the_mount_and_back(env, cluster, bucket, tmp_path):
     """One checkpoint, two frontends: saved with FsspecWriter, loaded with FileSystemReader from the mount; saved
