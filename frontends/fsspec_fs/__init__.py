@@ -438,8 +438,8 @@ class EpochFileSystem(AsyncFileSystem):
             try:
                 if await self.client.versioning(b1) is not None:
                     return False  # S3's history: a new version of the destination and a delete marker at the source
-            except errors.PermissionDenied:
-                return False  # only the bucket's owner may ask; a copy is right either way
+            except errors.Unauthorized:  # AccessDenied: only the bucket's owner may ask; a copy is right either way
+                return False
             d = await self._lookup(b2, dst_dir, dst[-1])
             if d is not None and stat.S_ISDIR(d["mode"]):
                 if is_dir:

@@ -278,3 +278,22 @@ def test_mv_in_a_versioned_bucket_keeps_s3s_history(env, cluster, s3, bucket):
     assert versions == {("c/.metadata", True): 3, ("c/.metadata", False): 3, ("c/.metadata.tmp", False): 3}
     assert [(d["Key"], d["IsLatest"]) for d in listing["DeleteMarkers"]] == [("c/.metadata.tmp", True)]
     assert fs.cat(f"{bucket}/c/.metadata") == b"new"
+
+
+def test_dcp_through_epochfs_with_a_key_that_may_only_write(env, cluster, bucket):
+    """A training job's key with write permission on its bucket only (not the owner's): DCP saves and loads; its
+    mv can't ask whether the bucket keeps versions (only the owner may), so it copies and deletes."""
+    from epochfs.frontends.cli.admin import AdminClient
+    key = AdminClient(cluster.endpoint, MAIN[0], MAIN[1]).call(
+        "POST", "/keys", {"name": "trainer", "buckets": {bucket: "write"}})
+    opts = {"endpoint_url": cluster.endpoint, "key": key["access_key"], "secret": key["secret_key"]}
+    url = f"epochfs://{bucket}/job/step-18"
+    n = fs_requests(cluster).get("rename", 0)
+    dcp.save(_state(18), storage_writer=FsspecWriter(url, **opts))
+    assert fs_requests(cluster).get("rename", 0) == n
+    fs = fsspec.filesystem("epochfs", skip_instance_cache=True, **opts)
+    assert sorted(p.rsplit("/", 1)[1] for p in fs.ls(f"{bucket}/job/step-18", detail=False)) == \
+        [".metadata", "__0_0.distcp"]
+    got = _state(19)
+    dcp.load(got, storage_reader=FsspecReader(url, **opts))
+    _assert_bitwise_equal(got, _state(18))
