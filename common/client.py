@@ -194,6 +194,10 @@ class S3Client:
     async def create_bucket(self, bucket: str) -> None:
         await self._send("PUT", bucket)
 
+    async def versioning(self, bucket: str) -> str | None:
+        """GetBucketVersioning: "Enabled", "Suspended" or None (never enabled)."""
+        return (await self._xml("GET", bucket, query=[("versioning", "")])).findtext("Status")
+
     async def delete_bucket(self, bucket: str) -> None:
         await self._send("DELETE", bucket)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import stat
 import time
 from collections.abc import Iterable
 
@@ -19,7 +20,9 @@ from fsspec.spec import AbstractBufferedFile
 
 from ...common import errors
 from ...common.client import MIN_PART, PutBatcher, S3Client
+from ...common.paths import split_key
 from .. import errmap
+from .readcache import BlockLRU
 
 
 # items per batch request: a DataLoader batch (typically 32-256 samples) is one request
@@ -27,6 +30,8 @@ BATCH_ITEMS = 256
 # files up to this size that are put or piped at the same time go up together in batch PUTs (common/client.py
 # PutBatcher: one request, one NameNode command and one call per DataNode for many files)
 SMALL_PUT = 1 << 20
+# the NameNode's root inode, whose entries are the buckets (the mount's API addresses the tree by inode)
+ROOT_INO = 1
 
 
 def _file(bucket: str, o) -> dict:
@@ -375,9 +380,83 @@ class EpochFileSystem(AsyncFileSystem):
 
     rmdir = sync_wrapper(_rmdir)  # fsspec mirrors only its own list of coroutines
 
+    # ---------------------------------------------------------------- rename
+    async def _mv(self, path1, path2, recursive=False, maxdepth=None, **kwargs):
+        """Rename in one atomic NameNode step where that is possible: a file (or, with recursive=True, a whole
+        directory) to a name in an existing directory of the same bucket, replacing a file there (a file moved onto
+        a directory goes into it). A reader sees the old name or the new one, never a partial copy: what
+        torch.distributed.checkpoint's FsspecWriter needs of its `.metadata.tmp` -> `.metadata`. Anything else
+        (another bucket, a destination directory that does not exist yet, a bucket with versioning, whose history
+        S3 keeps as a new version and a delete marker, lists of paths) is copied and then deleted, as fsspec
+        does."""
+        if isinstance(path1, str) and isinstance(path2, str):
+            p1, p2 = self._strip_protocol(path1), self._strip_protocol(path2)
+            if p1 == p2:
+                return
+            if await self._rename(p1, p2, recursive):
+                return
+        await self._copy(path1, path2, recursive=recursive, maxdepth=maxdepth, on_error="raise")
+        await self._rm(path1, recursive=recursive)
+
+    mv = sync_wrapper(_mv)
+
+    async def _lookup(self, bucket: str, parent: int, name: str) -> dict | None:
+        try:
+            return await self.client.fs_lookup(bucket, parent=parent, name=name)
+        except errors.NotFound:
+            return None
+
+    async def _dir_ino(self, bucket: str, parts: list[str]) -> int | None:
+        """The inode of directory bucket/parts[0]/..., None if one of them is not there or not a directory."""
+        ino = ROOT_INO
+        for name in [bucket, *parts]:
+            a = await self._lookup(bucket, ino, name)
+            if a is None or not stat.S_ISDIR(a["mode"]):
+                return None
+            ino = a["ino"]
+        return ino
+
+    async def _rename(self, p1: str, p2: str, recursive: bool) -> bool:
+        """One FsRename (gateway/s3/posix.py) of p1 to p2 if the two allow it; False when they need a copy."""
+        (b1, k1), (b2, k2) = self.split_path(p1), self.split_path(p2)
+        if b1 != b2 or not k1 or not k2:
+            return False
+        if k2.startswith(k1 + "/"):
+            raise OSError(errno.EINVAL, "cannot move a directory into itself", p1)
+        with errmap.as_oserror(p1):
+            src, dst = split_key(k1), split_key(k2)
+            src_dir = await self._dir_ino(b1, src[:-1])
+            a = None if src_dir is None else await self._lookup(b1, src_dir, src[-1])
+            if a is None:
+                raise errors.NotFound(f"no such file or directory {p1!r}")
+            is_dir = stat.S_ISDIR(a["mode"])
+            if not (stat.S_ISREG(a["mode"]) or (is_dir and recursive)):
+                return False
+            dst_dir = await self._dir_ino(b2, dst[:-1])
+            if dst_dir is None:
+                return False  # the copy makes the destination's directories
+            try:
+                if await self.client.versioning(b1) is not None:
+                    return False  # S3's history: a new version of the destination and a delete marker at the source
+            except errors.Unauthorized:  # AccessDenied: only the bucket's owner may ask; a copy is right either way
+                return False
+            d = await self._lookup(b2, dst_dir, dst[-1])
+            if d is not None and stat.S_ISDIR(d["mode"]):
+                if is_dir:
+                    return False  # into an existing directory: fsspec's copy merges
+                dst_dir, dst = d["ino"], dst + [src[-1]]  # a file moved onto a directory goes into it
+                split_key("/".join(dst))
+            await self.client.fs_rename(b1, parent=src_dir, name=src[-1], newparent=dst_dir, newname=dst[-1])
+        if is_dir:
+            self.invalidate_cache()  # every listing below it moved
+        self._invalidate(p1)
+        self._invalidate(p2)
+        return True
+
     def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None, **kwargs):
         if "x" in mode and self.exists(path):
             raise FileExistsError(path)
+        kwargs.setdefault("cache_type", BlockLRU.name)  # readcache.py: blocks read at scattered offsets stay
         return EpochFile(self, path, mode, block_size=block_size or self.blocksize, autocommit=autocommit,
                          cache_options=cache_options, **kwargs)
 
