@@ -13,11 +13,13 @@ cluster's write rate at about (block size / that time), whatever the CPU left.
 
 Rows (the same store layout; alternated `rounds` times in one run, each on a fresh store):
     put        BlockStore.put + the WAL group commit, as the `put` handler does today
+    steps      the same steps by hand, timed one by one (write: the CRC check, the marker, open and the chunks;
+               finish; ingest with the meta batch)
     presync    the same steps by hand, except that the file's data is fsynced by os.fsync in a worker thread (GIL
                free) before `finish`, whose own fsync then finds little left to write (a measurement of what such
                a change would give; not a path the DataNode has)
     group4     files of 4 blocks written, then ingested in one call (the fixed ingest cost shared by 4)
-Columns, per block: wall ms, GIL-held ms (time inside rocksdict calls other than flush_wal; checked by a thread that
+Columns, per block: wall ms, GIL-held ms (and its split for the ways done by hand) (time inside rocksdict calls other than flush_wal; checked by a thread that
 counts its own wake-ups), CPU ms (process, all threads), and the ceiling 1 block / GIL-held ms in MB/s.
 """
 from __future__ import annotations
@@ -74,9 +76,11 @@ class Ticker:
         return self.late
 
 
-async def run(way: str, store: BlockStore, kv: RocksKV, blocks: list) -> float:
-    """Store the blocks one after the other; returns the seconds spent in GIL-holding rocksdict calls."""
+async def run(way: str, store: BlockStore, kv: RocksKV, blocks: list) -> tuple[float, dict]:
+    """Store the blocks one after the other; returns the seconds spent in GIL-holding rocksdict calls, and for the
+    ways done by hand those seconds split into write (the CRC check, the marker, open and the chunks), finish, ingest + meta."""
     held = 0.0
+    split = {"write": 0.0, "finish": 0.0, "ingest": 0.0}
     bulk = kv.bulk
     pending: list = []
     for bid, data, crc in blocks:
@@ -86,8 +90,8 @@ async def run(way: str, store: BlockStore, kv: RocksKV, blocks: list) -> float:
             held += time.perf_counter() - t
             await store.synced()
             continue
-        chunks = store._checked_chunks(bid, memoryview(data), crc)
         t = time.perf_counter()
+        chunks = store._checked_chunks(bid, memoryview(data), crc)
         kv.put(keys.pending(bid), b"")
         bulk._seq += 1
         path = str(bulk._tmp / f"{os.getpid()}-{bulk._seq}.sst")
@@ -96,6 +100,7 @@ async def run(way: str, store: BlockStore, kv: RocksKV, blocks: list) -> float:
         for k, v in chunks:
             w[k] = v
         held += time.perf_counter() - t
+        split["write"] += time.perf_counter() - t
         if way == "presync":
             def fsync(p=path):
                 fd = os.open(p, os.O_RDONLY)
@@ -107,6 +112,7 @@ async def run(way: str, store: BlockStore, kv: RocksKV, blocks: list) -> float:
         t = time.perf_counter()
         w.finish()
         held += time.perf_counter() - t
+        split["finish"] += time.perf_counter() - t
         pending.append((bid, len(data), crc, path))
         if way == "group4" and len(pending) < 4:
             continue
@@ -117,12 +123,13 @@ async def run(way: str, store: BlockStore, kv: RocksKV, blocks: list) -> float:
                 b.put(keys.meta(pbid), n.to_bytes(8, "big") + pcrc.to_bytes(4, "big") + BULK)
                 b.delete(keys.pending(pbid))
         held += time.perf_counter() - t
+        split["ingest"] += time.perf_counter() - t
         for *_, p in pending:
             if os.path.exists(p):
                 os.unlink(p)
         pending = []
         await store.synced()
-    return held
+    return held, split
 
 
 def main() -> None:
@@ -130,7 +137,7 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=48)
     ap.add_argument("--mib", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--ways", default="put,presync,group4")
+    ap.add_argument("--ways", default="put,steps,presync,group4")
     ap.add_argument("--dir", default=None, help="where the stores go (default: a temp folder)")
     a = ap.parse_args()
     payloads = [os.urandom(a.mib * MiB) for _ in range(4)]
@@ -150,14 +157,16 @@ def main() -> None:
                 base += a.blocks
                 ticker = Ticker()
                 c0, t0 = cpu(), time.perf_counter()
-                held = asyncio.run(run(way, store, kv, blocks))
+                held, split = asyncio.run(run(way, store, kv, blocks))
                 wall, used = time.perf_counter() - t0, cpu() - c0
                 late = ticker.stop()
                 n = a.blocks
                 per = held / n
                 sums.setdefault(way, []).append(per)
                 print(f"{rnd:>5} {way:<8} {wall / n * 1e3:8.1f} {per * 1e3:7.1f} {late / n * 1e3:8.1f} "
-                      f"{used / n * 1e3:7.1f} {a.mib * MiB / per / 1e6:12.0f}", flush=True)
+                      f"{used / n * 1e3:7.1f} {a.mib * MiB / per / 1e6:12.0f}"
+                      + ("" if way == "put" else "   " + ", ".join(f"{k} {v / n * 1e3:.1f}" for k, v in split.items())),
+                      flush=True)
             finally:
                 kv.close()
                 shutil.rmtree(d, ignore_errors=True)
