@@ -214,3 +214,45 @@ def test_put_many_stores_blocks_and_jobs_in_one_batch_and_refuses_a_bad_one_alon
         [(2, 10), (2, 11), (2, 12), (2, 13), (3, 50)]
     assert s.due_replications(100) == []  # delayed: the primary pushes from memory first
     kv.close()
+
+
+def test_put_async_fsyncs_off_the_loop_and_purge_leaves_a_block_being_written_alone(tmp_path, monkeypatch):
+    """put_async awaits the file's data fsync in a worker thread; meanwhile the event loop runs the Purger, which
+    must not take the block's pending marker for a crash's leftover and drop the data about to be ingested. A fresh
+    replica push whose block is deleted meanwhile is not stored, and its file goes with the next purge."""
+    import asyncio
+    import threading
+
+    from epochfs.common import kv as kvmod
+
+    kv = RocksKV.open(tmp_path / "blocks", bulk=True)
+    s = BlockStore(kv)
+    release = threading.Event()
+    real = kvmod.BulkFile.sync_data
+    synced_in = []
+
+    def held_sync(f):
+        synced_in.append(threading.current_thread() is not threading.main_thread())
+        release.wait(10)
+        real(f)
+
+    monkeypatch.setattr(kvmod.BulkFile, "sync_data", held_sync)
+    a, b = os.urandom(BULK_MIN + 5), os.urandom(BULK_MIN + 7)
+
+    async def main():
+        put_a = asyncio.ensure_future(s.put_async(1, a, crc32c(a)))
+        put_b = asyncio.ensure_future(s.put_async(2, b, crc32c(b), fresh=True))
+        await asyncio.sleep(0.05)
+        assert not put_a.done() and kv.get(keys.pending(1)) is not None
+        assert s.purge() == 0, "the markers of blocks being written are skipped"
+        s.delete([2])
+        release.set()
+        return await put_a, await put_b
+
+    assert asyncio.run(main()) == (True, False)
+    assert synced_in == [True, True]
+    assert joined(s.read(1)) == a and kv.get(keys.pending(1)) is None and s.count == 1
+    assert not s.has(2) and kv.bulk.get(keys.chunk(2, 0)) is not None
+    assert s.purge() == 1 and kv.bulk.get(keys.chunk(2, 0)) is None and kv.get(keys.pending(2)) is None
+    assert list((tmp_path / "blocks.ingest").iterdir()) == []
+    kv.close()
