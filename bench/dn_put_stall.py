@@ -12,16 +12,15 @@ DataNode stores every block (three replicas on three nodes), so the time one blo
 cluster's write rate at about (block size / that time), whatever the CPU left.
 
 Rows (the same store layout; alternated `rounds` times in one run, each on a fresh store):
-    put        BlockStore.put + the WAL group commit (the RPC handlers' path before put_async)
-    put_async  BlockStore.put_async + the WAL group commit, as the `put` and `put_replica` handlers do: the file's
-               data fsynced by a worker thread (GIL free) before rocksdict's `finish`
+    put        BlockStore.put + the WAL group commit, as the `put` handler does today
     steps      the same steps by hand, timed one by one (write: the CRC check, the marker, open and the chunks;
                finish; ingest with the meta batch)
-    presync    the steps by hand, the file's data fsynced by os.fsync in a worker thread first (as put_async)
+    presync    the same steps by hand, except that the file's data is fsynced by os.fsync in a worker thread (GIL
+               free) before `finish`, whose own fsync then finds little left to write (a measurement of what such
+               a change would give; not a path the DataNode has)
     group4     files of 4 blocks written, then ingested in one call (the fixed ingest cost shared by 4)
-Columns, per block: wall ms, GIL-held ms (time inside rocksdict calls other than flush_wal; checked by a thread that
-counts its own wake-ups: late ms), CPU ms (process, all threads), the ceiling 1 block / GIL-held ms in MB/s, and for
-the ways done by hand the GIL-held ms split into its steps.
+Columns, per block: wall ms, GIL-held ms (and its split for the ways done by hand) (time inside rocksdict calls other than flush_wal; checked by a thread that
+counts its own wake-ups), CPU ms (process, all threads), and the ceiling 1 block / GIL-held ms in MB/s.
 """
 from __future__ import annotations
 
@@ -40,26 +39,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import rocksdict  # noqa: E402
 
 from epochfs.common.blocks import crc32c  # noqa: E402
-from epochfs.common.kv import BulkFile, RocksKV  # noqa: E402
+from epochfs.common.kv import RocksKV  # noqa: E402
 from epochfs.datanode import keys  # noqa: E402
 from epochfs.datanode.blockstore import BULK, BlockStore  # noqa: E402
 
 MiB = 1 << 20
-
-
-SYNC_DATA_S = [0.0]  # seconds spent in BulkFile.sync_data (worker threads)
-_sync_data = BulkFile.sync_data
-
-
-def _timed_sync_data(self) -> None:
-    t = time.perf_counter()
-    try:
-        _sync_data(self)
-    finally:
-        SYNC_DATA_S[0] += time.perf_counter() - t
-
-
-BulkFile.sync_data = _timed_sync_data
 
 
 def cpu() -> float:
@@ -94,8 +78,7 @@ class Ticker:
 
 async def run(way: str, store: BlockStore, kv: RocksKV, blocks: list) -> tuple[float, dict]:
     """Store the blocks one after the other; returns the seconds spent in GIL-holding rocksdict calls, and for the
-    ways done by hand those seconds split into write (the CRC check, the marker, open and the chunks), finish,
-    ingest + meta."""
+    ways done by hand those seconds split into write (the CRC check, the marker, open and the chunks), finish, ingest + meta."""
     held = 0.0
     split = {"write": 0.0, "finish": 0.0, "ingest": 0.0}
     bulk = kv.bulk
@@ -105,12 +88,6 @@ async def run(way: str, store: BlockStore, kv: RocksKV, blocks: list) -> tuple[f
             t = time.perf_counter()
             store.put(bid, data, crc)
             held += time.perf_counter() - t
-            await store.synced()
-            continue
-        if way == "put_async":  # the GIL-free fsync of the file's data (a worker thread) is not counted
-            t, synced0 = time.perf_counter(), SYNC_DATA_S[0]
-            await store.put_async(bid, data, crc)
-            held += time.perf_counter() - t - (SYNC_DATA_S[0] - synced0)
             await store.synced()
             continue
         t = time.perf_counter()
@@ -160,7 +137,7 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=48)
     ap.add_argument("--mib", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--ways", default="put,put_async,steps,presync,group4")
+    ap.add_argument("--ways", default="put,steps,presync,group4")
     ap.add_argument("--dir", default=None, help="where the stores go (default: a temp folder)")
     a = ap.parse_args()
     payloads = [os.urandom(a.mib * MiB) for _ in range(4)]
@@ -188,8 +165,8 @@ def main() -> None:
                 sums.setdefault(way, []).append(per)
                 print(f"{rnd:>5} {way:<8} {wall / n * 1e3:8.1f} {per * 1e3:7.1f} {late / n * 1e3:8.1f} "
                       f"{used / n * 1e3:7.1f} {a.mib * MiB / per / 1e6:12.0f}"
-                      + ("" if way.startswith("put") else
-                         "   " + ", ".join(f"{k} {v / n * 1e3:.1f}" for k, v in split.items())), flush=True)
+                      + ("" if way == "put" else "   " + ", ".join(f"{k} {v / n * 1e3:.1f}" for k, v in split.items())),
+                      flush=True)
             finally:
                 kv.close()
                 shutil.rmtree(d, ignore_errors=True)

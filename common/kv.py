@@ -56,8 +56,6 @@ class Batch(Protocol):
 
 class Bulk(Protocol):
     def ingest(self, items) -> None: ...
-    def write(self, items) -> BulkFile: ...
-    def ingest_file(self, f: BulkFile) -> None: ...
     def get(self, key: bytes) -> bytes | None: ...
     def scan(self, start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]: ...
     def drop(self, start: bytes, end: bytes) -> None: ...
@@ -283,34 +281,20 @@ class RocksBulk:
 
     def ingest(self, items) -> None:
         """Durably store `items`, (key, value) pairs in ascending key order, as one file."""
-        self.ingest_file(self.write(items))
-
-    def write(self, items) -> BulkFile:
-        """Write `items`, (key, value) pairs in ascending key order, into a new file; `ingest_file` finishes it and
-        adds it. rocksdict holds the GIL through both, fsyncs included: `BulkFile.sync_data` in a worker thread
-        first (no GIL held) leaves `finish` little to wait for."""
         self._seq += 1
-        f = BulkFile(str(self._tmp / f"{os.getpid()}-{self._seq}.sst"),
-                     rocksdict.SstFileWriter(options=self._writer_opts))
+        path = str(self._tmp / f"{os.getpid()}-{self._seq}.sst")
+        w = rocksdict.SstFileWriter(options=self._writer_opts)
         try:
-            f.writer.open(f.path)
+            w.open(path)
             for k, v in items:
-                f.writer[k] = v
-        except Exception as e:
-            f.discard()
-            raise _engine_error(e) from None
-        return f
-
-    def ingest_file(self, f: BulkFile) -> None:
-        """Finish a file made by `write` (its index, footer and an fsync) and ingest it (linked in, the file, the
-        folder and the MANIFEST fsynced): durable on return."""
-        try:
-            f.writer.finish()
-            self._cf.ingest_external_file([f.path], self._ingest)
+                w[k] = v
+            w.finish()  # fsyncs the file
+            self._cf.ingest_external_file([path], self._ingest)  # links it in, fsyncs it and the MANIFEST
         except Exception as e:
             raise _engine_error(e) from None
         finally:
-            f.discard()
+            if os.path.exists(path):
+                os.unlink(path)
 
     def get(self, key: bytes) -> bytes | None:
         try:
@@ -333,28 +317,6 @@ class RocksBulk:
         self._cf = self._handle = None
 
 
-class BulkFile:
-    """A bulk file being written (RocksBulk.write)."""
-
-    def __init__(self, path: str, writer=None, items: list | None = None) -> None:
-        self.path, self.writer, self.items = path, writer, items
-
-    def sync_data(self) -> None:
-        """fsync what is written of the file so far (any thread; the GIL is not held meanwhile)."""
-        if self.writer is None:
-            return
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def discard(self) -> None:
-        """Remove the file (one ingested is linked in under another name and stays)."""
-        if self.writer is not None and os.path.exists(self.path):
-            os.unlink(self.path)
-
-
 class MemoryBulk:
     """The bulk key space of a MemoryKV."""
 
@@ -362,14 +324,8 @@ class MemoryBulk:
         self.kv = MemoryKV()
 
     def ingest(self, items) -> None:
-        self.ingest_file(self.write(items))
-
-    def write(self, items) -> BulkFile:
-        return BulkFile("", items=list(items))
-
-    def ingest_file(self, f: BulkFile) -> None:
         with self.kv.batch() as b:
-            for k, v in f.items:
+            for k, v in items:
                 b.put(k, v)
 
     def get(self, key: bytes) -> bytes | None:

@@ -8,7 +8,6 @@ pushes and its scrubber) is noted in `bad`, which the heartbeat reports; the Nam
 re-push the block (the rewrite here clears the note)."""
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterator
@@ -59,7 +58,6 @@ class BlockStore:
         # places no new copies here while it is set (reads go on), until a write succeeds again or a restart
         self.write_error = ""
         self.synced = WalSync(kv)  # `await store.synced()` after put: the block is on disk (group commit)
-        self._writing: dict[int, int] = {}  # block id -> put_async calls between its marker and its meta
         # The replication queue, mirrored in memory: RocksDB keeps it durable, but every job completes by a delete,
         # and scanning the range through those tombstones cost each idle DataNode ~8 ms of CPU per second.
         self._jobs: dict[tuple[int, int], dict] = {
@@ -89,56 +87,18 @@ class BlockStore:
         batch with its meta removes the marker, so a crash in between leaves data for `purge` to drop.
         `jobs_due_in` delays the jobs: the caller pushes the block from memory right away and the queued jobs are
         the durable fallback if that push fails or the process dies."""
-        n, chunks, bulk = self._prepare(block_id, data, crc)
-        if bulk:
-            self.kv.put(keys.pending(block_id), b"")
-            self.bulk.ingest(chunks)
-        self._commit(block_id, n, crc, chunks, bulk, secondaries, jobs_due_in)
-
-    async def put_async(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
-                        jobs_due_in: float = 0.0, fresh: bool = False) -> bool:
-        """`put`, for the RPC handlers: a bulk block's file data is fsynced from a worker thread before rocksdict
-        finishes and ingests it. rocksdict holds the GIL -- and with it the event loop -- through every call, fsyncs
-        included; this way the data's fsync, the longest, is waited for without it (bench/dn_put_stall.py).
-        `fresh` (a primary's push): a block deleted meanwhile is not stored (its file is left to `purge`).
-        Whether it was stored."""
-        n, chunks, bulk = self._prepare(block_id, data, crc)
-        if not bulk:
-            self._commit(block_id, n, crc, chunks, bulk, secondaries, jobs_due_in)
-            return True
-        self._writing[block_id] = self._writing.get(block_id, 0) + 1  # its marker is no orphan's: purge skips it
-        try:
-            self.kv.put(keys.pending(block_id), b"")
-            f = self.bulk.write(chunks)
-            try:
-                await asyncio.to_thread(f.sync_data)
-            except BaseException:
-                f.discard()
-                raise
-            self.bulk.ingest_file(f)
-            if fresh and self.recently_deleted(block_id):
-                return False
-            self._commit(block_id, n, crc, chunks, bulk, secondaries, jobs_due_in)
-            return True
-        finally:
-            if self._writing[block_id] == 1:
-                del self._writing[block_id]
-            else:
-                self._writing[block_id] -= 1
-
-    def _prepare(self, block_id: int, data, crc: int) -> tuple[int, list, bool]:
-        """(size, the checked chunks, whether it goes to the bulk space) of a block to store."""
         mv = memoryview(data)
+        n = len(mv)
         chunks = self._checked_chunks(block_id, mv, crc)
-        return len(mv), chunks, self.bulk is not None and len(mv) >= self.bulk_min
-
-    def _commit(self, block_id: int, n: int, crc: int, chunks: list, bulk: bool, secondaries, jobs_due_in: float):
-        """The batch that makes a block stored: its meta and replication jobs (and its chunks if not bulk)."""
+        bulk = self.bulk is not None and n >= self.bulk_min
         try:
             old = self.kv.get(keys.meta(block_id))
         except StorageError:  # the copy being replaced is unreadable: written over as if absent
             old = None
         was_bulk = _in_bulk(old)
+        if bulk:
+            self.kv.put(keys.pending(block_id), b"")
+            self.bulk.ingest(chunks)
         with self.kv.batch() as b:
             b.put(keys.meta(block_id), n.to_bytes(8, "big") + crc.to_bytes(4, "big") + (BULK if bulk else b""))
             if bulk:
@@ -223,12 +183,6 @@ class BlockStore:
         writer goes to another node and a primary's push is retried later."""
         with self._engine_write():
             self.put(block_id, data, crc, secondaries, jobs_due_in=jobs_due_in)
-
-    async def store_async(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
-                          jobs_due_in: float = 0.0, fresh: bool = False) -> bool:
-        """`put_async`, noting in `write_error` whether the storage engine takes writes (as `store`)."""
-        with self._engine_write():
-            return await self.put_async(block_id, data, crc, secondaries, jobs_due_in=jobs_due_in, fresh=fresh)
 
     def store_many(self, blocks: list[tuple[int, memoryview, int, list[tuple[int, str]]]], *,
                    jobs_due_in: float = 0.0) -> dict[int, str]:
@@ -376,8 +330,6 @@ class BlockStore:
         done = 0
         for k in self.kv.scan_keys(keys.PENDING, prefix_end(keys.PENDING)):
             bid = int.from_bytes(k[1:], "big")
-            if bid in self._writing:  # a put under way: its file is about to be ingested
-                continue
             if self.bulk is not None and not _in_bulk(self.kv.get(keys.meta(bid))):
                 start = keys.chunks_of(bid)
                 self.bulk.drop(start, prefix_end(start))
