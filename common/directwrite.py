@@ -55,7 +55,13 @@ _decode_results = msgspec.json.Decoder(m.PutResults).decode
 
 class DirectUnavailable(errors.Unavailable):
     """This client can't write directly now (unreachable DataNodes, a refused token, a bucket only the gateway
-    writes, an older gateway): write through the gateway. Nothing became visible."""
+    writes, an older gateway): write through the gateway. Nothing became visible. `lasting`: the cause is likely to
+    last (unreachable nodes), so the caller stays on the gateway's path a while; not for a batch the allocation
+    refused for one of its keys (the gateway's batch PUT answers that key's error and stores the others)."""
+
+    def __init__(self, message: str = "", *, lasting: bool = True, **details) -> None:
+        super().__init__(message, **details)
+        self.lasting = lasting
 
 
 def _b64(crc: int) -> str:
@@ -195,7 +201,12 @@ class DirectWriter:
         """Store objects (key, bytes) with one allocation, one write_tokened per primary node and one commit: each
         result is the object's ETag (unquoted) or its own error (a quota, a condition); each object appears whole or
         not at all. DirectUnavailable (nothing visible): write them through the gateway."""
-        grant = await self.allocate(bucket, [k for k, _ in items], [len(d) for _, d in items])
+        try:
+            grant = await self.allocate(bucket, [k for k, _ in items], [len(d) for _, d in items])
+        except (errors.Unauthorized, errors.InvalidInput) as e:
+            if len(items) == 1:
+                raise
+            raise DirectUnavailable(f"a key of the batch was refused ({e})", lasting=False) from None
         try:
             bs, flat, counts = grant.size, [], []
             for _, data in items:
