@@ -63,6 +63,14 @@ def _decode(decode, body: bytes, what: str):
         raise S3Error("MalformedBatch", f"Bad {what} body: {e}.", 400) from None
 
 
+def _checked(check, *args, **kw) -> None:
+    """A token or receipt check at the edge: a refusal is AccessDenied (403)."""
+    try:
+        check(*args, **kw)
+    except errors.Unauthorized as e:
+        raise errors.PermissionDenied(e.message) from None
+
+
 def _who(req) -> str:
     return req.auth.user.access_key
 
@@ -118,7 +126,7 @@ def _check_item(ctx, it: m.DirectItem, allowed: dict[int, int]) -> tuple[int, in
     secret = ctx.settings.cluster_secret
     size = crc = 0
     for j, r in enumerate(it.blocks):
-        writetoken.check_receipt(secret, r)
+        _checked(writetoken.check_receipt, secret, r)
         most = allowed.get(r.id)
         if most is None:
             raise errors.PermissionDenied(f"block {r.id} was not allocated to you for this bucket")
@@ -154,8 +162,8 @@ async def commit(ctx, req):
         raise S3Error("MalformedBatch", "Bad commit body: a key appears twice.", 400)
     allowed: dict[int, int] = {}  # block id -> the largest size its grant allows
     for g in body.grants:
-        writetoken.check(ctx.settings.cluster_secret, g, live=False)  # expired is fine: the NameNode's pending
-        if g.bucket != req.bucket or g.who != _who(req):              # record is the block's life from here
+        _checked(writetoken.check, ctx.settings.cluster_secret, g, live=False)  # expired is fine: the NameNode's
+        if g.bucket != req.bucket or g.who != _who(req):  # pending record is the block's life from here on
             raise errors.PermissionDenied("A write token of another bucket or another access key.")
         allowed.update((p.id, g.size) for p in g.blocks)
     info = await bucket_access(ctx, req, "object")
@@ -208,7 +216,7 @@ async def abandon(ctx, req):
         raise invalid_request(f"An abandon names at most {MAX_GRANTS} grants and no items.")
     ids = []
     for g in body.grants:
-        writetoken.check(ctx.settings.cluster_secret, g, live=False)
+        _checked(writetoken.check, ctx.settings.cluster_secret, g, live=False)
         if g.bucket != req.bucket or g.who != _who(req):
             raise errors.PermissionDenied("A write token of another bucket or another access key.")
         ids += [p.id for p in g.blocks]
