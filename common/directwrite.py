@@ -176,7 +176,7 @@ class DirectWriter:
                     except errors.Unauthorized as e:  # the token refused (expired, a node not registered yet)
                         fatal.append(DirectUnavailable(f"{addr} refused the write token: {e}"))
                         return
-                    except errors.DomainError as e:
+                    except Exception as e:  # kept, to be raised as itself (not in an ExceptionGroup)
                         fatal.append(e)
                         return
                     for x, (k, r) in enumerate(zip(part, res.done)):
@@ -328,16 +328,23 @@ class DirectUpload:
             by_grant.setdefault(id(g), []).append(j)
         got: list[m.BlockReceipt | None] = [None] * len(full)
 
+        failed: list[Exception] = []
+
         async def one(js: list[int]) -> None:
             g = slots[js[0]][0]
-            for j, r in zip(js, await self.w.store(g, [(slots[j][1], full[j]) for j in js])):
-                got[j] = r
+            try:
+                for j, r in zip(js, await self.w.store(g, [(slots[j][1], full[j]) for j in js])):
+                    got[j] = r
+            except Exception as e:  # raised as itself below, not in a task group's ExceptionGroup
+                failed.append(e)
         if len(by_grant) == 1:
             await one(next(iter(by_grant.values())))
         else:
             async with anyio.create_task_group() as tg:
                 for js in by_grant.values():
                     tg.start_soon(one, js)
+        if failed:
+            raise failed[0]
         self.receipts += got
 
     async def finish(self) -> str:
