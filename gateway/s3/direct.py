@@ -121,20 +121,46 @@ def _failed(e: Exception) -> m.PutResult:
     return m.PutResult(err=s3e.code, msg=s3e.message)
 
 
-def _check_item(ctx, it: m.DirectItem, allowed: dict[int, int]) -> tuple[int, int, str]:
-    """(size, CRC32C of the whole, ETag) of an item whose receipts pass, else the error that refuses it."""
+def granted(ctx, req, grants: list[m.WriteGrant]) -> dict[int, int]:
+    """The blocks the caller's write tokens for req.bucket allocated: block id -> the largest size it may have.
+    AccessDenied for a token that is not the gateway's, another bucket's or another access key's (an expired one is
+    fine: the NameNode's pending record decides whether its blocks can still be committed). For a commit of directly
+    written blocks (this module's, and the mount's file writes)."""
+    allowed: dict[int, int] = {}
+    for g in grants:
+        _checked(writetoken.check, ctx.settings.cluster_secret, g, live=False)
+        if g.bucket != req.bucket or g.who != _who(req):
+            raise errors.PermissionDenied("A write token of another bucket or another access key.")
+        allowed.update((p.id, g.size) for p in g.blocks)
+    return allowed
+
+
+def written(ctx, receipts: list[m.BlockReceipt], allowed: dict[int, int], *,
+            full_blocks: bool = True) -> tuple[list[m.WrittenBlock], int, int]:
+    """The blocks of `receipts` as a commit names them, their total size and the CRC32C of their bytes in order,
+    once each receipt is a DataNode's (AccessDenied if not) for a block of `allowed` (granted(); AccessDenied if
+    not); with `full_blocks` every block but the last must have its grant's size (InvalidArgument). The NameNode's
+    commit must still be `fresh` (only pending blocks)."""
     secret = ctx.settings.cluster_secret
     size = crc = 0
-    for j, r in enumerate(it.blocks):
+    out = []
+    for j, r in enumerate(receipts):
         _checked(writetoken.check_receipt, secret, r)
         most = allowed.get(r.id)
         if most is None:
             raise errors.PermissionDenied(f"block {r.id} was not allocated to you for this bucket")
-        if r.size > most or r.size <= 0 or (j < len(it.blocks) - 1 and r.size != most):
+        if r.size > most or r.size <= 0 or (full_blocks and j < len(receipts) - 1 and r.size != most):
             raise errors.InvalidInput(f"block {r.id}: {r.size} bytes; every block but the last must have "
                                       f"{most}, the last at most that")
         crc = crt.combine_crc32c(crc, r.crc, r.size) if j else r.crc
         size += r.size
+        out.append(m.WrittenBlock(r.id, r.size, r.crc, r.nodes, r.acks))
+    return out, size, crc
+
+
+def _check_item(ctx, it: m.DirectItem, allowed: dict[int, int]) -> tuple[list[m.WrittenBlock], int, int, str]:
+    """(blocks, size, CRC32C of the whole, ETag) of an item whose receipts pass, else the error that refuses it."""
+    blocks, size, crc = written(ctx, it.blocks, allowed)
     if ctx.settings.max_object_size is not None and size > ctx.settings.max_object_size:
         raise errors.EntityTooLarge("Your proposed upload exceeds the maximum allowed size")
     if it.if_none_match not in (None, "*"):
@@ -143,7 +169,7 @@ def _check_item(ctx, it: m.DirectItem, allowed: dict[int, int]) -> tuple[int, in
         raise invalid_request("A direct write's object checksum can only be crc32c (the blocks' CRCs make it).")
     if "crc32c" in it.checksum and it.checksum["crc32c"] != _b64(crc):
         raise S3Error("BadDigest", "The CRC32C you specified did not match the calculated checksum.", 400)
-    return size, crc, f'"{writetoken.multipart_etag([r.md5 for r in it.blocks])}"'
+    return blocks, size, crc, f'"{writetoken.multipart_etag([r.md5 for r in it.blocks])}"'
 
 
 def _b64(crc: int) -> str:
@@ -160,12 +186,7 @@ async def commit(ctx, req):
         raise invalid_request(f"A commit has 1 to {MAX_KEYS} items and at most {MAX_GRANTS} grants.")
     if len({it.key for it in items}) != len(items):
         raise S3Error("MalformedBatch", "Bad commit body: a key appears twice.", 400)
-    allowed: dict[int, int] = {}  # block id -> the largest size its grant allows
-    for g in body.grants:
-        _checked(writetoken.check, ctx.settings.cluster_secret, g, live=False)  # expired is fine: the NameNode's
-        if g.bucket != req.bucket or g.who != _who(req):  # pending record is the block's life from here on
-            raise errors.PermissionDenied("A write token of another bucket or another access key.")
-        allowed.update((p.id, g.size) for p in g.blocks)
+    allowed = granted(ctx, req, body.grants)
     info = await bucket_access(ctx, req, "object")
     if not info.policy:
         await bucket_access(ctx, req, "write", action="s3:PutObject")
@@ -178,12 +199,11 @@ async def commit(ctx, req):
             if it.key.endswith("/"):
                 raise errors.InvalidInput("A directory marker (a key ending in /) can't be written directly.")
             check_object_write(ctx, req, info, it.key, "s3:PutObject")
-            size, crc, etag = _check_item(ctx, it, allowed)
+            blocks, size, crc, etag = _check_item(ctx, it, allowed)
             cs = {"crc32c": _b64(crc)} if it.checksum else {}
             obj = msgspec.structs.replace(_item_attrs(base, it), size=size, etag=etag,
                                           checksum={**cs, "type": "FULL_OBJECT"} if cs else {})
-            blocks = tuple(m.WrittenBlock(r.id, r.size, r.crc, r.nodes, r.acks) for r in it.blocks)
-            todo.append((i, cs, m.PutItem(key=it.key, obj=obj, blocks=blocks, if_match=it.if_match,
+            todo.append((i, cs, m.PutItem(key=it.key, obj=obj, blocks=tuple(blocks), if_match=it.if_match,
                                           if_none_match=it.if_none_match)))
         except (S3Error, errors.DomainError) as e:
             results[i] = _failed(e)
@@ -214,11 +234,5 @@ async def abandon(ctx, req):
     body = _decode(_decode_commit, await read_all(req.receive, MAX_BODY), "abandon")
     if body.items or len(body.grants) > MAX_GRANTS:
         raise invalid_request(f"An abandon names at most {MAX_GRANTS} grants and no items.")
-    ids = []
-    for g in body.grants:
-        _checked(writetoken.check, ctx.settings.cluster_secret, g, live=False)
-        if g.bucket != req.bucket or g.who != _who(req):
-            raise errors.PermissionDenied("A write token of another bucket or another access key.")
-        ids += [p.id for p in g.blocks]
-    await ctx.cluster.abandon(ids)
+    await ctx.cluster.abandon(list(granted(ctx, req, body.grants)))
     return Response(204)
