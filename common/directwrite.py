@@ -91,7 +91,9 @@ class DirectWriter:
             return await self.c._fs_send("POST", f"{what}/{bucket}", content=body)
         except errors.DomainError as e:
             code = e.details.get("code")
-            if code == "EncryptedObject" or (code == "InvalidRequest" and "Unknown epochfs extension" in str(e)):
+            if code == "EncryptedObject":  # this bucket's objects: the others may still be written directly
+                raise DirectUnavailable(str(e), lasting=False) from None
+            if code == "InvalidRequest" and "Unknown epochfs extension" in str(e):  # a gateway from before
                 raise DirectUnavailable(str(e)) from None
             raise
 

@@ -99,7 +99,8 @@ async def allocate(ctx, req):
     info = await _write_access(ctx, req, ask.keys)
     sealed, _ = sse.for_write(ctx, req.headers, info.encryption)
     if sealed is not None:
-        raise errors.EncryptedObject("This bucket encrypts new objects: only the gateway writes them (PUT them).")
+        raise S3Error("EncryptedObject", "This bucket encrypts new objects: only the gateway writes them (PUT "
+                      "them).", 400)
     limit = ctx.settings.max_object_size
     if limit is not None and any(s > limit for s in ask.sizes):
         raise errors.EntityTooLarge("Your proposed upload exceeds the maximum allowed size")

@@ -181,3 +181,24 @@ def test_conditions_quota_and_policy_apply_to_a_direct_commit(cluster, bucket, s
     # ALT has no right to write here: the allocation is refused before any block exists
     with pytest.raises(errors.Unauthorized):
         _plan(cluster, bucket, user=ALT, keys=["k"], sizes=[3])
+
+
+def test_a_bucket_that_encrypts_by_default_is_written_through_the_gateway(cluster, bucket, s3):
+    s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={
+        "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]})
+    other = bucket + "-plain"
+    s3.create_bucket(Bucket=other)
+    items = [(f"k{i}", os.urandom(500 + i)) for i in range(5)]
+
+    async def go(c):
+        with pytest.raises(errors.Unavailable, match="encrypts new objects"):
+            await DirectWriter(c).allocate(bucket, ["k0"], [500])
+        enc = await c.put_many(bucket, items)  # refused directly: the gateway encrypts them
+        plain = await c.put_many(other, items)  # another bucket still goes directly
+        return enc, plain, c.direct_writes, c.gateway_writes
+    enc, plain, direct, gateway = run(_with(cluster.endpoint, MAIN, go))
+    assert (direct, gateway) == (5, 5)
+    for (k, v), e in zip(items, enc):
+        got = s3.get_object(Bucket=bucket, Key=k)
+        assert got["Body"].read() == v and got["ServerSideEncryption"] == "AES256"
+    assert plain == [hashlib.md5(v).hexdigest() for _, v in items]
