@@ -168,10 +168,10 @@ class DirectWriter:
                     start = end
                     try:
                         res = await dn.write_tokened(grant, [heads[k] for k in part], [blocks[k][1] for k in part])
-                    except errors.Unavailable:
+                    except errors.Unavailable:  # this node's blocks (all of them) go to their next nodes
                         down[addr] = time.monotonic() + DIRECT_RETRY_S
-                        todo.extend(part)
-                        continue
+                        todo.extend(ks[start - len(part):])
+                        return
                     except errors.PermissionDenied as e:
                         fatal.append(e)
                         return

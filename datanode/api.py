@@ -173,19 +173,30 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         """Blocks of a native client's direct write (common/writetoken.py), stored as their primary and replicated to
         the other nodes the token places them on, exactly as put (one block) or put_many (several) does; answered
         once the write policy's copies are on disk, with a receipt per block (size, CRC32C, MD5, nodes) for the
-        gateway's commit. A token allows one write of a block: one stored here already, or deleted since (abandoned,
-        collected), is refused."""
+        gateway's commit. A token allows one write of a block: one stored here already with other bytes, or deleted
+        since (abandoned, collected), is refused (Conflict); the same bytes again (a retry whose reply was lost)
+        get their receipt."""
         me = node_id()
         placed = writetoken.check_heads(secret, req.grant, req.blocks, me, len(payload))
         g, mv, off = req.grant, memoryview(payload), 0
         errs: dict[int, str] = {}
         todo = []
+        again = []  # blocks stored here already with these very bytes (a retry whose reply was lost): receipted
         for i, h in enumerate(req.blocks):
             data, off = mv[off:off + h.size], off + h.size
-            if store.has(h.id) or store.recently_deleted(h.id):
+            if store.recently_deleted(h.id):
                 errs[i] = "Conflict"
-                continue
-            todo.append((i, h, data, [n for n in placed[h.id] if n != me]))
+            elif store.has(h.id):
+                try:
+                    same = b"".join(store.read(h.id)) == data
+                except errors.DomainError:
+                    same = False
+                if same:
+                    again.append((i, h, data, [n for n in placed[h.id] if n != me]))
+                else:
+                    errs[i] = "Conflict"
+            else:
+                todo.append((i, h, data, [n for n in placed[h.id] if n != me]))
 
         def md5s() -> list[str]:
             return [hashlib.md5(d).hexdigest() for _, _, d, _ in todo]
@@ -206,7 +217,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
                                  payload if len(todo) == len(req.blocks) else b"".join(d for _, _, d, _ in todo))
             errs.update({todo[j][0]: e for j, e in res.errs.items()})
         done: list[m.BlockReceipt | None] = [None] * len(req.blocks)
-        for (i, h, _, sec), md5 in zip(todo, sums):
+        for (i, h, _, sec), md5 in zip(todo + again, sums + [hashlib.md5(d).hexdigest() for _, _, d, _ in again]):
             if i not in errs:
                 done[i] = writetoken.receipt(secret, id=h.id, size=h.size, crc=h.crc, md5=md5,
                                              nodes=(me, *sec), acks=g.acks)

@@ -104,9 +104,11 @@ def test_datanode_takes_exactly_the_blocks_sizes_and_time_a_token_allows(cluster
     big = bytes(g.size + 1)
     with pytest.raises(errors.EntityTooLarge):
         _native(addr, lambda dn: dn.write_tokened(g, [m.ReplicaHead(g.blocks[1].id, crc32c(big), len(big))], big))
-    # one write per block: the same block again (a replay while the token lives) is refused, its copy unchanged
+    # one write per block: other bytes for it (a replay while the token lives) are refused, its copy unchanged;
+    # the same bytes again (a retry whose answer was lost) get the same receipt
     again = _store(g, 0, b, head=m.ReplicaHead(g.blocks[0].id, crc32c(b), len(b)))
     assert again.done == [None] and again.errs == {0: "Conflict"}
+    assert _store(g, 0, a).done == got.done
     assert cluster.read_replica(f"dn{_dn_index(cluster, g.blocks[0].nodes[0])}", g.blocks[0].id) == a
     # a bad CRC is that block's error
     bad = _store(g, 1, b, head=m.ReplicaHead(g.blocks[1].id, crc32c(b) ^ 1, len(b)))
