@@ -200,22 +200,27 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
 
         def md5s() -> list[str]:
             return [hashlib.md5(d).hexdigest() for _, _, d, _ in todo]
-        sums = (await asyncio.to_thread(md5s) if sum(h.size for _, h, _, _ in todo) >= THREAD_MD5_BYTES
-                else md5s())
+        # the MD5s (for the ETag) in a worker thread while the blocks are stored and synced, for large writes
+        hashing = asyncio.ensure_future(asyncio.to_thread(md5s)) \
+            if sum(h.size for _, h, _, _ in todo) >= THREAD_MD5_BYTES else None
         addr = g.addrs
-        if len(todo) == 1:
-            i, h, data, sec = todo[0]
-            try:
-                await put(m.Put(block_id=h.id, crc=h.crc, secondaries=[m.Secondary(n, addr[str(n)]) for n in sec],
-                                acks=g.acks), data)
-            except errors.DomainError as e:
-                errs[i] = type(e).__name__
-        elif todo:
-            res = await put_many(m.PutMany(blocks=[m.NewBlock(h.id, h.crc, h.size, tuple(sec)) for _, h, _, sec in todo],
-                                           addrs={str(n): addr[str(n)] for *_, sec in todo for n in sec},
-                                           acks=g.acks),
-                                 payload if len(todo) == len(req.blocks) else b"".join(d for _, _, d, _ in todo))
-            errs.update({todo[j][0]: e for j, e in res.errs.items()})
+        try:
+            if len(todo) == 1:
+                i, h, data, sec = todo[0]
+                try:
+                    await put(m.Put(block_id=h.id, crc=h.crc, acks=g.acks,
+                                    secondaries=[m.Secondary(n, addr[str(n)]) for n in sec if str(n) in addr]), data)
+                except errors.DomainError as e:
+                    errs[i] = type(e).__name__
+            elif todo:
+                heads = [m.NewBlock(h.id, h.crc, h.size, tuple(n for n in sec if str(n) in addr))
+                         for _, h, _, sec in todo]
+                res = await put_many(m.PutMany(blocks=heads, addrs={str(n): addr[str(n)] for b in heads
+                                                                    for n in b.secondaries}, acks=g.acks),
+                                     payload if len(todo) == len(req.blocks) else b"".join(d for _, _, d, _ in todo))
+                errs.update({todo[j][0]: e for j, e in res.errs.items()})
+        finally:
+            sums = await hashing if hashing is not None else md5s()
         done: list[m.BlockReceipt | None] = [None] * len(req.blocks)
         for (i, h, _, sec), md5 in zip(todo + again, sums + [hashlib.md5(d).hexdigest() for _, _, d, _ in again]):
             if i not in errs:
