@@ -180,6 +180,16 @@ def test_conditions_quota_and_policy_apply_to_a_direct_commit(cluster, bucket, s
         bucket, [("k", b"two"), ("new", b"x")], if_none_match="*")))
     assert isinstance(res[0], errors.PreconditionFailed) and res[1] == hashlib.md5(b"x").hexdigest()
     assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"one"
+    # the bucket's quota counts each object of a direct commit: what fits commits, the rest is its own error and
+    # its blocks are given back
+    cluster.nn.bucket_settings(bucket, quota_objects=5)  # "k" and "new" already
+    res = run(_with(cluster.endpoint, MAIN, lambda c: DirectWriter(c).put_objects(
+        bucket, [(f"q{i}", bytes([i]) * 100) for i in range(5)])))
+    assert [isinstance(r, str) for r in res] == [True] * 3 + [False] * 2
+    assert all(isinstance(r, errors.QuotaExceeded) for r in res[3:])
+    assert (lambda u: u.objects)(cluster.nn.bucket_usage(bucket)[bucket]) == 5
+    with pytest.raises(ClientError):
+        s3.head_object(Bucket=bucket, Key="q3")
     # ALT has no right to write here: the allocation is refused before any block exists
     with pytest.raises(errors.Unauthorized):
         _plan(cluster, bucket, user=ALT, keys=["k"], sizes=[3])
