@@ -22,6 +22,11 @@ The protocol (gateway/s3/direct.py, common/writetoken.py, datanode/api.py write_
   4. POST /_epochfs/abandon/<bucket> (a DirectCommit with no items: the grants) gives back the blocks of those grants
      that were never committed; blocks nobody gives back are collected by the NameNode's pending expiry.
 
+For the mount (trio) or any other writer with its own commit: `allocate`, then `store(grant, [(index in
+grant.blocks, bytes), ...])` gives the receipts; a gateway endpoint that commits them checks them with
+gateway/s3/direct.py `granted(ctx, req, grants)` and `written(ctx, receipts, allowed, full_blocks=...)` and must commit
+with the NameNode's fresh=True (only pending blocks), as `commit` there does.
+
 Every failure that means "this client can't write directly" (no node of a block can be reached, a node refuses the
 token, a bucket that encrypts by default, a gateway without the extension) raises DirectUnavailable, before anything
 became visible: the caller writes through the gateway instead (S3Client does, and stays on the gateway for
