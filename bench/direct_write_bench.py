@@ -99,7 +99,8 @@ def main() -> None:
             for name, what, w, srv, cl, n in rows:
                 unit = "MiB/s" if what == "big" else "files/s"
                 per = 1e3 / n
-                print(f"{name:<9}{what:<7}{w:>7.2f}{n / w:>8.0f} {unit:<4}{cl * per:>8.2f}{sum(srv.values()) * per:>9.2f}"
+                print(f"{name:<9}{what:<7}{w:>7.2f}{n / w:>8.0f} {unit:<4}{cl * per:>8.2f}"
+                      f"{sum(srv.values()) * per:>9.2f}"
                       + "".join(f"{srv[x] * per:>8.2f}" for x in names))
         finally:
             c.close()

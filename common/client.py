@@ -11,7 +11,6 @@ import asyncio
 import base64
 import datetime as dt
 import hashlib
-import itertools
 import logging
 import os
 import time

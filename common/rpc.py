@@ -107,6 +107,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._stage = 0  # 0: header, 1: JSON, 2: payload, 3: a refused payload, read past
         self._payload_len = 0
         self._json = b""
+        self._refusal, self._left = b"", 0  # stage 3: the reply to send, the payload bytes still to read past
         self._drained: asyncio.Future | None = None
         self.closed = False
         self.max_json, self.max_payload = MAX_JSON, MAX_PAYLOAD  # bounds of the next frame's parts

@@ -43,7 +43,8 @@ def _grant_mac(secret: str, g: m.WriteGrant) -> str:
 def issue(secret: str, *, bucket: str, who: str, alloc: m.Allocation, ttl_s: float = TTL_S) -> m.WriteGrant:
     """The write token for the blocks of `alloc` (a NameNode allocation for `bucket`), for access key `who`."""
     g = m.WriteGrant(bucket=bucket, who=who, blocks=list(alloc.blocks),
-                     addrs={str(n): alloc.addrs[str(n)] for p in alloc.blocks for n in p.nodes if str(n) in alloc.addrs},
+                     addrs={str(n): alloc.addrs[str(n)] for p in alloc.blocks for n in p.nodes
+                            if str(n) in alloc.addrs},
                      size=alloc.block_size, exp=int(time.time() + ttl_s), acks=alloc.acks)
     return msgspec.structs.replace(g, tok=_grant_mac(secret, g))
 

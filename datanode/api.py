@@ -243,7 +243,8 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         return m.ReplicationPass(ok=s.ok, failed=s.failed)
 
     return {m.Put: put, m.PutMany: put_many, m.PutReplica: put_replica, m.PutReplicas: put_replicas, m.Get: get, m.GetMany: get_many,
-            m.ReadTokened: read_tokened, m.WriteTokened: write_tokened, m.Delete: delete, m.Has: has, m.Blocks: blocks,
+            m.ReadTokened: read_tokened, m.WriteTokened: write_tokened, m.Delete: delete, m.Has: has,
+            m.Blocks: blocks,
             m.ReplicateOnce: replicate_once}
 
 

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from botocore.exceptions import ClientError
 
-from cluster import ALT, MAIN, SECRET, Cluster
+from cluster import ALT, MAIN, SECRET
 from epochfs.common import errors, writetoken
 from epochfs.common import messages as m
 from epochfs.common.blocks import crc32c

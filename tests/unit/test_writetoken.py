@@ -29,7 +29,8 @@ def test_a_write_token_names_its_bucket_caller_blocks_nodes_and_sizes():
     # any field changed, and the token is not ours any more: more blocks, other nodes or addresses (a client
     # would make the DataNode push the block, with the cluster secret, to an address of its choosing), a larger
     # size, a later expiry, fewer copies to wait for, another bucket or caller
-    for change in (dict(blocks=g.blocks + [m.Placed(12, (1, 2, 3))]), dict(blocks=[m.Placed(10, (1, 2, 9)), g.blocks[1]]),
+    for change in (dict(blocks=g.blocks + [m.Placed(12, (1, 2, 3))]),
+                   dict(blocks=[m.Placed(10, (1, 2, 9)), g.blocks[1]]),
                    dict(addrs={**g.addrs, "2": "evil:1"}), dict(size=g.size + 1), dict(exp=g.exp + 3600),
                    dict(acks=1), dict(bucket="c"), dict(who="AK2")):
         with pytest.raises(errors.Unauthorized, match="bad write token"):
@@ -104,8 +105,8 @@ def test_a_refused_payload_is_never_buffered():
         try:
             g = _grant()
             big = bytes(48 << 20)
-            task = asyncio.ensure_future(client.request(m.WriteTokened(grant=g, blocks=[m.ReplicaHead(10, 0, len(big))]),
-                                                        big))
+            req = m.WriteTokened(grant=g, blocks=[m.ReplicaHead(10, 0, len(big))])
+            task = asyncio.ensure_future(client.request(req, big))
             while not task.done():
                 watch()
                 await asyncio.sleep(0.001)
