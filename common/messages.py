@@ -1284,9 +1284,70 @@ class FsCommit(FsRequest, tag="fs_commit"):
     Reply = FsCommitted
 
 
+class InodeRange(Msg):
+    """Inode numbers [first, first + n), reserved for one mount to give the files it creates itself."""
+    first: Nat
+    n: Nat
+
+
+class FsReserveInodes(FsRequest, tag="fs_reserve_inodes"):
+    """Reserve `n` inode numbers: a mount in write-back mode names the files it creates with them before they
+    exist on the NameNode (FsCreateFiles)."""
+    n: Annotated[int, msgspec.Meta(ge=1, le=1 << 16)]
+    Reply = InodeRange
+
+
+class NewFile(Msg):
+    """One file of a batch create (PUT /_epochfs/fs/<bucket>?files=1): inode `ino` (reserved with FsReserveInodes)
+    named `name` in directory `parent`, with its attributes (times in ns) and `size` bytes of content."""
+    ino: Nat
+    parent: Nat
+    name: str
+    mode: I64
+    uid: I64
+    gid: I64
+    at: Nat
+    mt: Nat
+    size: Nat
+
+
+class NewFiles(Msg):
+    """The index ahead of a batch create's bytes (the files' contents back to back, in index order)."""
+    items: list[NewFile]
+
+
+class StoredFile(Msg):
+    """A NewFile whose content is stored already: its blocks and ETag."""
+    f: NewFile
+    blk: list[WrittenBlock]
+    etag: str
+
+
+class FsCreateFiles(FsRequest, tag="fs_create_files"):
+    """Create many regular files with their content, one NameNode command; each whole or not at all (its own
+    error otherwise). `bucket` is charged."""
+    items: list[StoredFile]
+    bucket: str | None = None
+
+
+class FileCreated(Msg):
+    """One file of a batch create: its attributes, or the name of its domain error and the message."""
+    a: InodeAttr | None = None
+    layout: list[BlockSpan] = []
+    err: str | None = None
+    msg: str = ""
+
+
+class FilesCreated(Msg):
+    items: list[FileCreated]
+
+
+FsCreateFiles.Reply = FilesCreated
+
 # the operations the mount sends to the gateway's /_epochfs/fs (the gateway decodes one of them, never another op)
 FS_OPS = (FsLookup, FsGetattr, FsReaddir, FsReadlink, FsLayout, FsMkdir, FsMknod, FsSymlink, FsLink, FsUnlink,
-          FsRmdir, FsRename, FsSetattr, FsGetxattr, FsListxattr, FsSetxattr, FsRemovexattr, FsStatfs)
+          FsRmdir, FsRename, FsSetattr, FsGetxattr, FsListxattr, FsSetxattr, FsRemovexattr, FsStatfs,
+          FsReserveInodes)
 
 # (end of POSIX)
 

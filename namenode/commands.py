@@ -349,6 +349,21 @@ class Commit(Command, frozen=True):
     t: int
 
 
+class ReserveInodes(Command, frozen=True):
+    """Inode numbers for a mount to give the files it creates in write-back mode (CreateFiles)."""
+    bi: int | None
+    n: int
+
+
+class CreateFiles(Command, frozen=True):
+    """Regular files with their content (blocks admitted already), each with the inode number reserved for it;
+    `items` as messages.StoredFile's builtins."""
+    bi: int | None
+    items: list[Record]
+    bucket: str | None
+    t: int
+
+
 class SetXattr(Command, frozen=True):
     bi: int | None
     ino: int
@@ -378,6 +393,7 @@ AnyCommand = Union[
     Allocate, Abandon, ExpirePending, ReleaseFreed, GarbageDone, AddGarbage, DropStrayCopy, ReplaceReplicas,
     MarkShort, DropShort, AssignNodeId, SaveNode, CreateAccessKey, UpdateAccessKey, DeleteAccessKey,
     Mkdir, Mknod, Symlink, Link, Unlink, Rmdir, Rename, SetAttr, Commit, SetXattr, RemoveXattr, StampDirs,
+    ReserveInodes, CreateFiles,
 ]
 
 _encoder = msgspec.msgpack.Encoder()

@@ -303,20 +303,21 @@ class Posix:
                 b.delete(keys.inode(ino))
             b.delete(k)
 
-    def _new(self, b, parent: int, name: str, rec: dict, t: int, charge=None) -> dict:
-        """Create `name` in `parent` as a new inode `rec`; EEXIST if the name is taken."""
-        self._check_name(name)
-        prec = self._writable_dir(parent)
-        if self._child(parent, name) is not None:
-            raise errors.AlreadyExists(f"{name!r} exists")
+    def _new(self, b, parent: int, name: str, rec: dict, t: int, charge=None, ino: int | None = None,
+             prec: dict | None = None) -> dict:
+        """Create `name` in `parent` as a new inode `rec` (numbered `ino`, reserved before; else the next one);
+        EEXIST if the name is taken. `prec`: the parent's record, already read and checked by the caller."""
+        if prec is None:
+            prec = self._check_new(parent, name)
         if prec.get("mode", 0) & st.S_ISGID:  # BSD group semantics in a set-group-ID directory, as Linux does
             rec["gid"] = prec.get("gid", 0)
             if rec["t"] == "d":
                 rec["mode"] |= st.S_ISGID
-        rec.update(mt=t, ct=t, at=t)
+        rec.update(mt=rec.get("mt", t), ct=t, at=rec.get("at", t))
         if "mk" in rec:
             rec["mk"]["mt"] = t
-        ino = self.meta.next_id(b, b"ino")
+        if ino is None:
+            ino = self.meta.next_id(b, b"ino")
         if rec["t"] != "d":
             rec["ln"] = [[parent, name]]
         self._put_inode(b, ino, rec)
@@ -326,7 +327,62 @@ class Posix:
             charge(b)
         return self.attr(ino, rec)
 
+    def _check_new(self, parent: int, name: str) -> dict:
+        """The record of directory `parent`, where `name` is to be created: a valid name, not taken."""
+        self._check_name(name)
+        prec = self._writable_dir(parent)
+        if self._child(parent, name) is not None:
+            raise errors.AlreadyExists(f"{name!r} exists")
+        return prec
+
     # ---------------------------------------------------------------- namespace operations
+    def reserve_inodes(self, n: int) -> int:
+        """Reserve `n` inode numbers for a mount's own creates (create_files); returns the first."""
+        return self.meta.execute(cmds.ReserveInodes(bi=self.bi, n=int(n)))
+
+    def _apply_reserve_inodes(self, b, c: cmds.ReserveInodes) -> int:
+        return self.meta.next_id(b, b"ino", c.n)
+
+    def create_files(self, items: list[dict], bucket: str | None = None) -> list[dict | errors.DomainError]:
+        """Many regular files with their content (blocks durable on DataNodes, admitted), in one command: each
+        `{"f": NewFile, "blk": stored blocks, "etag"}` becomes inode f.ino (reserved with reserve_inodes, not used
+        yet) named f.name in f.parent with f's mode, owner, times and content, as a mknod and a commit would; an
+        item refused (a name taken, a number not reserved, the quota) is its error, and the others are made."""
+        return self.meta.execute(cmds.CreateFiles(bi=self.bi, items=items, bucket=bucket, t=now_ns()))
+
+    def _apply_create_files(self, b, c: cmds.CreateFiles) -> list[dict | errors.DomainError]:
+        out: list = []
+        names: set[tuple[int, str]] = set()
+        inos: set[int] = set()
+        top = self.meta._peek(b"ino")
+        for item in c.items:
+            f, blk = item["f"], item["blk"]
+            try:
+                parent, name, ino = int(f["parent"]), f["name"], int(f["ino"])
+                if (parent, name) in names:
+                    raise errors.AlreadyExists(f"{name!r} exists")
+                if not 2 <= ino < top or ino in inos or self.meta.get_inode(ino) is not None:
+                    raise errors.InvalidInput(f"inode {ino} was not reserved, or is taken")
+                self.in_bucket(parent)
+                prec = self._check_new(parent, name)
+                size = int(f["size"])
+                if sum(block_size(x) for x in blk) != size:
+                    raise errors.InvalidInput(f"the blocks of {name!r} don't add up to {size} bytes")
+                charge = self._charge(c.bucket, size, 1)
+            except errors.DomainError as e:
+                out.append(e)
+                continue
+            rec = {"t": "f", "size": size, "etag": item["etag"], "blk": blk,
+                   "mode": S_IFREG | (int(f["mode"]) & 0o7777), "uid": int(f["uid"]), "gid": int(f["gid"]),
+                   "mt": int(f["mt"]), "at": int(f["at"])}
+            for x in blk:
+                b.delete(keys.pending(block_id(x)))
+            names.add((parent, name))
+            inos.add(ino)
+            out.append({**self._new(b, parent, name, rec, c.t, charge, ino=ino, prec=prec),
+                        "layout": [[block_id(x), block_size(x)] for x in blk]})
+        return out
+
     def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> dict:
         return self.meta.execute(cmds.Mkdir(bi=self.bi, parent=int(parent), name=name, mode=int(mode), uid=int(uid),
                                             gid=int(gid), t=now_ns()))

@@ -15,19 +15,21 @@ abandons its blocks) and the usual upload takes over.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import logging
 import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import msgspec
 import trio
 
 from epochfs.common import defaults, errors
 from epochfs.common.client import S3Client
-from epochfs.common.messages import BlockSpan, FileWrite, KeepBlock, NewExtent, RestOfBody
+from epochfs.common.messages import BlockSpan, FileWrite, KeepBlock, NewExtent, NewFile, RestOfBody
 
 from .cache import BlockCache
 from .inodes import InodeTable
@@ -39,6 +41,10 @@ UPLOAD_PIECE = 4 << 20
 STREAM_AFTER = 8 << 20  # bytes a new file holds before it is streamed (smaller files go up in one piece at close)
 MAX_STREAMS = 8  # at most this many at once: each holds one of the client's connections (32) until its file closes
 MAX_FILE_SIZE = defaults.MAX_OBJECT_SIZE  # S3's largest object
+MAX_BATCH = 256          # write-back: files created in one request
+BATCH_BYTES = 16 << 20   # and their bytes (the gateway takes 32 MiB)
+CREATORS = 2             # batches in flight
+INO_RESERVE = 1024       # inode numbers reserved at once
 # what a writer knows of a block of the version it started from
 KEPT, CLEAN, DIRTY, GONE = range(4)  # only on DataNodes; also in the local copy, unchanged; changed; cut off
 
@@ -75,6 +81,10 @@ class Writer:
         self.stream: Stream | None = None
         self.attr: dict | None = None  # the attributes of its last committed version, if known (created here)
         self.pending: dict = {}        # chmod/chown/atime set while changes are unsaved, sent with their commit
+        self.new: tuple[int, str] | None = None  # write-back: (directory, name) of a file not yet on the NameNode
+        self.queued = False            # write-back: in the queue of files to create
+        self.made: trio.Event | None = None  # write-back: set once the NameNode has it (or its create failed)
+        self.error: errors.DomainError | None = None  # write-back: why its create failed
         self._rebase(layout["etag"], layout["blk"], {}, KEPT, layout.get("bs", UPLOAD_PIECE))
 
     def _rebase(self, etag: str, blk: list, known: dict[int, int], new: int, bs: int) -> None:
@@ -194,6 +204,132 @@ class Writes:
         self.writers: dict[int, Writer] = {}
         self.nursery: trio.Nursery | None = None  # the mount's (mount.py), where streams run
         self.streams = 0  # under way
+        self.made_here: dict[int, Writer] = {}  # write-back: files not yet on the NameNode, by inode
+        self.names: dict[tuple[int, str], int] = {}  # and by (directory, name)
+        self.queue: list[Writer] = []  # closed, to be created
+        self._more = trio.Event()
+        self._creators = 0
+        self._inos: Iterator[int] | None = None
+        self._reserving = trio.Lock()
+
+    # ---------------------------------------------------------------- write-back creates
+    # With --writeback a regular file created in a directory whose attributes the mount knows is made here: its
+    # inode number comes from a range reserved on the NameNode, its attributes are the mount's, and it exists only
+    # in this mount until it is created on the NameNode with its content, attributes and mtime in one batch
+    # (gateway/s3/posix.py fs_create_files) after close() (at most MAX_BATCH files or BATCH_BYTES at once, CREATORS
+    # batches in flight). fsync, and anything else that needs the file on the NameNode (a rename, an unlink, a link,
+    # a listing of its directory, a stat of the directory, a second open, xattrs, a truncate, a stream once it
+    # outgrows STREAM_AFTER) waits for its create first: `settle` one file, `settle_all` every one.
+    def made_in(self, parent: int) -> int:
+        """When the last file made here in `parent` and not yet on the NameNode was made (0: none)."""
+        return max((w.attr["ct"] for w in self.made_here.values() if w.new is not None and w.new[0] == parent),
+                   default=0)
+
+    def named(self, parent: int, name: str) -> Writer | None:
+        """The file this mount made as `name` in `parent` and has not created on the NameNode yet."""
+        ino = self.names.get((parent, name))
+        return None if ino is None else self.made_here.get(ino)
+
+    async def next_ino(self, bucket: str) -> int:
+        async with self._reserving:
+            if not self._inos:
+                self._inos = iter(await self.c.fs_reserve_inodes(bucket, INO_RESERVE))
+            ino = next(self._inos, None)
+            if ino is None:  # used up meanwhile
+                self._inos = iter(await self.c.fs_reserve_inodes(bucket, INO_RESERVE))
+                ino = next(self._inos)
+            return ino
+
+    def make(self, ino: int, parent: int, name: str, attr: dict) -> Writer:
+        """A file created in this mount only (write-back): its local copy, for its first handle."""
+        w = self.new(ino, attr)
+        w.new, w.made, w.dirty, w.mtime_ns = (parent, name), trio.Event(), True, attr["mt"]
+        self.made_here[ino] = w
+        self.names[(parent, name)] = ino
+        return w
+
+    def later(self, w: Writer) -> None:
+        """Queue the file's create (after its close): the creators send it with the next batch."""
+        if w.new is None or w.queued:
+            return
+        w.queued = True
+        self.queue.append(w)
+        self._more.set()
+        if self._creators == 0 and self.nursery is not None:
+            for _ in range(CREATORS):
+                self._creators += 1
+                self.nursery.start_soon(self._creator)
+
+    async def settle(self, w: Writer) -> None:
+        """Wait until the file exists on the NameNode (queueing its create now if need be)."""
+        if w.new is None:
+            if w.error is not None:
+                raise w.error
+            return
+        self.later(w)
+        await w.made.wait()
+        if w.error is not None:
+            raise w.error
+
+    async def settle_all(self, parent: int | None = None) -> None:
+        """Every file made here (in directory `parent`, or anywhere) created on the NameNode; their errors are
+        logged (each file's own calls report them)."""
+        for w in [w for w in self.made_here.values() if parent is None or w.new and w.new[0] == parent]:
+            try:
+                await self.settle(w)
+            except errors.DomainError:
+                pass
+
+    async def _creator(self) -> None:
+        try:
+            while True:
+                while not self.queue:
+                    self._more = trio.Event()
+                    await self._more.wait()
+                batch, size = [], 0
+                while self.queue and len(batch) < MAX_BATCH and (not batch or size + self.queue[0].size <= BATCH_BYTES):
+                    w = self.queue.pop(0)
+                    batch.append(w)
+                    size += w.size
+                await self._create(batch)
+        finally:
+            self._creators -= 1
+
+    async def _create(self, batch: list[Writer]) -> None:
+        """Create a batch of files on the NameNode with their content (each writer's lock held meanwhile: a write
+        waits, as it does for an upload)."""
+        async with contextlib.AsyncExitStack() as stack:
+            for w in batch:
+                await stack.enter_async_context(w.lock)
+            files = []
+            for w in batch:
+                a = {**w.attr, **w.pending}
+                parent, name = w.new
+                files.append((NewFile(ino=a["ino"], parent=parent, name=name, mode=a["mode"], uid=a["uid"],
+                                      gid=a["gid"], at=a["at"], mt=w.mtime_ns, size=w.size),
+                              os.pread(w.fd, w.size, 0) if w.size else b""))
+            try:
+                res = await self.c.fs_create_files(self._bucket(batch[0].attr["ino"]), files)
+            except errors.DomainError as e:
+                res = [e] * len(batch)
+            except Exception as e:  # noqa: BLE001 -- a bug: the files' calls report EIO, the log says why
+                log.exception("write-back create failed")
+                res = [errors.DomainError(repr(e))] * len(batch)
+            for w, (f, _), r in zip(batch, files, res):
+                ino = w.attr["ino"]
+                self.names.pop(w.new, None)
+                self.made_here.pop(ino, None)
+                w.new, w.queued = None, False
+                if isinstance(r, errors.DomainError):
+                    log.error("inode %s (%r): not saved: %s", ino, f.name, r)
+                    w.error, w.dirty = r, False
+                else:
+                    w.committed(r["etag"], r.pop("layout"), r.pop("bs"))
+                    w.pending, w.attr = {}, r
+                w.made.set()
+        for w in batch:
+            if w.refs == 0:
+                self.drop(w.attr["ino"], w)
 
     def of(self, ino: int) -> Writer | None:
         """The file's local copy, if it has one."""
@@ -265,6 +401,8 @@ class Writes:
             return os.pread(w.fd, size, off)
 
     async def write(self, ino: int, w: Writer, off: int, buf: bytes) -> None:
+        if w.new is not None and max(w.size, off + len(buf)) >= STREAM_AFTER:  # large: streamed, once it exists
+            await self.settle(w)
         async with w.lock:
             if w.stream is not None and off < w.stream.sent:
                 await self.unstream(w)
@@ -393,6 +531,9 @@ class Writes:
         """One handle of the file closed: commit its unsaved changes (a failure is logged: close can't report it)
         and drop the local copy after its last handle; returns the new attributes, if it committed."""
         w.refs -= 1
+        if w.new is not None:  # write-back: the creator drops it once the file is created
+            self.later(w)
+            return None
         try:
             if w.dirty:
                 return await self.upload(ino, w)
