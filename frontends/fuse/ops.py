@@ -74,6 +74,15 @@ def _name(raw: bytes) -> str:
         raise pyfuse3.FUSEError(errno.EINVAL) from None  # S3 keys are UTF-8
 
 
+class Listed:
+    """Write-back: the names in a directory this mount made, from its making or a listing at `at` (monotonic), with
+    the attributes listed (None: a name made or changed here since)."""
+    __slots__ = ("at", "names", "renewing")
+
+    def __init__(self, at: float, names: dict[str, dict | None]) -> None:
+        self.at, self.names, self.renewing = at, names, False
+
+
 def _version(a: dict) -> tuple:
     return a["mt"], a["size"], a["etag"]
 
@@ -91,8 +100,7 @@ class EpochOperations(pyfuse3.Operations):
         self.seen: dict[int, tuple] = {}                 # file version at its last open (keep_cache)
         self.dir_attrs: dict[int, dict] = {}             # write-back: the last attributes seen of each directory
         self.dir_seen: dict[int, float] = {}             # write-back: when (monotonic), trusted for attr_timeout
-        self.known: dict[int, tuple[float, set[str]]] = {}  # write-back: directories made here: every name in it,
-                                                         # trusted until (monotonic) for a negative lookup
+        self.known: dict[int, Listed] = {}               # write-back: the names in each directory made here
         self._fh = itertools.count(1)
 
     @property
@@ -109,16 +117,20 @@ class EpochOperations(pyfuse3.Operations):
         await self.inodes.start()
 
     # ---------------------------------------------------------------- inodes and attributes
-    def _entry(self, a: dict) -> pyfuse3.EntryAttributes:
+    def _saw_dir(self, a: dict, at: float) -> None:
+        """Write-back: directory attributes `a` as the NameNode had them at `at` (monotonic), unless newer are known."""
+        if at >= self.dir_seen.get(a["ino"], -1.0):
+            self.dir_attrs[a["ino"]], self.dir_seen[a["ino"]] = a, at
+
+    def _entry(self, a: dict, cached: bool = False) -> pyfuse3.EntryAttributes:
         e = pyfuse3.EntryAttributes()
         e.st_ino = self.inodes.fuse(a["ino"])
         e.generation = 0
         e.entry_timeout, e.attr_timeout = self.timeouts
         e.st_mode, e.st_nlink, e.st_uid, e.st_gid, e.st_rdev = a["mode"], a["nlink"], a["uid"], a["gid"], a["rdev"]
         e.st_atime_ns, e.st_mtime_ns, e.st_ctime_ns = a["at"], a["mt"], a["ct"]
-        if self.o.writeback and stat.S_ISDIR(a["mode"]):
-            self.dir_attrs[a["ino"]] = a
-            self.dir_seen[a["ino"]] = time.monotonic()
+        if self.o.writeback and not cached and stat.S_ISDIR(a["mode"]):
+            self._saw_dir(a, time.monotonic())
         size = a["size"]
         w = self.writes.of(a["ino"])
         if w is not None:  # unsaved writes: the kernel must see the local size and time
@@ -155,24 +167,59 @@ class EpochOperations(pyfuse3.Operations):
         w = self.writes.named(p, s)
         if w is not None:  # made here, not yet on the NameNode (write-back)
             return self._entry(w.attr)
-        if p in self.known and s not in await self._names(p):
-            raise pyfuse3.FUSEError(errno.ENOENT)
+        if p in self.known:
+            k = await self._listed(p)
+            if s not in k.names:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            a = k.names[s]
+            if a is not None and stat.S_ISDIR(a["mode"]):  # a directory: its attributes as listed, if still fresh
+                at = k.at
+                if self.dir_seen.get(a["ino"], -1.0) > at:
+                    a, at = self.dir_attrs[a["ino"]], self.dir_seen[a["ino"]]
+                if time.monotonic() - at <= self.o.attr_timeout:
+                    self.inodes.remember(p, s, a)
+                    return self._entry(a, cached=True)
         a = await self.c.fs_lookup(s if p == NN_ROOT else self.inodes.bucket(p), parent=p, name=s)
         self.inodes.remember(p, s, a)
         return self._entry(a)
 
-    async def _names(self, p: int) -> set[str]:
-        """Write-back: every name in directory `p` (one this mount made), listed again once the last listing is
-        older than entry_timeout: within that time a name made elsewhere may be missed, as the kernel's own
-        negative entries would. A name wrongly kept here only costs a lookup."""
-        until, names = self.known[p]
-        if time.monotonic() > until:
-            made = {n for (pp, n) in self.writes.names if pp == p}
-            listed = {n for n, _ in await self.inodes.listing(p)}
-            now = self.known.get(p, (0.0, set()))[1]
-            names = listed | made | now
-            self.known[p] = (time.monotonic() + self.o.entry_timeout, names)
-        return names
+    async def _listed(self, p: int) -> Listed:
+        """Write-back: the names in directory `p` (one this mount made). They answer lookups for entry_timeout after
+        the listing they come from, as the kernel's own entries would (a name made elsewhere in that time may be
+        missed); the listing is renewed in the background once it is half that old while the directory is in use,
+        and here if it is older. A name kept here that is gone only costs a lookup."""
+        k = self.known[p]
+        age = time.monotonic() - k.at
+        if age > self.o.entry_timeout:
+            await self._relist(p)
+        elif age > self.o.entry_timeout / 2 and not k.renewing and self.nursery is not None:
+            k.renewing = True
+            self.nursery.start_soon(self._renew, p)
+        return self.known.get(p) or Listed(time.monotonic(), {})
+
+    async def _renew(self, p: int) -> None:
+        try:
+            await self._relist(p)
+        except Exception as e:  # noqa: BLE001 -- gone, or the gateway away: the next lookup lists it, or fails
+            log.debug("directory %s: listing not renewed: %r", p, e)
+            self.known.pop(p, None)
+
+    async def _relist(self, p: int) -> None:
+        k = self.known[p]
+        before, at = set(k.names), time.monotonic()
+        made = {n for (pp, n) in self.writes.names if pp == p}
+        entries = await self.inodes.listing(p)
+        names: dict[str, dict | None] = {n: a for n, a in entries}
+        for n, a in entries:
+            self.inodes.remember(p, n, a)
+            if stat.S_ISDIR(a["mode"]):
+                self._saw_dir(a, at)
+        for n in made:
+            names.setdefault(n, None)
+        k = self.known.get(p)
+        if k is not None:  # names made here meanwhile
+            names.update({n: k.names[n] for n in set(k.names) - before})
+            self.known[p] = Listed(at, names)
 
     def _changed_dir(self, p: int, add: str | None = None, drop: str | None = None) -> None:
         """Write-back: directory `p` changed through this mount: its attributes are fetched again, its names kept."""
@@ -180,9 +227,9 @@ class EpochOperations(pyfuse3.Operations):
         k = self.known.get(p)
         if k is not None:
             if add is not None:
-                k[1].add(add)
+                k.names[add] = None
             if drop is not None:
-                k[1].discard(drop)
+                k.names.pop(drop, None)
 
     @_posix
     async def getattr(self, inode, ctx=None):
@@ -193,12 +240,13 @@ class EpochOperations(pyfuse3.Operations):
                 return self._entry(w.attr)
         try:
             a = self.dir_attrs.get(ino)
-            if a is None or time.monotonic() - self.dir_seen.get(ino, 0.0) > self.o.attr_timeout:
+            cached = a is not None and time.monotonic() - self.dir_seen.get(ino, 0.0) <= self.o.attr_timeout
+            if not cached:
                 a = await self.inodes.getattr(ino)
             t = self.writes.made_in(ino) if self.writes.made_here and stat.S_ISDIR(a["mode"]) else 0
             if t > a["mt"]:  # files made here since: the directory changed then (the NameNode stamps their create)
-                a = {**a, "mt": t, "ct": max(t, a["ct"])}
-            return self._entry(a)
+                a, cached = {**a, "mt": t, "ct": max(t, a["ct"])}, True
+            return self._entry(a, cached)
         except errors.NotFound:
             # removed elsewhere (an S3 DELETE) while open here: like an unlinked file, its handles keep reading the
             # old content (the NameNode keeps its blocks for NN_FREE_GRACE_S), and the kernel revalidates it
@@ -282,7 +330,7 @@ class EpochOperations(pyfuse3.Operations):
             self._changed_dir(p, add=s)
             if len(self.known) > 100_000:
                 self.known.clear()
-            self.known[a["ino"]] = (time.monotonic() + self.o.entry_timeout, set())
+            self.known[a["ino"]] = Listed(time.monotonic(), {})
         return self._entry(a)
 
     @_posix
@@ -449,7 +497,7 @@ class EpochOperations(pyfuse3.Operations):
             fh = self._open_handle(a)
             self.files[fh].writer = self.writes.make(a["ino"], p, s, a)
             if p in self.known:  # (its attributes stay: getattr adds the time of this create)
-                self.known[p][1].add(s)
+                self.known[p].names[s] = None
             return pyfuse3.FileInfo(fh=fh), self._entry(a)
         a = await self.c.fs_mknod(bucket, parent=p, name=s, mode=stat.S_IFREG | stat.S_IMODE(mode),
                                   uid=ctx.uid, gid=ctx.gid)
@@ -495,7 +543,8 @@ class EpochOperations(pyfuse3.Operations):
         if self.o.read_only:  # nothing to flush, ever: ENOSYS makes the kernel stop sending FLUSH at every close
             raise pyfuse3.FUSEError(errno.ENOSYS)
         h = self.files[fh]
-        if h.writer is not None and h.writer.new is not None:  # write-back: created after close (release)
+        if h.writer is not None and h.writer.new is not None:  # write-back: created after close, in a batch
+            await self.writes.closing(h.writer)
             return
         if h.writer is not None:
             self._changed(await self.writes.upload(h.ino, h.writer))

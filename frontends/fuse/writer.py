@@ -15,6 +15,7 @@ abandons its blocks) and the usual upload takes over.
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import itertools
 import logging
@@ -45,6 +46,7 @@ MAX_BATCH = 256          # write-back: files created in one request
 BATCH_BYTES = 16 << 20   # and their bytes (the gateway takes 32 MiB)
 CREATORS = 2             # batches in flight
 INO_RESERVE = 1024       # inode numbers reserved at once
+QUEUE_BYTES = 256 << 20  # write-back: bytes of closed files waiting for their create, at most
 # what a writer knows of a block of the version it started from
 KEPT, CLEAN, DIRTY, GONE = range(4)  # only on DataNodes; also in the local copy, unchanged; changed; cut off
 
@@ -68,9 +70,13 @@ class Writer:
     fsync after a small write into a large file stores one block, not the file, and opening a file to append to it
     downloads nothing."""
 
-    def __init__(self, tmpdir: Path | None, layout: dict) -> None:
-        self.file = tempfile.TemporaryFile(dir=tmpdir)
+    def __init__(self, tmpdir: Path | None, layout: dict, memory: bool = False) -> None:
+        # a file made in write-back mode starts in memory (a memfd: cheaper to make and drop than a temporary
+        # file), and moves to one once it outgrows STREAM_AFTER (spill)
+        self.file = os.fdopen(os.memfd_create("epochfs-new"), "r+b", buffering=0) if memory \
+            else tempfile.TemporaryFile(dir=tmpdir)
         self.fd = self.file.fileno()
+        self.memory = memory
         self.size = layout["size"]
         os.ftruncate(self.fd, self.size)
         self.dirty = False
@@ -83,9 +89,19 @@ class Writer:
         self.pending: dict = {}        # chmod/chown/atime set while changes are unsaved, sent with their commit
         self.new: tuple[int, str] | None = None  # write-back: (directory, name) of a file not yet on the NameNode
         self.queued = False            # write-back: in the queue of files to create
+        self.bare = False              # write-back: to be created empty (a large file, then streamed as usual)
         self.made: trio.Event | None = None  # write-back: set once the NameNode has it (or its create failed)
         self.error: errors.DomainError | None = None  # write-back: why its create failed
         self._rebase(layout["etag"], layout["blk"], {}, KEPT, layout.get("bs", UPLOAD_PIECE))
+
+    def spill(self, tmpdir: Path | None) -> None:
+        """Move the local copy from memory to a temporary file."""
+        f = tempfile.TemporaryFile(dir=tmpdir)
+        os.ftruncate(f.fileno(), self.size)
+        for pos in range(0, self.size, UPLOAD_PIECE):  # (copy_file_range can't cross file systems on older kernels)
+            os.pwrite(f.fileno(), os.pread(self.fd, min(UPLOAD_PIECE, self.size - pos), pos), pos)
+        self.file.close()
+        self.file, self.fd, self.memory = f, f.fileno(), False
 
     def _rebase(self, etag: str, blk: list, known: dict[int, int], new: int, bs: int) -> None:
         """Start from version `etag` made of `blk` (the layout's [id, size] spans, in order)."""
@@ -206,7 +222,8 @@ class Writes:
         self.streams = 0  # under way
         self.made_here: dict[int, Writer] = {}  # write-back: files not yet on the NameNode, by inode
         self.names: dict[tuple[int, str], int] = {}  # and by (directory, name)
-        self.queue: list[Writer] = []  # closed, to be created
+        self.queue: collections.deque[Writer] = collections.deque()  # closed, to be created
+        self.queued_bytes = 0
         self._more = trio.Event()
         self._creators = 0
         self._inos: Iterator[int] | None = None
@@ -242,7 +259,7 @@ class Writes:
 
     def make(self, ino: int, parent: int, name: str, attr: dict) -> Writer:
         """A file created in this mount only (write-back): its local copy, for its first handle."""
-        w = self.new(ino, attr)
+        w = self.new(ino, attr, memory=True)
         w.new, w.made, w.dirty, w.mtime_ns = (parent, name), trio.Event(), True, attr["mt"]
         self.made_here[ino] = w
         self.names[(parent, name)] = ino
@@ -254,11 +271,19 @@ class Writes:
             return
         w.queued = True
         self.queue.append(w)
+        self.queued_bytes += w.size
         self._more.set()
         if self._creators == 0 and self.nursery is not None:
             for _ in range(CREATORS):
                 self._creators += 1
                 self.nursery.start_soon(self._creator)
+
+    async def closing(self, w: Writer) -> None:
+        """A handle of a file made here is being closed (flush): queue its create. Memory is bounded: while
+        QUEUE_BYTES wait to be sent, the close waits for the file's create."""
+        self.later(w)
+        if self.queued_bytes > QUEUE_BYTES:
+            await self.settle(w)
 
     async def settle(self, w: Writer) -> None:
         """Wait until the file exists on the NameNode (queueing its create now if need be)."""
@@ -288,9 +313,10 @@ class Writes:
                     await self._more.wait()
                 batch, size = [], 0
                 while self.queue and len(batch) < MAX_BATCH and (not batch or size + self.queue[0].size <= BATCH_BYTES):
-                    w = self.queue.pop(0)
+                    w = self.queue.popleft()
                     batch.append(w)
                     size += w.size
+                    self.queued_bytes -= w.size
                 await self._create(batch)
         finally:
             self._creators -= 1
@@ -305,9 +331,10 @@ class Writes:
             for w in batch:
                 a = {**w.attr, **w.pending}
                 parent, name = w.new
+                size = 0 if w.bare else w.size
                 files.append((NewFile(ino=a["ino"], parent=parent, name=name, mode=a["mode"], uid=a["uid"],
-                                      gid=a["gid"], at=a["at"], mt=w.mtime_ns, size=w.size),
-                              os.pread(w.fd, w.size, 0) if w.size else b""))
+                                      gid=a["gid"], at=a["at"], mt=w.mtime_ns, size=size),
+                              os.pread(w.fd, size, 0) if size else b""))
             try:
                 res = await self.c.fs_create_files(self._bucket(batch[0].attr["ino"]), files)
             except errors.DomainError as e:
@@ -323,6 +350,10 @@ class Writes:
                 if isinstance(r, errors.DomainError):
                     log.error("inode %s (%r): not saved: %s", ino, f.name, r)
                     w.error, w.dirty = r, False
+                elif w.bare:  # made empty: the content stays to be written (streamed) as a new file's
+                    w._rebase(r["etag"], [], {}, CLEAN, r.pop("bs"))
+                    r.pop("layout")
+                    w.pending, w.attr = {}, r
                 else:
                     w.committed(r["etag"], r.pop("layout"), r.pop("bs"))
                     w.pending, w.attr = {}, r
@@ -335,10 +366,10 @@ class Writes:
         """The file's local copy, if it has one."""
         return self.writers.get(ino)
 
-    def new(self, ino: int, attr: dict) -> Writer:
+    def new(self, ino: int, attr: dict, memory: bool = False) -> Writer:
         """The local copy of a file just created (`attr`: its attributes), for its first handle: nothing to ask
         about its layout."""
-        w = self.writers[ino] = Writer(self.o.cache_dir, {"etag": attr["etag"], "blk": [], "size": 0})
+        w = self.writers[ino] = Writer(self.o.cache_dir, {"etag": attr["etag"], "blk": [], "size": 0}, memory)
         w.attr = attr
         w.refs += 1
         return w
@@ -402,8 +433,11 @@ class Writes:
 
     async def write(self, ino: int, w: Writer, off: int, buf: bytes) -> None:
         if w.new is not None and max(w.size, off + len(buf)) >= STREAM_AFTER:  # large: streamed, once it exists
+            w.bare = True
             await self.settle(w)
         async with w.lock:
+            if w.memory and off + len(buf) > STREAM_AFTER:
+                w.spill(self.o.cache_dir)
             if w.stream is not None and off < w.stream.sent:
                 await self.unstream(w)
             await self.fill(ino, w, w.partly(off, off + len(buf)))
@@ -516,6 +550,8 @@ class Writes:
         w = await self._writer(ino)
         async with w.lock:
             await self.unstream(w)
+            if w.memory and size > STREAM_AFTER:
+                w.spill(self.o.cache_dir)
             await self.fill(ino, w, w.cut(size))
             os.ftruncate(w.fd, size)
             w.truncate(size)

@@ -8,12 +8,13 @@ import asyncio
 import os
 import signal
 import stat
+import subprocess
 import time
 
 import pytest
 
 from cluster import MAIN
-from mounting import Mount, fs_requests, needs_fuse
+from mounting import FUSERMOUNT, Mount, fs_requests, needs_fuse
 
 from epochfs.common import errors
 from epochfs.common.client import S3Client
@@ -144,6 +145,7 @@ def test_fsync_is_durable_and_a_killed_mount_loses_only_unsaved_files(cluster, s
             pass
     finally:
         m.close()
+        subprocess.call([FUSERMOUNT, "-u", "-z", str(m.path)])  # a killed mount's mount point is left behind
     assert s3.get_object(Bucket=bucket, Key="synced")["Body"].read() == b"durable"
     assert "unsaved" not in _keys(s3, bucket)
 
