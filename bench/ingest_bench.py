@@ -6,7 +6,10 @@ It makes a folder of N files of S bytes (default 10,000 x 110 KiB, in 100 subfol
 
     aws          `aws s3 sync DIR s3://bench/aws/` (the baseline of the ratios)
     cp-single    `epochfs cp --no-batch DIR epochfs://bench/single/` (one PutObject per file: the old path)
-    cp           `epochfs cp DIR epochfs://bench/cp/` (small files in batch PUTs, POST /_epochfs/put)
+    cp-gateway   `epochfs cp --no-direct DIR epochfs://bench/cp-gateway/` (small files in batch PUTs through the
+                 gateway, POST /_epochfs/put)
+    cp           `epochfs cp DIR epochfs://bench/cp/` (direct writes: each batch's blocks straight to their primary
+                 DataNodes with a write token, one allocation and one commit through the gateway)
 
 For each: wall time from start to exit, files/s and MB/s, the ratio to aws, and CPU per file: the client process
 (its rusage, children included) and each server process (utime+stime from /proc, counted until the cluster is quiet
@@ -38,6 +41,8 @@ TOOLS = {
     "aws": lambda src, b, p, j: ["aws", "s3", "sync", "--only-show-errors", str(src), f"s3://{b}/{p}/"],
     "cp-single": lambda src, b, p, j: [sys.executable, "-m", "epochfs.frontends.cli.main", "cp", "-q", "--no-batch",
                                        "-j", str(j), str(src), f"epochfs://{b}/{p}"],
+    "cp-gateway": lambda src, b, p, j: [sys.executable, "-m", "epochfs.frontends.cli.main", "cp", "-q", "--no-direct",
+                                        "-j", str(j), str(src), f"epochfs://{b}/{p}"],
     "cp": lambda src, b, p, j: [sys.executable, "-m", "epochfs.frontends.cli.main", "cp", "-q", "-j", str(j),
                                 str(src), f"epochfs://{b}/{p}"],
 }
@@ -99,7 +104,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--size", type=int, default=110 << 10)
     ap.add_argument("--jobs", type=int, default=16, help="epochfs cp -j")
-    ap.add_argument("--only", default="aws,cp-single,cp", help="tools to run, in this order")
+    ap.add_argument("--only", default="aws,cp-single,cp-gateway,cp", help="tools to run, in this order")
     a = ap.parse_args()
     tools = a.only.split(",")
     tmp = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
@@ -130,12 +135,12 @@ def main() -> None:
         base = res.get("aws") or next(iter(res.values()))
         print(f"\n{a.files:,} files of {a.size:,} B ({mb:,.0f} MB); {os.cpu_count()} cores; epochfs cp -j {a.jobs}\n")
         names = list(servers)
-        print(f"{'tool':<11}{'s':>7}{'files/s':>9}{'MB/s':>7}{'x aws':>7}{'client':>8}{'cluster':>8}"
+        print(f"{'tool':<12}{'s':>7}{'files/s':>9}{'MB/s':>7}{'x aws':>7}{'client':>8}{'cluster':>8}"
               + "".join(f"{n[:9]:>10}" for n in names) + "   (CPU ms per file)")
         for t, r in res.items():
             fps = a.files / r["wall"]
             cl = sum(r["servers"].values())
-            print(f"{t:<11}{r['wall']:>7.1f}{fps:>9,.0f}{mb / r['wall']:>7.1f}{base['wall'] / r['wall']:>7.2f}"
+            print(f"{t:<12}{r['wall']:>7.1f}{fps:>9,.0f}{mb / r['wall']:>7.1f}{base['wall'] / r['wall']:>7.2f}"
                   f"{r['client'] / a.files * 1e3:>8.2f}{cl / a.files * 1e3:>8.2f}"
                   + "".join(f"{r['servers'][n] / a.files * 1e3:>10.2f}" for n in names))
         print("\nof which the DataNodes' RocksDB background threads (flushes, compactions), CPU ms per file: "

@@ -11,6 +11,8 @@ import asyncio
 import base64
 import datetime as dt
 import hashlib
+import itertools
+import logging
 import os
 import time
 import xml.etree.ElementTree as ET
@@ -28,15 +30,20 @@ from . import defaults, errors, sigv4
 from . import messages as m
 from .blocks import crc32c, pick_replica, piece_starts, pieces_within
 from .clients import DataNodeClient
+from .directwrite import DirectUnavailable, DirectWriter
 from .config import parse_addr
 from .rpc import RpcClient, TrioRpcClient
 
 MIN_PART = defaults.MIN_PART_SIZE
+log = logging.getLogger("epochfs.client")
 # what one batch PUT (gateway/s3/ingest.py) may hold
 INGEST_MAX_ITEMS = 1000
 INGEST_MAX_BYTES = 32 << 20
 # after the DataNodes could not be reached directly, batch reads go through the gateway for this long
 DIRECT_RETRY_S = 30.0
+# a single put of at least this many bytes goes straight to the DataNodes (below it, one PUT through the gateway is
+# one round trip against three: allocate, store, commit); batches (put_many) and streams (put_parts) always try
+DIRECT_MIN_PUT = 1 << 20
 
 S3_CODES: dict[str, type[errors.DomainError]] = {
     "NoSuchBucket": errors.NoSuchBucket, "NoSuchKey": errors.NoSuchKey, "NoSuchUpload": errors.NoSuchUpload,
@@ -108,7 +115,8 @@ def _batch_body(items: list[tuple[str, str, int | None, int | None]]) -> bytes:
 class S3Client:
     def __init__(self, endpoint: str | None = None, access_key: str | None = None, secret_key: str | None = None,
                  *, region: str | None = None, max_connections: int = 32, timeout: float = 60.0,
-                 multipart_threshold: int = 16 << 20, part_size: int = 8 << 20, direct_reads: bool = True) -> None:
+                 multipart_threshold: int = 16 << 20, part_size: int = 8 << 20, direct_reads: bool = True,
+                 direct_writes: bool = True) -> None:
         self.endpoint = (endpoint or os.environ.get("AWS_ENDPOINT_URL") or "http://127.0.0.1:9000").rstrip("/")
         self.access_key = access_key or os.environ.get("AWS_ACCESS_KEY_ID", "")
         self.secret_key = secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY", "")
@@ -122,6 +130,11 @@ class S3Client:
         self._direct_after = 0.0 if direct_reads else float("inf")  # monotonic time from which to try direct reads
         self._datanodes: dict[str, DataNodeClient] = {}
         self._dn_down: dict[str, float] = {}  # DataNodes that could not be reached -> monotonic time to try again
+        # writes: straight to the DataNodes with a write token (common/directwrite.py) from this monotonic time on
+        self._direct_write_after = 0.0 if direct_writes else float("inf")
+        self.direct = DirectWriter(self)
+        self.direct_writes = 0  # objects written directly / through the gateway, for tests and benchmarks
+        self.gateway_writes = 0
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -265,8 +278,30 @@ class S3Client:
             await resp.aclose()
         return n
 
+    # ---------------------------------------------------------------- direct writes (common/directwrite.py)
+    def _direct_ok(self) -> bool:
+        return time.monotonic() >= self._direct_write_after
+
+    def _direct_failed(self, e: Exception) -> None:
+        """A direct write could not be done (nothing of it is visible): the gateway's path for DIRECT_RETRY_S."""
+        if getattr(e, "lasting", True):
+            log.info("direct writes unavailable (%s): through the gateway for %.0f s", e, DIRECT_RETRY_S)
+            self._direct_write_after = time.monotonic() + DIRECT_RETRY_S
+
     async def put(self, bucket: str, key: str, data: bytes, *, if_none_match: str | None = None) -> str:
-        """Store data; multipart above the threshold. Returns the ETag."""
+        """Store data (straight to the DataNodes from DIRECT_MIN_PUT bytes when they can be reached, else through
+        the gateway; multipart above the threshold). Returns the ETag."""
+        if DIRECT_MIN_PUT <= len(data) <= self.multipart_threshold and self._direct_ok():
+            try:
+                r, = await self.direct.put_objects(bucket, [(key, data)], if_none_match=if_none_match)
+            except DirectUnavailable as e:
+                self._direct_failed(e)
+            else:
+                if isinstance(r, errors.DomainError):
+                    raise r
+                self.direct_writes += 1
+                return r
+        self.gateway_writes += 1
         if len(data) <= self.multipart_threshold:
             headers = {"if-none-match": if_none_match} if if_none_match else {}
             r = await self._send("PUT", bucket, key, headers=headers, content=bytes(data))
@@ -275,15 +310,22 @@ class S3Client:
         parts = (view[i:i + self.part_size] for i in range(0, len(data), self.part_size))
         return await self.put_parts(bucket, key, parts, if_none_match=if_none_match)
 
+    def writer(self, bucket: str, key: str, *, if_none_match: str | None = None) -> "ObjectWriter":
+        """A stream written into one object (see ObjectWriter): straight to the DataNodes when they can be reached,
+        else a multipart upload through the gateway; visible at `finish`, whole."""
+        return ObjectWriter(self, bucket, key, if_none_match=if_none_match)
+
     async def put_parts(self, bucket: str, key: str, parts: Iterable[bytes], *,
                         if_none_match: str | None = None) -> str:
-        """Multipart upload of the given parts (each but the last >= 5 MiB); aborted on failure."""
-        upload_id = await self.create_multipart(bucket, key)
+        """Store an object from its parts (any sizes) with an ObjectWriter: its ETag; nothing is visible unless all
+        of it was stored."""
+        w = self.writer(bucket, key, if_none_match=if_none_match)
         try:
-            etags = [await self.upload_part(bucket, key, upload_id, n, p) for n, p in enumerate(parts, 1)]
-            return await self.complete_multipart(bucket, key, upload_id, etags, if_none_match=if_none_match)
+            for p in parts:
+                await w.write(p)
+            return await w.finish()
         except BaseException:
-            await self.abort_multipart(bucket, key, upload_id)
+            await w.abort()
             raise
 
     async def create_multipart(self, bucket: str, key: str) -> str:
@@ -491,6 +533,15 @@ class S3Client:
         """Store many small objects (key, bytes) in one request (at most INGEST_MAX_ITEMS items, INGEST_MAX_BYTES
         bytes); each result is the object's ETag or its own error. Every item carries its CRC32C, which the gateway
         verifies and stores as its x-amz-checksum-crc32c (the body itself is sent unsigned, as every body here)."""
+        if self._direct_ok():
+            try:
+                out = await self.direct.put_objects(bucket, items, if_none_match=if_none_match,
+                                                    content_types=content_types)
+                self.direct_writes += len(items)
+                return out
+            except DirectUnavailable as e:
+                self._direct_failed(e)
+        self.gateway_writes += len(items)
         index = []
         for j, (key, data) in enumerate(items):
             it = {"key": key, "size": len(data),
@@ -706,6 +757,99 @@ class PutBatcher:
             if not fut.done():
                 fut.set_exception(r) if isinstance(r, errors.DomainError) else fut.set_result(r)
 
+
+
+class ObjectWriter:
+    """One object written as a stream (fsspec's open('wb'), a large file of `epochfs cp`, put_parts): `write` any
+    sizes, `finish` makes the object visible, whole, and returns its ETag; `abort` leaves nothing.
+
+    Straight to the DataNodes when they can be reached (common/directwrite.py DirectUpload: blocks stored as they
+    fill, a few at once); if the first blocks can't be stored that way (unreachable nodes, a bucket only the gateway
+    writes), what was written so far and the rest go through the gateway instead, as a multipart upload of
+    part_size parts (or one PUT if it all fits below the client's multipart threshold). Memory: a few blocks, or
+    one part, plus what a write brings (and, until the first direct blocks are stored, what was written)."""
+
+    def __init__(self, client: S3Client, bucket: str, key: str, *, if_none_match: str | None = None) -> None:
+        self.c, self.bucket, self.key, self.if_none_match = client, bucket, key, if_none_match
+        self._up = client.direct.upload(bucket, key, if_none_match=if_none_match) if client._direct_ok() else None
+        self._held: list | None = [] if self._up is not None else None  # written before a direct block was stored
+        self._buf: list = []  # the gateway's path: bytes of the next part
+        self._have = 0
+        self.upload_id: str | None = None
+        self.etags: list[str] = []
+
+    @property
+    def direct(self) -> bool:
+        return self._up is not None
+
+    async def write(self, data) -> None:
+        if self._up is not None:
+            if self._held is not None:
+                self._held.append(data if isinstance(data, bytes) else bytes(data))
+            try:
+                await self._up.write(data)
+            except DirectUnavailable as e:
+                await self._to_gateway(e)
+                return
+            if self._up.receipts:
+                self._held = None
+            return
+        await self._gateway_write(data)
+
+    async def _to_gateway(self, e: DirectUnavailable) -> None:
+        """The direct write failed before storing anything: everything written so far goes through the gateway."""
+        up, held, self._up, self._held = self._up, self._held, None, None
+        await up.abort()
+        if held is None:  # blocks were stored directly already: the write fails, nothing is visible
+            raise e
+        self.c._direct_failed(e)
+        for d in held:
+            await self._gateway_write(d)
+
+    async def _gateway_write(self, data) -> None:
+        self._buf.append(data if isinstance(data, bytes) else bytes(data))
+        self._have += len(data)
+        if self._have >= max(self.c.part_size, self.c.multipart_threshold if self.upload_id is None else 0):
+            await self._send_part()
+
+    async def _send_part(self, final: bool = False) -> None:
+        """Upload the buffered bytes as part_size parts; a shorter rest stays buffered unless `final`."""
+        data, ps = b"".join(self._buf), self.c.part_size
+        end = len(data) if final else len(data) - len(data) % ps
+        self._buf = [data[end:]] if end < len(data) else []
+        self._have = len(data) - end
+        if self.upload_id is None:
+            self.upload_id = await self.c.create_multipart(self.bucket, self.key)
+        for o in range(0, max(end, 1 if final and not self.etags else 0), ps):
+            self.etags.append(await self.c.upload_part(self.bucket, self.key, self.upload_id, len(self.etags) + 1,
+                                                       data[o:min(o + ps, end)]))
+
+    async def finish(self) -> str:
+        if self._up is not None:
+            try:
+                etag = await self._up.finish()
+                self.c.direct_writes += 1
+                return etag
+            except DirectUnavailable as e:
+                await self._to_gateway(e)
+        self.c.gateway_writes += 1
+        if self.upload_id is None:  # it all fits below the multipart threshold: one PUT
+            data = b"".join(self._buf)
+            self._buf, self._have = [], 0
+            headers = {"if-none-match": self.if_none_match} if self.if_none_match else {}
+            r = await self.c._send("PUT", self.bucket, self.key, headers=headers, content=data)
+            return r.headers.get("etag", "").strip('"')
+        if self._buf or not self.etags:
+            await self._send_part(final=True)
+        return await self.c.complete_multipart(self.bucket, self.key, self.upload_id, self.etags,
+                                               if_none_match=self.if_none_match)
+
+    async def abort(self) -> None:
+        if self._up is not None:
+            await self._up.abort()
+        if self.upload_id is not None:
+            await self.c.abort_multipart(self.bucket, self.key, self.upload_id)
+        self._buf, self._held, self.upload_id = [], None, None
 
 
 # the gateway's read plans, one decoder per reply type (msgspec decoders are plain functions: asyncio and trio alike)

@@ -68,6 +68,12 @@ class DataNodeClient:
         """get_many on a connection without the cluster secret, with a gateway's read token."""
         return await self.rpc.request(m.ReadTokened(reads=reads, grant=grant))
 
+    async def write_tokened(self, grant: m.WriteGrant, heads: list[m.ReplicaHead], data) -> m.Receipts:
+        """Store blocks as their primary on a connection without the cluster secret, with a gateway's write token
+        (their bytes back to back in `data`, a list sent without joining): per block its receipt or error."""
+        reply, _ = await self.rpc.request(m.WriteTokened(grant=grant, blocks=heads), data)
+        return reply
+
     async def delete(self, blocks: list[int]) -> None:
         await self.rpc.request(m.Delete(blocks=blocks))
 
@@ -154,9 +160,10 @@ class _BucketObjectCalls:
         return await self._call(m.PutObject(bucket=bucket, key=key, obj=obj, blocks=tuple(blocks),
                                             if_match=if_match, if_none_match=if_none_match))
 
-    async def put_objects(self, bucket: str, items: list[m.PutItem]) -> m.CommittedMany:
-        """Commit many objects of one bucket in one command; each item's Committed or its own error."""
-        return await self._call(m.PutObjects(bucket=bucket, items=items))
+    async def put_objects(self, bucket: str, items: list[m.PutItem], *, fresh: bool = False) -> m.CommittedMany:
+        """Commit many objects of one bucket in one command; each item's Committed or its own error. `fresh`: only
+        blocks allocated and not committed yet (a direct write's)."""
+        return await self._call(m.PutObjects(bucket=bucket, items=items, fresh=fresh))
 
     async def stat(self, bucket: str, key: str, version_id: str | None = None,
                    range: tuple[int, int | None] | None = None) -> m.Located:

@@ -614,9 +614,12 @@ class CommittedMany(Msg):
 class PutObjects(Request, tag="put_objects"):
     """Commit many new objects of one bucket in one NameNode command: each is committed as PutObject would (whole or
     not at all, its own ETag, version and conditions), in one write batch; an item that fails a check (quota,
-    condition, write policy) is that item's error and the others still commit."""
+    condition, write policy) is that item's error and the others still commit. `fresh`: every block must be one
+    allocated and not yet committed (a direct write's, whose block list a client sent): an item naming another is
+    refused (InvalidInput), so a block is never committed twice nor taken from another object."""
     bucket: str
     items: list[PutItem]
+    fresh: bool = False
     Reply = CommittedMany
 
 
@@ -1602,3 +1605,84 @@ class HaState(Msg):
 
 class HaStatus(Request, tag="ha_status"):
     Reply = HaState
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Direct writes (common/writetoken.py, common/directwrite.py): a native client stores blocks on the DataNodes itself,
+# the gateway only authorizes, allocates (POST /_epochfs/allocate/<bucket>) and commits (POST /_epochfs/commit/<bucket>).
+# ---------------------------------------------------------------------------------------------------------------------
+
+class WriteGrant(Msg):
+    """A gateway's write token: it lets the client `who` (an access key) store the allocated `blocks` of bucket
+    `bucket` (each at most `size` bytes, on exactly its placed nodes, whose RPC addresses are `addrs`) until `exp`
+    (unix seconds), each replicated to the block's other nodes and acknowledged once `acks` copies are on disk.
+    `tok` is the MAC of all of it under a key derived from the cluster secret: a DataNode refuses a block the token
+    does not name, a size over `size`, an expired token, and a node list or address the client changed."""
+    bucket: str
+    who: str
+    blocks: list[Placed]
+    addrs: dict[str, str]
+    size: int
+    exp: int
+    acks: int = 1
+    tok: str = ""
+
+
+class BlockReceipt(Msg, array_like=True):
+    """What a DataNode stored of a direct write: [id, size, crc, md5 (hex), nodes (the primary first), acks, mac].
+    `mac` (under a key derived from the cluster secret) lets the gateway's commit trust size, CRC32C and MD5 without
+    seeing the bytes."""
+    id: int
+    size: int
+    crc: int
+    md5: str
+    nodes: tuple[int, ...]
+    acks: int
+    mac: str
+
+
+class Receipts(Msg):
+    """The reply of write_tokened: per block (request order) its receipt, or None and its error class in `errs`."""
+    done: list[BlockReceipt | None]
+    errs: dict[int, str] = {}
+
+
+class WriteTokened(Request, tag="write_tokened"):
+    """Store blocks (their bytes back to back in the payload, `blocks` [id, crc, size] each) as their primary, for a
+    native client without the cluster secret: `grant` must name every block, on this node, and allow its size (the
+    size is checked before the payload is read). Each is stored and replicated as put/put_many do; a block that is
+    stored here already (a token allows one write of a block) or fails its CRC is that block's error."""
+    grant: WriteGrant
+    blocks: list[ReplicaHead]
+    Reply = Receipts
+
+
+class WriteAsk(Msg):
+    """POST /_epochfs/allocate/<bucket>: blocks for objects `keys` (each checked as a PutObject of it): enough for
+    objects of `sizes` bytes (in the bucket's block size) plus `more` blocks (a stream of unknown length asks in
+    rounds). Answered with a WriteGrant."""
+    keys: list[str]
+    sizes: list[Nat] = []
+    more: Nat = 0
+
+
+class DirectItem(Msg):
+    """One object of a direct commit: its key, its blocks' receipts in order, and what a PutObject's headers would
+    give it (Content-Type, x-amz-meta-*, x-amz-checksum-crc32c (base64; checked against the blocks' CRCs),
+    If-None-Match "*", If-Match)."""
+    key: str
+    blocks: list[BlockReceipt] = []
+    ctype: str | None = None
+    meta: dict[str, str] = {}
+    checksum: dict[str, str] = {}
+    if_none_match: str | None = None
+    if_match: str | None = None
+
+
+class DirectCommit(Msg):
+    """POST /_epochfs/commit/<bucket>: make objects of directly written blocks. `grants` are the write tokens the
+    blocks were allocated with (this caller's, this bucket's). Answered with PutResults, one per item."""
+    grants: list[WriteGrant]
+    items: list[DirectItem]
+
+# (end of direct writes)

@@ -13,12 +13,15 @@ the arguments), decoded straight into its type by the server; a reply is the req
 type has a field named "err", so a reply that starts with it is an error). Services are called through the typed
 clients in common/clients.py. The first frame on a connection is {"op": "hello", "secret": ...}:
 a connection that does not present the cluster secret is closed, except that a hello with no secret at all may use
-the server's open ops (a DataNode's tokened reads for native clients, common/readtoken.py) and nothing else.
+the server's open ops (a DataNode's tokened reads and writes for native clients, common/readtoken.py and
+common/writetoken.py) and nothing else.
 
 Bounds, checked on each frame's 8-byte header before a byte of its body is buffered: until its hello a connection
 may send HELLO_MAX_JSON bytes of JSON and no payload, and must say hello within HELLO_TIMEOUT_S; a connection without
-the secret (open ops only) LIMITED_MAX_JSON and no payload; one with the secret MAX_JSON and the server's
-`max_payload` (the largest block plus margin). A frame over its bound closes the connection at once, so one
+the secret (open ops only) LIMITED_MAX_JSON and no payload, unless the server's `open_payload` check, run on the
+frame's decoded head before its payload is read, allows it (a DataNode's tokened write: the write token must allow
+each block's size) -- a refused payload is read past in 64 KiB pieces and never kept; one with the secret MAX_JSON and
+the server's `max_payload` (the largest block plus margin). A frame over its bound closes the connection at once, so one
 unauthenticated peer can make a server buffer a few KiB, not the 1 GiB its header may announce.
 """
 from __future__ import annotations
@@ -101,7 +104,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._hdr = bytearray(8)
         self._buf = self._hdr
         self._pos = 0
-        self._stage = 0  # 0: header, 1: JSON, 2: payload
+        self._stage = 0  # 0: header, 1: JSON, 2: payload, 3: a refused payload, read past
         self._payload_len = 0
         self._json = b""
         self._drained: asyncio.Future | None = None
@@ -147,7 +150,21 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 self._payload_len, self._stage, self._buf, self._pos = pl, 1, _payload_buffer(jl), 0
             elif self._stage == 1:
                 self._json = self._buf
+                refusal = self.check_head(self._json, self._payload_len) if self._payload_len else None
+                if refusal is not None:  # the payload is read into a small scratch buffer and dropped
+                    self._refusal, self._left = refusal, self._payload_len
+                    self._stage, self._buf, self._pos = 3, bytearray(min(self._left, 65536)), 0
+                    continue
                 self._stage, self._buf, self._pos = 2, _payload_buffer(self._payload_len), 0
+            elif self._stage == 3:
+                self._left -= len(self._buf)
+                if self._left:
+                    self._buf, self._pos = (self._buf if self._left >= len(self._buf) else
+                                            bytearray(self._left)), 0
+                    continue
+                self._stage, self._buf, self._pos = 0, self._hdr, 0
+                self.write_frame(self._refusal)
+                return
             else:
                 head, payload = self._json, self._buf
                 self._stage, self._buf, self._pos = 0, self._hdr, 0
@@ -157,6 +174,11 @@ class _FrameProtocol(asyncio.BufferedProtocol):
     def frame_received(self, head: bytearray, payload: bytearray) -> None:
         """A whole frame arrived: its JSON head (undecoded) and its payload."""
         raise NotImplementedError
+
+    def check_head(self, head: bytearray, payload_len: int) -> bytes | None:
+        """Called with a frame's JSON head before its payload (of `payload_len` > 0 bytes) is read: None to read
+        it, or the reply to answer instead, once the payload has been read past without keeping it."""
+        return None
 
     def frame_too_large(self, json_len: int, payload_len: int) -> None:
         self.transport.abort()
@@ -202,9 +224,23 @@ class _ServerConn(_FrameProtocol):
         self.authed, self.limited = True, limited
         self._hello_timer.cancel()
         self._hello_timer = None
-        self.max_json, self.max_payload = (LIMITED_MAX_JSON, 0) if limited else \
-            (MAX_JSON, self.server.max_payload)
+        self.max_json, self.max_payload = (LIMITED_MAX_JSON, self.server.max_payload if self.server.open_payload
+                                           else 0) if limited else (MAX_JSON, self.server.max_payload)
         self.write_frame(b"{}")
+
+    def check_head(self, head: bytearray, payload_len: int) -> bytes | None:
+        """A connection without the secret sends a payload only with an open op whose check (the server's
+        `open_payload`, a DataNode's write token) allows it: anything else is refused before a byte of it is kept."""
+        if not self.limited:
+            return None
+        try:
+            op, req, _ = self.server.decode(head)
+            if op not in self.server.open_ops:
+                raise errors.Unauthorized(f"rpc op {op!r} needs the cluster secret")
+            self.server.open_payload(req, payload_len)
+        except errors.DomainError as e:
+            return orjson.dumps({"err": type(e).__name__, "msg": e.message, "details": e.details})
+        return None
 
     def frame_received(self, head: bytearray, payload: bytearray) -> None:
         if self.authed:
@@ -269,8 +305,12 @@ class RpcServer:
 
     def __init__(self, handlers: dict[type[Request], Handler], secret: str, *,
                  open_ops: frozenset[str] = frozenset(), max_payload: int = DEFAULT_MAX_PAYLOAD,
-                 before_reply: Callable[[Any], Awaitable[None]] | None = None) -> None:
+                 before_reply: Callable[[Any], Awaitable[None]] | None = None,
+                 open_payload: Callable[[Any, int], None] | None = None) -> None:
         self.handlers = handlers
+        # open_payload(request, payload_len): raises a DomainError unless a connection without the secret may send
+        # this open op's payload (called before the payload is read); without it such connections send none
+        self.open_payload = open_payload
         self.before_reply = before_reply
         types = tuple(handlers)
         self._decoder = msgspec.json.Decoder(Union[types] if len(types) > 1 else types[0])

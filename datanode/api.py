@@ -1,10 +1,11 @@
-"""The DataNode's RPC handlers: block put/get for the gateway, put_replica for peers, read_tokened for native
-clients holding a gateway's read token."""
+"""The DataNode's RPC handlers: block put/get for the gateway, put_replica for peers, read_tokened and
+write_tokened for native clients holding a gateway's read or write token."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 
-from epochfs.common import errors, readtoken
+from epochfs.common import errors, readtoken, writetoken
 from epochfs.common import messages as m
 
 from .blockstore import BlockStore
@@ -12,11 +13,15 @@ from .replicator import FAST_PATH_GRACE_S
 
 
 # ops a native client may call on a connection without the cluster secret (each checks its own token)
-OPEN_OPS = frozenset({m.op_name(m.ReadTokened)})
+OPEN_OPS = frozenset({m.op_name(m.ReadTokened), m.op_name(m.WriteTokened)})
+THREAD_MD5_BYTES = 256 << 10  # MD5 a block at least this large in a worker thread (hashlib lets go of the GIL)
 DONE = m.Done()
 
 
-def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secret: str = "") -> dict:
+def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secret: str = "",
+                  node_id=lambda: None) -> dict:
+    """The handlers by request type. `node_id()`: this node's id once registered (a tokened write checks that the
+    token places the block here)."""
     def check_room(block_id: int, size: int) -> None:
         """A node with a capacity limit (DN_CAPACITY_BYTES) refuses a new block that would take it over; the
         gateway then writes elsewhere, a primary's push is retried later (the NameNode places on nodes with room)."""
@@ -164,6 +169,49 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
                 store.bad.add(bid)
         return head, out
 
+    async def write_tokened(req: m.WriteTokened, payload) -> m.Receipts:
+        """Blocks of a native client's direct write (common/writetoken.py), stored as their primary and replicated to
+        the other nodes the token places them on, exactly as put (one block) or put_many (several) does; answered
+        once the write policy's copies are on disk, with a receipt per block (size, CRC32C, MD5, nodes) for the
+        gateway's commit. A token allows one write of a block: one stored here already, or deleted since (abandoned,
+        collected), is refused."""
+        me = node_id()
+        placed = writetoken.check_heads(secret, req.grant, req.blocks, me, len(payload))
+        g, mv, off = req.grant, memoryview(payload), 0
+        errs: dict[int, str] = {}
+        todo = []
+        for i, h in enumerate(req.blocks):
+            data, off = mv[off:off + h.size], off + h.size
+            if store.has(h.id) or store.recently_deleted(h.id):
+                errs[i] = "Conflict"
+                continue
+            todo.append((i, h, data, [n for n in placed[h.id] if n != me]))
+
+        def md5s() -> list[str]:
+            return [hashlib.md5(d).hexdigest() for _, _, d, _ in todo]
+        sums = (await asyncio.to_thread(md5s) if sum(h.size for _, h, _, _ in todo) >= THREAD_MD5_BYTES
+                else md5s())
+        addr = g.addrs
+        if len(todo) == 1:
+            i, h, data, sec = todo[0]
+            try:
+                await put(m.Put(block_id=h.id, crc=h.crc, secondaries=[m.Secondary(n, addr[str(n)]) for n in sec],
+                                acks=g.acks), data)
+            except errors.DomainError as e:
+                errs[i] = type(e).__name__
+        elif todo:
+            res = await put_many(m.PutMany(blocks=[m.NewBlock(h.id, h.crc, h.size, tuple(sec)) for _, h, _, sec in todo],
+                                           addrs={str(n): addr[str(n)] for *_, sec in todo for n in sec},
+                                           acks=g.acks),
+                                 payload if len(todo) == len(req.blocks) else b"".join(d for _, _, d, _ in todo))
+            errs.update({todo[j][0]: e for j, e in res.errs.items()})
+        done: list[m.BlockReceipt | None] = [None] * len(req.blocks)
+        for (i, h, _, sec), md5 in zip(todo, sums):
+            if i not in errs:
+                done[i] = writetoken.receipt(secret, id=h.id, size=h.size, crc=h.crc, md5=md5,
+                                             nodes=(me, *sec), acks=g.acks)
+        return m.Receipts(done=done, errs=errs)
+
     async def delete(req: m.Delete, _) -> m.Done:
         store.delete(req.blocks)
         return DONE
@@ -179,5 +227,15 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         return m.ReplicationPass(ok=s.ok, failed=s.failed)
 
     return {m.Put: put, m.PutMany: put_many, m.PutReplica: put_replica, m.PutReplicas: put_replicas, m.Get: get, m.GetMany: get_many,
-            m.ReadTokened: read_tokened, m.Delete: delete, m.Has: has, m.Blocks: blocks,
+            m.ReadTokened: read_tokened, m.WriteTokened: write_tokened, m.Delete: delete, m.Has: has, m.Blocks: blocks,
             m.ReplicateOnce: replicate_once}
+
+
+def open_payload_check(secret: str, node_id):
+    """The RpcServer's `open_payload`: the check of a tokened write on its frame's head, before its payload is read
+    (common/rpc.py): a token of ours, live, naming each block on this node at a size it allows."""
+    def open_payload(req, payload_len: int) -> None:
+        if not isinstance(req, m.WriteTokened):
+            raise errors.Unauthorized("only a tokened write carries a payload without the cluster secret")
+        writetoken.check_heads(secret, req.grant, req.blocks, node_id(), payload_len)
+    return open_payload

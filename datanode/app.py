@@ -15,7 +15,7 @@ from epochfs.common.peers import Peers
 from epochfs.common.rpc import RpcServer
 
 from . import metrics
-from .api import OPEN_OPS, make_handlers
+from .api import OPEN_OPS, make_handlers, open_payload_check
 from .blockstore import BlockStore, Purger
 from .config import DataNodeSettings
 from .heartbeat import Heartbeat
@@ -69,8 +69,10 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
                        report_interval_s=settings.block_report_interval_s, scrubber=scrubber, replicator=replicator)
         app.state.store, app.state.heartbeat, app.state.scrubber = store, hb, scrubber
         metrics.register(store, hb)
-        rpc = RpcServer(make_handlers(store, replicator, spawn, settings.capacity_bytes, settings.cluster_secret),
-                        settings.cluster_secret, open_ops=OPEN_OPS, max_payload=settings.rpc_max_payload)
+        rpc = RpcServer(make_handlers(store, replicator, spawn, settings.capacity_bytes, settings.cluster_secret,
+                                      node_id=lambda: hb.node_id),
+                        settings.cluster_secret, open_ops=OPEN_OPS, max_payload=settings.rpc_max_payload,
+                        open_payload=open_payload_check(settings.cluster_secret, lambda: hb.node_id))
         await rpc.start(settings.host, settings.rpc_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(hb.run_forever)

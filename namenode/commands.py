@@ -92,10 +92,12 @@ class PutItem(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 class PutObjects(Command, frozen=True):
     """Commit many objects of one bucket in one write batch, each as PutObject would: an item that fails a check
-    (quota, condition) writes nothing and is that item's error; the others commit."""
+    (quota, condition) writes nothing and is that item's error; the others commit. `fresh`: each item's blocks must
+    be pending (allocated, never committed) when it is applied, else it is refused (a direct write's commit)."""
     bucket: str
     items: list[PutItem]
     t: int
+    fresh: bool = False
 
 
 class UpdateObject(Command, frozen=True):

@@ -144,66 +144,82 @@ async def _download(c: S3Client, bucket: str, key: str, root: Path, e: Entry, ad
     advance(e.size)
 
 
-async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool, batch: bool = True) -> tuple[int, int]:
-    """Copy src to dst (one side local, one remote); returns (files copied, files skipped as unchanged)."""
+async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool, batch: bool = True,
+                   direct: bool = True, stats: dict | None = None) -> tuple[int, int]:
+    """Copy src to dst (one side local, one remote); returns (files copied, files skipped as unchanged). Uploads go
+    straight to the DataNodes when they can be reached (`direct`; common/directwrite.py), else through the gateway;
+    `stats` gets the count of each ("direct", "gateway")."""
     rs, rd = _remote(src), _remote(dst)
     if (rs is None) == (rd is None):
         raise TransferError("one of SRC and DST must be local and the other epochfs://bucket/... or s3://bucket/...")
-    async with S3Client(max_connections=jobs) as c:
-        if rs is None:
-            root = Path(src)
-            if not root.exists():
-                raise TransferError(f"{src}: no such file or directory")
-            todo, other = _local_tree(root), (await _remote_tree(c, *rd) if sync else {})
-        else:
-            root = Path(dst)
-            todo = await _remote_tree(c, *rs)
-            if not todo:
-                raise TransferError(f"{src}: no such object or prefix")
-            other = _local_tree(root) if sync and root.exists() else {}
-        work = [e for e in todo.values() if not sync or _changed(e, other.get(e.rel))]
-        skipped = len(todo) - len(work)
-        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                      TimeRemainingColumn(), disable=quiet or not sys.stderr.isatty(), transient=False) as bar:
-            task = bar.add_task(f"{'sync' if sync else 'cp'} {len(work)} files", total=sum(e.size for e in work))
-            sem = asyncio.Semaphore(jobs)
-            small = [e for e in work if e.size <= SMALL_FILE] if rs is None and batch else []
-            single = [e for e in work if e.size > SMALL_FILE] if small else work
-            batch_sem = asyncio.Semaphore(max(1, jobs // JOBS_PER_BATCH))
+    async with S3Client(max_connections=jobs, direct_writes=direct) as c:
+        try:
+            return await _transfer(c, src, dst, rs, rd, sync=sync, jobs=jobs, quiet=quiet, batch=batch)
+        finally:
+            if stats is not None:
+                stats.update(direct=c.direct_writes, gateway=c.gateway_writes)
 
-            async def one(e: Entry) -> None:
-                async with sem:
-                    if rs is None:
-                        await _upload(c, root, *rd, e, lambda n: bar.advance(task, n))
-                    else:
-                        await _download(c, *rs, root, e, lambda n: bar.advance(task, n))
 
-            async def many(b: list[Entry]) -> list[BaseException | None]:
-                async with batch_sem:
-                    try:
-                        return await _upload_batch(c, root, *rd, b, lambda n: bar.advance(task, n))
-                    except (errors.DomainError, OSError) as e:
-                        return [e] * len(b)
-            groups = _batches(small)
-            got = await asyncio.gather(*(many(b) for b in groups), *(one(e) for e in single),
-                                       return_exceptions=True)
-            results = [r for rs_ in got[:len(groups)] for r in rs_] + list(got[len(groups):])
-            work = [e for b in groups for e in b] + single
-        failed = [(e, r) for e, r in zip(work, results) if isinstance(r, BaseException)]
-        if failed:
-            e, r = failed[0]
-            raise TransferError(f"{len(failed)} of {len(work)} files failed; first: {e.rel or src}: {r}")
-        return len(work), skipped
+async def _transfer(c: S3Client, src: str, dst: str, rs, rd, *, sync: bool, jobs: int, quiet: bool,
+                    batch: bool) -> tuple[int, int]:
+    if rs is None:
+        root = Path(src)
+        if not root.exists():
+            raise TransferError(f"{src}: no such file or directory")
+        todo, other = _local_tree(root), (await _remote_tree(c, *rd) if sync else {})
+    else:
+        root = Path(dst)
+        todo = await _remote_tree(c, *rs)
+        if not todo:
+            raise TransferError(f"{src}: no such object or prefix")
+        other = _local_tree(root) if sync and root.exists() else {}
+    work = [e for e in todo.values() if not sync or _changed(e, other.get(e.rel))]
+    skipped = len(todo) - len(work)
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), disable=quiet or not sys.stderr.isatty(), transient=False) as bar:
+        task = bar.add_task(f"{'sync' if sync else 'cp'} {len(work)} files", total=sum(e.size for e in work))
+        sem = asyncio.Semaphore(jobs)
+        small = [e for e in work if e.size <= SMALL_FILE] if rs is None and batch else []
+        single = [e for e in work if e.size > SMALL_FILE] if small else work
+        batch_sem = asyncio.Semaphore(max(1, jobs // JOBS_PER_BATCH))
+
+        async def one(e: Entry) -> None:
+            async with sem:
+                if rs is None:
+                    await _upload(c, root, *rd, e, lambda n: bar.advance(task, n))
+                else:
+                    await _download(c, *rs, root, e, lambda n: bar.advance(task, n))
+
+        async def many(b: list[Entry]) -> list[BaseException | None]:
+            async with batch_sem:
+                try:
+                    return await _upload_batch(c, root, *rd, b, lambda n: bar.advance(task, n))
+                except (errors.DomainError, OSError) as e:
+                    return [e] * len(b)
+        groups = _batches(small)
+        got = await asyncio.gather(*(many(b) for b in groups), *(one(e) for e in single),
+                                   return_exceptions=True)
+        results = [r for rs_ in got[:len(groups)] for r in rs_] + list(got[len(groups):])
+        work = [e for b in groups for e in b] + single
+    failed = [(e, r) for e, r in zip(work, results) if isinstance(r, BaseException)]
+    if failed:
+        e, r = failed[0]
+        raise TransferError(f"{len(failed)} of {len(work)} files failed; first: {e.rel or src}: {r}")
+    return len(work), skipped
 
 
 def cmd_transfer(args) -> int:
+    stats: dict = {}
     try:
         copied, skipped = asyncio.run(transfer(args.src, args.dst, sync=args.cmd == "sync", jobs=args.jobs,
-                                               quiet=args.quiet, batch=not args.no_batch))
+                                               quiet=args.quiet, batch=not args.no_batch, direct=not args.no_direct,
+                                               stats=stats))
     except (TransferError, errors.DomainError, OSError) as e:
         print(f"epochfs {args.cmd}: {e}", file=sys.stderr)
         return 1
-    print(f"{copied} copied, {skipped} unchanged", file=sys.stderr)
+    up = stats.get("direct", 0) + stats.get("gateway", 0)
+    print(f"{copied} copied, {skipped} unchanged" + (f" ({stats['direct']} of {up} uploads straight to the "
+                                                      "DataNodes)" if up else ""), file=sys.stderr)
     return 0
 
 
@@ -217,4 +233,7 @@ def add_parser(sub) -> None:
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
         p.add_argument("--no-batch", action="store_true",
                        help="upload small files one PUT each instead of in batch PUTs")
+        p.add_argument("--no-direct", action="store_true",
+                       help="upload through the gateway only (by default blocks go straight to the DataNodes when "
+                            "they can be reached)")
         p.set_defaults(func=cmd_transfer)

@@ -48,10 +48,11 @@ class EpochFileSystem(AsyncFileSystem):
     root_marker = ""
 
     def __init__(self, endpoint_url: str | None = None, key: str | None = None, secret: str | None = None,
-                 region: str | None = None, block_size: int = MIN_PART, direct_reads: bool = True, **kwargs) -> None:
+                 region: str | None = None, block_size: int = MIN_PART, direct_reads: bool = True,
+                 direct_writes: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
         self._opts = dict(endpoint=endpoint_url, access_key=key, secret_key=secret, region=region,
-                          direct_reads=direct_reads)
+                          direct_reads=direct_reads, direct_writes=direct_writes)
         self.blocksize = max(block_size, MIN_PART)
         self._client: S3Client | None = None
         self._client_pid = None
@@ -383,12 +384,13 @@ class EpochFileSystem(AsyncFileSystem):
 
 
 class EpochFile(AbstractBufferedFile):
-    """Reads the version it was opened on (common/client.py PinnedReader); writes buffer 5 MiB parts into a
-    multipart upload that becomes visible on close."""
+    """Reads the version it was opened on (common/client.py PinnedReader); writes go out in 5 MiB chunks as they
+    are written (common/client.py ObjectWriter: straight to the DataNodes when they can be reached, else a multipart
+    upload through the gateway) and the object becomes visible on close, whole. A file closed before its first chunk
+    is one put."""
 
     def __init__(self, fs: EpochFileSystem, path, mode="rb", **kwargs) -> None:
-        self.upload_id: str | None = None
-        self.etags: list[str] = []
+        self.writer = None
         self._reader = None
         super().__init__(fs, path, mode.replace("x", "w"), **kwargs)
         self.exclusive = "x" in mode
@@ -413,22 +415,23 @@ class EpochFile(AbstractBufferedFile):
         data = self.buffer.getvalue()
         cond = "*" if self.exclusive else None
         with errmap.as_oserror(self.path):
-            if final and self.upload_id is None:
+            if final and self.writer is None:
                 self._call(c.put(self.bucket, self.key, data, if_none_match=cond))
             else:
-                if self.upload_id is None:
-                    self.upload_id = self._call(c.create_multipart(self.bucket, self.key))
-                if data or not self.etags:
-                    self.etags.append(self._call(c.upload_part(self.bucket, self.key, self.upload_id,
-                                                               len(self.etags) + 1, data)))
-                if final:
-                    self._call(c.complete_multipart(self.bucket, self.key, self.upload_id, self.etags,
-                                                    if_none_match=cond))
+                if self.writer is None:
+                    self.writer = c.writer(self.bucket, self.key, if_none_match=cond)
+                try:
+                    self._call(self.writer.write(data))
+                    if final:
+                        self._call(self.writer.finish())
+                except BaseException:
+                    self.discard()
+                    raise
         if final:
             self.fs.invalidate_cache(self.path)
         return True
 
     def discard(self):
-        if self.upload_id is not None:
-            self._call(self.fs.client.abort_multipart(self.bucket, self.key, self.upload_id))
-            self.upload_id = None
+        if self.writer is not None:
+            w, self.writer = self.writer, None
+            self._call(w.abort())

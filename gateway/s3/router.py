@@ -13,8 +13,8 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from epochfs.common import errors
 
-from . import (attributes, batch, bucket, bucket_logging, cors, ext, ingest, lifecycle, listing, multipart, objectlock,
-               objects, posix, post, sse, tagging)
+from . import (attributes, batch, bucket, bucket_logging, cors, direct, ext, ingest, lifecycle, listing, multipart,
+               objectlock, objects, posix, post, sse, tagging)
 from ..keys import access_key_of
 from ..metrics import operation
 from .access import ANONYMOUS

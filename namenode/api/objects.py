@@ -45,7 +45,7 @@ def handlers(s: Services) -> dict:
             todo.append((it.key, obj, it.if_match, it.if_none_match))
             where.append(i)
         done: list[m.Committed | None] = [None] * len(req.items)
-        for i, (_, obj, _, _), res in zip(where, todo, meta.put_objects(req.bucket, todo) if todo else ()):
+        for i, (_, obj, _, _), res in zip(where, todo, meta.put_objects(req.bucket, todo, fresh=req.fresh) if todo else ()):
             if isinstance(res, errors.DomainError):
                 errs[i] = m.PieceError(type(res).__name__, res.message)
             else:

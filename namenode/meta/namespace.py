@@ -210,11 +210,13 @@ class Namespace(StoreBase):
     def _apply_put_object(self, b, c: cmds.PutObject) -> dict:
         return self._put(b, c.bucket, c.key, c.obj, c.t, c.vid, c.if_match, c.if_none_match)
 
-    def put_objects(self, bucket: str, items: list[tuple[str, dict, str | None, str | None]]) -> list:
+    def put_objects(self, bucket: str, items: list[tuple[str, dict, str | None, str | None]], *,
+                    fresh: bool = False) -> list:
         """Commit many objects of one bucket (key, obj, if_match, if_none_match) in one command and one write batch;
         each item's result ({"ino", "etag", "mt", "vid"}) or the DomainError that refused it (nothing of it
-        written). Directory markers (keys ending in "/") are not batch items."""
-        return self.execute(cmds.PutObjects(bucket=bucket, t=now_ns(), items=[
+        written). Directory markers (keys ending in "/") are not batch items. `fresh`: an item whose blocks are not
+        all pending (allocated, not committed yet) is refused."""
+        return self.execute(cmds.PutObjects(bucket=bucket, t=now_ns(), fresh=fresh, items=[
             cmds.PutItem(key=k, obj=obj, vid=self._new_vid(), if_match=im, if_none_match=inm)
             for k, obj, im, inm in items]))
 
@@ -224,6 +226,7 @@ class Namespace(StoreBase):
         item created are found through `made`, since the batch is not readable before it is written."""
         out: list = []
         made: dict[tuple[int, str], int] = {}
+        taken: set[int] = set()  # fresh: blocks an earlier item of this batch committed (the batch is not readable)
         if len({it.key for it in c.items}) != len(c.items):
             raise errors.InvalidInput("A batch names a key twice.")
         for it in c.items:
@@ -234,6 +237,12 @@ class Namespace(StoreBase):
             try:
                 if it.key.endswith("/"):
                     raise errors.InvalidInput("A directory marker can't be a batch item.")
+                if c.fresh:
+                    ids = [block_id(x) for x in it.obj.get("blk", [])]
+                    bad = [x for x in ids if x in taken or self.kv.get(keys.pending(x)) is None]
+                    if bad or len(set(ids)) != len(ids):
+                        raise errors.InvalidInput(f"block {(bad or ids)[0]} was not allocated for this write, or "
+                                                  "is committed already")
                 res = self._put(staged, c.bucket, it.key, it.obj, c.t, it.vid, it.if_match, it.if_none_match, mine)
             except errors.DomainError as e:
                 self._usage.clear()
@@ -244,6 +253,8 @@ class Namespace(StoreBase):
                 continue
             staged.into(b)
             made = mine
+            if c.fresh:
+                taken.update(block_id(x) for x in it.obj.get("blk", []))
             out.append(res)
         return out
 

@@ -113,17 +113,22 @@ def test_mkdir_creates_bucket(fs):
     assert not fs.exists(name)
 
 
-def test_multipart_open_visible_only_on_close(fs, bucket, s3):
+@pytest.mark.parametrize("direct", [True, False])
+def test_multipart_open_visible_only_on_close(env, bucket, s3, direct):
+    fs = fsspec.filesystem("epochfs", skip_instance_cache=True, direct_writes=direct)
     chunk = os.urandom(1 << 20)
     path = f"{bucket}/mp.bin"
     with fs.open(path, "wb") as f:
-        for _ in range(12):
+        for _ in range(20):
             f.write(chunk)
-        assert f.upload_id is not None  # parts already sent
+        # blocks already stored on the DataNodes (direct: 4 at a time), or parts already sent through the gateway
+        assert f.writer.direct == direct and (f.writer._up.receipts if direct else f.writer.upload_id)
         assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
     head = s3.head_object(Bucket=bucket, Key="mp.bin")
-    assert head["ContentLength"] == 12 << 20 and head["ETag"].endswith('-3"')
-    assert fs.cat_file(path, start=(12 << 20) - 5) == chunk[-5:]
+    assert head["ContentLength"] == 20 << 20
+    # direct: 5 blocks of 4 MiB, each a "part" of the ETag; the gateway: multipart parts of 8, 8 and 4 MiB
+    assert head["ETag"].endswith('-5"' if direct else '-3"')
+    assert fs.cat_file(path) == chunk * 20
 
 
 def _child(path, q):

@@ -44,8 +44,9 @@ def post(cluster, bucket: str, body: bytes, *, user=MAIN, payload_hash: str = "U
 
 
 def put_many(cluster, bucket, items, user=MAIN):
+    """The gateway's batch PUT (direct writes off: test_direct_writes.py covers those)."""
     async def go():
-        async with S3Client(cluster.endpoint, user[0], user[1]) as c:
+        async with S3Client(cluster.endpoint, user[0], user[1], direct_writes=False) as c:
             return await c.put_many(bucket, items)
     return asyncio.run(go())
 
