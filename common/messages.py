@@ -1276,7 +1276,8 @@ class FsBlocks(FsRequest, tag="fs_blocks"):
 
 class FsCommit(FsRequest, tag="fs_commit"):
     """New content of file `ino`: blocks kept from version `base` (bare ids) and new ones, `size` bytes in all.
-    `mt`: an mtime set explicitly after the last write (else the commit's time); `bucket` is charged."""
+    `mt`: an mtime set explicitly after the last write (else the commit's time); `bucket` is charged. `fresh`: the
+    new blocks must be pending (allocated, never committed): blocks a client wrote directly."""
     ino: Nat
     blk: list[WrittenBlock | I64]
     size: Nat
@@ -1284,6 +1285,7 @@ class FsCommit(FsRequest, tag="fs_commit"):
     bucket: str | None = None
     base: str | None = None
     mt: Nat | None = None
+    fresh: bool = False
     Reply = FsCommitted
 
 
@@ -1437,6 +1439,16 @@ class NewExtent(Msg, array_like=True, tag="n"):
 class RestOfBody(Msg, array_like=True, tag="r"):
     """All of a file write's content, new, is the rest of the body (sent chunked, its length not known when it
     starts): on the wire ["r"], the layout's only segment, with size 0."""
+
+
+class FileWriteDirect(Msg):
+    """A mount's file content written straight to the DataNodes (PUT /_epochfs/fs/<bucket>?ino=&direct=1): all of
+    it new, the blocks of `receipts` in order, stored with the write tokens `grants` (PUT ...?alloc=N); `base` and
+    `mt` as in FileWrite."""
+    base: str | None
+    grants: list[WriteGrant]
+    receipts: list[BlockReceipt]
+    mt: Nat | None = None
 
 
 class FileWrite(Msg):

@@ -349,6 +349,7 @@ class Commit(Command, frozen=True):
     base: str | None
     mt: int | None
     t: int
+    fresh: bool = False
 
 
 class ReserveInodes(Command, frozen=True):

@@ -620,7 +620,7 @@ class Posix:
                 "etag": rec.get("etag", "")}
 
     def commit(self, ino: int, blk: list, size: int, etag: str, bucket: str | None = None,
-               base: str | None = None, mt: int | None = None) -> dict:
+               base: str | None = None, mt: int | None = None, fresh: bool = False) -> dict:
         """New content of file `ino` (new blocks already durable on DataNodes): replaces the block list at once,
         frees the blocks no longer used, and refreshes every name's listing summary.
 
@@ -629,10 +629,11 @@ class Posix:
         (`base`, its ETag): if the file was replaced meanwhile (an S3 PUT), ESTALE, and nothing changes.
 
         The mtime becomes now, or `mt`: a time set explicitly (utimens) after the last write of these changes, as
-        `tar x` and `cp -p` do before they close the file."""
+        `tar x` and `cp -p` do before they close the file. `fresh`: every new block must be pending (allocated,
+        never committed), as blocks a client stored directly with a write token must."""
         return self.meta.execute(cmds.Commit(bi=self.bi, ino=int(ino), blk=blk, size=int(size), etag=etag,
                                              bucket=bucket, base=base, mt=None if mt is None else int(mt),
-                                             t=now_ns()))
+                                             t=now_ns(), fresh=fresh))
 
     def _apply_commit(self, b, c: cmds.Commit) -> dict:
         ino, blk, size, etag, bucket, base, mt, t = c.ino, c.blk, c.size, c.etag, c.bucket, c.base, c.mt, c.t
@@ -652,6 +653,9 @@ class Posix:
             raise errors.InvalidInput(f"block {e} is not one of inode {ino}'s") from None
         if sum(block_size(x) for x in blk) != size:
             raise errors.InvalidInput(f"the blocks of inode {ino} don't add up to {size} bytes")
+        if c.fresh and any(not isinstance(x, int) and self.kv.get(keys.pending(block_id(x))) is None
+                           for x in c.blk):
+            raise errors.InvalidInput(f"a block of inode {ino} was not allocated for this write, or is committed")
         kept = {block_id(x) for x in blk}
         if len(kept) != len(blk):
             raise errors.InvalidInput(f"a block is named twice in the new content of {ino}")

@@ -30,7 +30,9 @@ import trio
 
 from epochfs.common import defaults, errors
 from epochfs.common.client import S3Client
-from epochfs.common.messages import BlockSpan, FileWrite, KeepBlock, NewExtent, NewFile, RestOfBody
+from epochfs.common.directwrite import DIRECT_RETRY_S, ROUND_MAX, WINDOW, DirectUnavailable, DirectWriter
+from epochfs.common.messages import (BlockSpan, FileWrite, FileWriteDirect, KeepBlock, NewExtent, NewFile,
+                                     RestOfBody)
 
 from .cache import BlockCache
 from .inodes import InodeTable
@@ -228,6 +230,7 @@ class Writes:
         self._creators = 0
         self._inos: Iterator[int] | None = None
         self._reserving = trio.Lock()
+        self._direct_after = 0.0  # monotonic: streams go through the gateway until then (DataNodes unreachable)
 
     # ---------------------------------------------------------------- write-back creates
     # With --writeback a regular file created in a directory whose attributes the mount knows is made here: its
@@ -469,6 +472,14 @@ class Writes:
         try:
             with st.scope:
                 bucket = self._bucket(ino)
+                if self.o.direct_writes and time.monotonic() >= self._direct_after:
+                    try:
+                        st.result = await self._stream_direct(bucket, ino, w, st)
+                        return
+                    except DirectUnavailable as e:  # nothing committed: through the gateway, from the start
+                        log.info("inode %s: direct write unavailable (%s): through the gateway", ino, e)
+                        self._direct_after = time.monotonic() + DIRECT_RETRY_S
+                        st.sent = 0
                 st.result = await self.c.fs_write(bucket, ino, FileWrite(base=w.base, size=0, segs=[RestOfBody()]),
                                                   pieces())
         except Exception as e:  # noqa: BLE001 -- the upload at flush/close reports it, or uploads again
@@ -476,6 +487,68 @@ class Writes:
         finally:
             self.streams -= 1
             st.ended.set()
+
+    async def _stream_direct(self, bucket: str, ino: int, w: Writer, st: Stream) -> dict:
+        """The stream's content stored on the DataNodes by this mount (common/directwrite.py: write tokens from the
+        gateway, asked for 1, 2, 4, ... ROUND_MAX blocks at a time; up to WINDOW blocks stored per round, one call
+        per primary node), then committed by the gateway (fs_write_direct) once closing; the blocks of a stream
+        that ends otherwise are given back. DirectUnavailable (the DataNodes can't be reached, a refused token)
+        before the commit: nothing is committed, the caller goes through the gateway."""
+        dw = DirectWriter(self.c)
+        grants: list = []
+        free: list = []
+        receipts: list = []
+        rnd = 1
+
+        async def slots(n: int) -> list:
+            nonlocal rnd
+            while len(free) < n:
+                g = await self.c.fs_allocate(bucket, max(rnd, n - len(free)))
+                rnd = min(rnd * 2, ROUND_MAX)
+                if grants and g.size != grants[0].size:
+                    raise DirectUnavailable("the bucket's block size changed during the write")
+                grants.append(g)
+                free.extend((g, i) for i in range(len(g.blocks)))
+            out = free[:n]
+            del free[:n]
+            return out
+
+        done = False
+        try:
+            free.extend(await slots(1))  # the block size
+            bs = grants[0].size
+            while True:
+                end = w.size
+                full = (end - st.sent) // bs
+                if not full and not (st.closing and end > st.sent):
+                    if st.closing:
+                        break
+                    await st.more.wait()
+                    continue
+                data = []
+                for _ in range(max(1, min(full, WINDOW))):
+                    n = min(bs, end - st.sent)
+                    st.sent += n  # before the read: a write below this point from now on cancels the stream
+                    data.append(os.pread(w.fd, n, st.sent - n))
+                places = await slots(len(data))
+                got: list = [None] * len(data)
+                by_grant: dict[int, list[int]] = {}
+                for j, (g, _) in enumerate(places):
+                    by_grant.setdefault(id(g), []).append(j)
+                for js in by_grant.values():  # (one grant nearly always: rounds grow as the file does)
+                    g = places[js[0]][0]
+                    for j, r in zip(js, await dw.store(g, [(places[j][1], data[j]) for j in js])):
+                        got[j] = r
+                receipts += got
+            used = {r.id for r in receipts}
+            res = await self.c.fs_write_direct(bucket, ino, FileWriteDirect(
+                base=w.base, grants=[g for g in grants if any(p.id in used for p in g.blocks)], receipts=receipts))
+            done = True
+            return res
+        finally:
+            if grants and (free or not done):  # never committed: given back (the pending expiry would, later)
+                with trio.CancelScope(shield=True):
+                    await dw.abandon(bucket, grants)
 
     async def unstream(self, w: Writer) -> None:
         """Cancel the writer's stream (the caller holds w.lock): its blocks are abandoned, the local copy stays."""

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from typing import Union
 
 import msgspec
 from prometheus_client import Counter
 
-from epochfs.common import errors, readtoken
+from epochfs.common import errors, readtoken, writetoken
 from epochfs.common.blocks import crc32c
 from epochfs.common import messages as m
 from epochfs.common.clients import NameNodeClient
@@ -41,7 +42,7 @@ from epochfs.common.messages import op_name
 
 from ..cluster import plan_range
 from ..crypto import BlockCipher
-from . import args, sse
+from . import args, direct, sse
 from .access import bucket_access, check_object_read, may_list
 from .body import body_stream, raw_body, read_all
 from .errors import S3Error
@@ -206,6 +207,9 @@ class _Body:
         return b"".join([bytes(p) async for p in self.take(n)])
 
 
+MAX_ALLOC_BLOCKS = 4096  # blocks in one write token (a mount streaming a larger file asks again)
+MAX_DIRECT_BODY = 8 << 20  # a direct commit's JSON: receipts and tokens
+_decode_direct = msgspec.json.Decoder(m.FileWriteDirect).decode
 MAX_FILES = 1000         # files in one batch create
 MAX_FILES_BODY = 32 << 20  # its body: under a DataNode call's 64 MiB payload bound
 _decode_new_files = msgspec.json.Decoder(m.NewFiles).decode
@@ -279,6 +283,47 @@ async def fs_create_files(ctx, req, bi: int):
     return _answer({"r": {"items": out}})
 
 
+async def fs_allocate(ctx, req):
+    """PUT /_epochfs/fs/<bucket>?alloc=N: a write token for N new blocks (at most MAX_ALLOC_BLOCKS) of the bucket,
+    for the mount to store a file's content on the DataNodes itself (common/directwrite.py) and commit it with
+    fs_write_direct. The caller's write permission on the bucket is checked (by fs_write) first."""
+    FS_REQUESTS.labels("allocate").inc()
+    n = args.int_arg(req.query.get("alloc"), "alloc", 1, lo=1, hi=MAX_ALLOC_BLOCKS,
+                     msg=f"alloc must be a block count from 1 to {MAX_ALLOC_BLOCKS}")
+    alloc = await ctx.cluster.namenode.allocate(req.bucket, count=n, seed=int.from_bytes(os.urandom(8), "big") >> 1)
+    grant = writetoken.issue(ctx.settings.cluster_secret, bucket=req.bucket, who=req.auth.user.access_key,
+                             alloc=alloc)
+    return _answer(grant)
+
+
+async def fs_write_direct(ctx, req, bi: int):
+    """PUT /_epochfs/fs/<bucket>?ino=N&direct=1: new content of file N, all of it, stored on the DataNodes by the
+    mount with the write tokens of fs_allocate (body: a m.FileWriteDirect). As a direct object commit
+    (gateway/s3/direct.py): each receipt must be a DataNode's for a block of the caller's tokens for this bucket,
+    every block but the last full, and the NameNode takes only blocks never committed (fresh); then as fs_write's
+    commit (base version, mtime, quota, write policy). ETag: the MD5 of one block, else the multipart form."""
+    FS_REQUESTS.labels("write_direct").inc()
+    ino = _int_arg(req, "ino")
+    try:
+        body = _decode_direct(await read_all(req.receive, MAX_DIRECT_BODY))
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        raise S3Error("MalformedJSON", f"The body must be a FileWriteDirect: {e}", 400) from None
+    blocks, size, _ = direct.written(ctx, body.receipts, direct.granted(ctx, req, body.grants))
+    etag = f'"{writetoken.multipart_etag([r.md5 for r in body.receipts])}"'
+    try:
+        attr = await ctx.cluster.namenode.fs_commit(m.FsCommit(ino=ino, blk=blocks, size=size, etag=etag,
+                                                               bucket=req.bucket, bi=bi, base=body.base, mt=body.mt,
+                                                               fresh=True))
+    except errors.DomainError as e:
+        await ctx.cluster.abandon([b.id for b in blocks])  # only blocks still pending are given back
+        if isinstance(e, errors.NotEnoughReplicas):
+            ctx.cluster.forget_bucket(req.bucket)
+        if not _posix_answer(e):
+            raise
+        return _answer(_error(e))
+    return _answer({"r": msgspec.structs.replace(attr, bs=await ctx.cluster.block_size(req.bucket))})
+
+
 @extension("PUT", "fs")
 async def fs_write(ctx, req):
     """New content for file `ino`. The body is a 4-byte length and a JSON layout (m.FileWrite) {"base": ETag or
@@ -303,6 +348,10 @@ async def fs_write(ctx, req):
         raise
     if req.query.get("files"):
         return await fs_create_files(ctx, req, bi)
+    if req.query.get("alloc"):
+        return await fs_allocate(ctx, req)
+    if req.query.get("direct"):
+        return await fs_write_direct(ctx, req, bi)
     FS_REQUESTS.labels("write").inc()
     ino = _int_arg(req, "ino")
     stream, _ = body_stream(req.receive, req.headers, req.auth)

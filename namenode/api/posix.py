@@ -111,8 +111,8 @@ def handlers(meta: MetaStore, members: Membership, admit) -> dict:
     async def commit(req: m.FsCommit, _) -> m.FsCommitted:
         scope(req, "commit")
         new = admit(req.bucket, req.blk)
-        return msgspec.convert(posix.commit(req.ino, new, req.size, req.etag, req.bucket, req.base, req.mt),
-                               m.FsCommitted)
+        return msgspec.convert(posix.commit(req.ino, new, req.size, req.etag, req.bucket, req.base, req.mt,
+                                            req.fresh), m.FsCommitted)
 
     async def reserve_inodes(req: m.FsReserveInodes, _) -> m.InodeRange:
         scope(req)
