@@ -1304,7 +1304,9 @@ class FsReserveInodes(FsRequest, tag="fs_reserve_inodes"):
 
 class NewFile(Msg):
     """One file of a batch create (PUT /_epochfs/fs/<bucket>?files=1): inode `ino` (reserved with FsReserveInodes)
-    named `name` in directory `parent`, with its attributes (times in ns) and `size` bytes of content."""
+    named `name` in directory `parent`, with its attributes (times in ns) and `size` bytes of content. `ct`: its
+    ctime in the mount, `dt`: when the mount made it (its directory's new mtime and ctime, unless those are later
+    already); without them the NameNode's time."""
     ino: Nat
     parent: Nat
     name: str
@@ -1314,6 +1316,8 @@ class NewFile(Msg):
     at: Nat
     mt: Nat
     size: Nat
+    ct: Nat | None = None
+    dt: Nat | None = None
 
 
 class NewFiles(Msg):

@@ -379,7 +379,12 @@ class Posix:
                 b.delete(keys.pending(block_id(x)))
             names.add((parent, name))
             inos.add(ino)
-            out.append({**self._new(b, parent, name, rec, c.t, charge, ino=ino, prec=prec),
+            t = max(int(f.get("dt") or c.t), prec.get("mt", 0))  # the mount's time of the create, never backwards
+            res = self._new(b, parent, name, rec, t, charge, ino=ino, prec=prec)
+            if f.get("ct") and int(f["ct"]) != rec["ct"]:  # a chmod/chown in the mount since: its ctime
+                rec["ct"] = res["ct"] = int(f["ct"])
+                self._put_links(b, ino, rec)
+            out.append({**res,
                         "layout": [[block_id(x), block_size(x)] for x in blk]})
         return out
 

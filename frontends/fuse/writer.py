@@ -92,6 +92,7 @@ class Writer:
         self.new: tuple[int, str] | None = None  # write-back: (directory, name) of a file not yet on the NameNode
         self.queued = False            # write-back: in the queue of files to create
         self.bare = False              # write-back: to be created empty (a large file, then streamed as usual)
+        self.made_at = 0               # write-back: when it was made (its directory's mtime)
         self.made: trio.Event | None = None  # write-back: set once the NameNode has it (or its create failed)
         self.error: errors.DomainError | None = None  # write-back: why its create failed
         self._rebase(layout["etag"], layout["blk"], {}, KEPT, layout.get("bs", UPLOAD_PIECE))
@@ -242,7 +243,7 @@ class Writes:
     # outgrows STREAM_AFTER) waits for its create first: `settle` one file, `settle_all` every one.
     def made_in(self, parent: int) -> int:
         """When the last file made here in `parent` and not yet on the NameNode was made (0: none)."""
-        return max((w.attr["ct"] for w in self.made_here.values() if w.new is not None and w.new[0] == parent),
+        return max((w.made_at for w in self.made_here.values() if w.new is not None and w.new[0] == parent),
                    default=0)
 
     def named(self, parent: int, name: str) -> Writer | None:
@@ -263,7 +264,7 @@ class Writes:
     def make(self, ino: int, parent: int, name: str, attr: dict) -> Writer:
         """A file created in this mount only (write-back): its local copy, for its first handle."""
         w = self.new(ino, attr, memory=True)
-        w.new, w.made, w.dirty, w.mtime_ns = (parent, name), trio.Event(), True, attr["mt"]
+        w.new, w.made, w.dirty, w.mtime_ns, w.made_at = (parent, name), trio.Event(), True, attr["mt"], attr["ct"]
         self.made_here[ino] = w
         self.names[(parent, name)] = ino
         return w
@@ -336,7 +337,8 @@ class Writes:
                 parent, name = w.new
                 size = 0 if w.bare else w.size
                 files.append((NewFile(ino=a["ino"], parent=parent, name=name, mode=a["mode"], uid=a["uid"],
-                                      gid=a["gid"], at=a["at"], mt=w.mtime_ns, size=size),
+                                      gid=a["gid"], at=a["at"], mt=w.mtime_ns, size=size, ct=a["ct"],
+                                      dt=w.made_at),
                               os.pread(w.fd, size, 0) if size else b""))
             try:
                 res = await self.c.fs_create_files(self._bucket(batch[0].attr["ino"]), files)
