@@ -5,6 +5,10 @@
     tar xf   an archive of F generated files of 1-16 KiB (default 5,000, in 50 folders) unpacked into <dir>, files/s;
              then every file's mtime is checked against the archive's
 
+With --writeback the same dd and tar also run on a second mount of the bucket with `--writeback` (new small files
+made in the mount and created in batches after close), in the same run; "tar xf ... committed" is the time until
+every file is listed through S3 (all created on the NameNode).
+
 The ratio column is mount / local. "mount cpu" is the FUSE process's CPU (utime+stime from /proc), "cluster cpu" that
 of every process of `epochfs up` (gateway, NameNode, DataNodes), per MB for dd and per file for tar.
 
@@ -12,6 +16,7 @@ How to run (needs root and /dev/fuse; starts its own cluster and mount, and tear
 
     python bench/mount_write_bench.py                    # 1 GiB dd, 5,000 files
     python bench/mount_write_bench.py --quick            # 256 MiB dd, 1,000 files
+    python bench/mount_write_bench.py --writeback        # and again on a --writeback mount
     python bench/mount_write_bench.py --profile out.txt  # the same with py-spy recording the mount (needs py-spy)
 """
 from __future__ import annotations
@@ -80,6 +85,17 @@ def untar(archive: Path, into: Path) -> None:
     subprocess.run(["tar", "xf", str(archive), "-C", str(into)], check=True)
 
 
+def committed(s3, prefix: str, files: int, timeout: float = 300) -> int:
+    """Wait until `files` files are listed under `prefix` through S3; how many were."""
+    deadline = time.monotonic() + timeout
+    while True:
+        n = sum(1 for page in s3.get_paginator("list_objects_v2").paginate(Bucket="bench", Prefix=prefix)
+                for o in page.get("Contents", []) if not o["Key"].endswith("/"))
+        if n >= files or time.monotonic() > deadline:
+            return n
+        time.sleep(0.2)
+
+
 def check_mtimes(root: Path, mtimes: dict[str, int]) -> int:
     """How many files lack or have another mtime than the archive's."""
     bad = 0
@@ -100,12 +116,13 @@ def main() -> None:
     ap.add_argument("--mount-args", default="")
     ap.add_argument("--profile", help="record the mount (its CPU) with py-spy into this file (collapsed stacks)")
     ap.add_argument("--only", choices=("dd", "tar"))
+    ap.add_argument("--writeback", action="store_true", help="also on a second mount with --writeback")
     a = ap.parse_args()
     if a.quick:
         a.count, a.files = 64, 1_000
     tmp = Path(tempfile.mkdtemp(prefix="mount-wbench-"))
     cluster, env = start_cluster(tmp)
-    mnt = spy = None
+    mnt = spy = wb = None
     try:
         s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
                           aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
@@ -121,21 +138,35 @@ def main() -> None:
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1)
         mp = tmp / "mnt"
+        targets = [("", mnt, mp)]
+        if a.writeback:
+            wb = mount(env, "bench", tmp / "wb", ["--writeback", *shlex.split(a.mount_args)], tmp / "wb.log")
+            targets.append((" writeback", wb, tmp / "wb" / "w"))
+            (tmp / "wb" / "w").mkdir()
         rows = []
         if a.only in (None, "dd"):
             nbytes = a.count * (4 << 20)
             lm = measure(lambda: dd(local / "big", a.count), None, cluster.pid)
-            mm = measure(lambda: dd(mp / "big", a.count), mnt.pid, cluster.pid)
-            assert (mp / "big").stat().st_size == nbytes
-            rows.append((f"dd {nbytes >> 20} MiB (MB/s)", nbytes / mm[0] / 1e6, nbytes / lm[0] / 1e6,
-                         mm[1] / nbytes * 1e9, mm[2] / nbytes * 1e9, "ms/MB"))
+            for label, m, root in targets:
+                mm = measure(lambda: dd(root / "big", a.count), m.pid, cluster.pid)
+                assert (root / "big").stat().st_size == nbytes
+                rows.append((f"dd {nbytes >> 20} MiB{label} (MB/s)", nbytes / mm[0] / 1e6, nbytes / lm[0] / 1e6,
+                             mm[1] / nbytes * 1e9, mm[2] / nbytes * 1e9, "ms/MB"))
         if a.only in (None, "tar"):
             lm = measure(lambda: untar(archive, local / "t"), None, cluster.pid)
-            mm = measure(lambda: untar(archive, mp / "t"), mnt.pid, cluster.pid)
-            bad = check_mtimes(mp / "t", mtimes)
-            rows.append((f"tar xf {a.files} (files/s)", a.files / mm[0], a.files / lm[0], mm[1] / a.files * 1e3,
-                         mm[2] / a.files * 1e3, "ms/file"))
-            print(f"tar: mount {mm[0]:.2f} s, local {lm[0]:.2f} s; files with a wrong mtime: {bad}")
+            for label, m, root in targets:
+                prefix = str((root / "t").relative_to(mp if m is mnt else tmp / "wb")) + "/"
+                mm = measure(lambda: untar(archive, root / "t"), m.pid, cluster.pid)
+                rows.append((f"tar xf {a.files}{label} (files/s)", a.files / mm[0], a.files / lm[0],
+                             mm[1] / a.files * 1e3, mm[2] / a.files * 1e3, "ms/file"))
+                t0 = time.monotonic()
+                listed = committed(s3, prefix, a.files)
+                done = mm[0] + time.monotonic() - t0
+                bad = check_mtimes(root / "t", mtimes)
+                if label:
+                    rows.append((f"  ... committed (files/s)", a.files / done, a.files / lm[0], 0, 0, ""))
+                print(f"tar{label}: mount {mm[0]:.2f} s (all {listed} listed through S3 after {done:.2f} s), local "
+                      f"{lm[0]:.2f} s; files with a wrong mtime: {bad}")
         print(f"\nmount args: {a.mount_args!r}; {os.cpu_count()} cores\n")
         print(f"{'phase':<26}{'mount':>10}{'local':>12}{'ratio':>8}{'mount cpu':>12}{'cluster cpu':>13}")
         for name, m, lo, mc, cc, unit in rows:
@@ -149,9 +180,10 @@ def main() -> None:
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
-        if mnt is not None:
-            mnt.send_signal(signal.SIGTERM)
-            mnt.wait(timeout=30)
+        for m in (wb, mnt):
+            if m is not None:
+                m.send_signal(signal.SIGTERM)
+                m.wait(timeout=60)
         cluster.send_signal(signal.SIGTERM)
         cluster.wait(timeout=60)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -495,6 +495,39 @@ class S3Client:
             raise errors.by_name(res["err"])(res.get("msg", ""))
         return res["r"]
 
+    async def fs_reserve_inodes(self, bucket: str, n: int) -> range:
+        """Inode numbers for the files this client will create itself (fs_create_files)."""
+        r = await self._fs(bucket, m.FsReserveInodes(n=n))
+        return range(r.first, r.first + r.n)
+
+    async def fs_create_files(self, bucket: str, files: list[tuple[m.NewFile, bytes]]) -> list[dict | errors.DomainError]:
+        """Many new files with their content in one request (gateway/s3/posix.py fs_create_files), each with an
+        inode number from fs_reserve_inodes: per file its attributes, or its own error (nothing of it made)."""
+        head = msgspec.json.encode(m.NewFiles(items=[f for f, _ in files]))
+        content = b"".join([len(head).to_bytes(4, "big"), head, *(data for _, data in files)])
+        r = await self._fs_send("PUT", f"fs/{bucket}", query=[("files", 1)], content=content)
+        res = orjson.loads(r.content)
+        if "err" in res:
+            raise errors.by_name(res["err"])(res.get("msg", ""))
+        return [{**it["a"], "layout": it["layout"], "bs": it["bs"]} if "a" in it
+                else errors.by_name(it["err"])(it.get("msg", "")) for it in res["r"]["items"]]
+
+    async def fs_allocate(self, bucket: str, n: int) -> m.WriteGrant:
+        """A write token for `n` new blocks of `bucket`, for a file's content stored on the DataNodes directly
+        (common/directwrite.py DirectWriter.store) and committed with fs_write_direct."""
+        r = await self._fs_send("PUT", f"fs/{bucket}", query=[("alloc", n)], content=b"")
+        return _reply(_decode_grant, r.content, "allocate")
+
+    async def fs_write_direct(self, bucket: str, ino: int, layout: m.FileWriteDirect) -> dict:
+        """New content of file `ino`, all of it, as the blocks of `layout.receipts` (stored directly); the file's
+        new attributes with its new layout once committed."""
+        r = await self._fs_send("PUT", f"fs/{bucket}", query=[("ino", ino), ("direct", 1)],
+                                content=msgspec.json.encode(layout))
+        res = orjson.loads(r.content)
+        if "err" in res:
+            raise errors.by_name(res["err"])(res.get("msg", ""))
+        return res["r"]
+
     # ---------------------------------------------------------------- loaders (gateway/s3/batch.py)
     async def batch_get(self, items: list[tuple[str, str, int | None, int | None]]) -> list[bytes | errors.DomainError]:
         """Many objects or ranges (bucket, key, start, end; a Python slice, negatives from the end) in one request;
@@ -839,6 +872,7 @@ class ObjectWriter:
 
 
 # the gateway's read plans, one decoder per reply type (msgspec decoders are plain functions: asyncio and trio alike)
+_decode_grant = msgspec.json.Decoder(m.WriteGrant).decode
 _decode_file_located = msgspec.json.Decoder(m.FileLocated).decode
 _decode_batch_located = msgspec.json.Decoder(m.BatchLocated).decode
 _decode_batch_index = msgspec.json.Decoder(m.BatchIndex).decode

@@ -347,6 +347,13 @@ class _PosixCalls:
         """File `ino`'s blocks (it must lie in the bucket of directory inode `bi`) and their holders' addresses."""
         return await self._call(m.FsBlocks(ino=ino, bi=bi))
 
+    async def fs_reserve_inodes(self, req: m.FsReserveInodes) -> m.InodeRange:
+        return await self._call(req)
+
+    async def fs_create_files(self, req: m.FsCreateFiles) -> m.FilesCreated:
+        """Many files with their content (stored on DataNodes already): each one's attributes or error."""
+        return await self._call(req)
+
     async def fs_commit(self, req: m.FsCommit) -> m.FsCommitted:
         """New content of a file (its new blocks are durable on DataNodes); its new attributes and layout."""
         return await self._call(req)

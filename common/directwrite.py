@@ -41,6 +41,7 @@ from collections.abc import AsyncIterable, Iterable
 
 import anyio
 import msgspec
+import sniffio
 from awscrt import checksums as crt
 
 from . import errors
@@ -82,7 +83,12 @@ def _whole_crc(heads: list[m.ReplicaHead]) -> int:
 
 async def _crcs(pieces: list) -> list[int]:
     if sum(len(p) for p in pieces) >= THREAD_CRC_BYTES:
-        return await anyio.to_thread.run_sync(lambda: [crc32c(p) for p in pieces])
+        def work() -> list[int]:
+            return [crc32c(p) for p in pieces]
+        if sniffio.current_async_library() == "trio":  # the mount: anyio's to_thread wants a newer trio than 0.22
+            import trio
+            return await trio.to_thread.run_sync(work)
+        return await anyio.to_thread.run_sync(work)
     return [crc32c(p) for p in pieces]
 
 

@@ -1278,7 +1278,8 @@ class FsBlocks(FsRequest, tag="fs_blocks"):
 
 class FsCommit(FsRequest, tag="fs_commit"):
     """New content of file `ino`: blocks kept from version `base` (bare ids) and new ones, `size` bytes in all.
-    `mt`: an mtime set explicitly after the last write (else the commit's time); `bucket` is charged."""
+    `mt`: an mtime set explicitly after the last write (else the commit's time); `bucket` is charged. `fresh`: the
+    new blocks must be pending (allocated, never committed): blocks a client wrote directly."""
     ino: Nat
     blk: list[WrittenBlock | I64]
     size: Nat
@@ -1286,12 +1287,78 @@ class FsCommit(FsRequest, tag="fs_commit"):
     bucket: str | None = None
     base: str | None = None
     mt: Nat | None = None
+    fresh: bool = False
     Reply = FsCommitted
 
 
+class InodeRange(Msg):
+    """Inode numbers [first, first + n), reserved for one mount to give the files it creates itself."""
+    first: Nat
+    n: Nat
+
+
+class FsReserveInodes(FsRequest, tag="fs_reserve_inodes"):
+    """Reserve `n` inode numbers: a mount in write-back mode names the files it creates with them before they
+    exist on the NameNode (FsCreateFiles)."""
+    n: Annotated[int, msgspec.Meta(ge=1, le=1 << 16)]
+    Reply = InodeRange
+
+
+class NewFile(Msg):
+    """One file of a batch create (PUT /_epochfs/fs/<bucket>?files=1): inode `ino` (reserved with FsReserveInodes)
+    named `name` in directory `parent`, with its attributes (times in ns) and `size` bytes of content. `ct`: its
+    ctime in the mount, `dt`: when the mount made it (its directory's new mtime and ctime, unless those are later
+    already); without them the NameNode's time."""
+    ino: Nat
+    parent: Nat
+    name: str
+    mode: I64
+    uid: I64
+    gid: I64
+    at: Nat
+    mt: Nat
+    size: Nat
+    ct: Nat | None = None
+    dt: Nat | None = None
+
+
+class NewFiles(Msg):
+    """The index ahead of a batch create's bytes (the files' contents back to back, in index order)."""
+    items: list[NewFile]
+
+
+class StoredFile(Msg):
+    """A NewFile whose content is stored already: its blocks and ETag."""
+    f: NewFile
+    blk: list[WrittenBlock]
+    etag: str
+
+
+class FsCreateFiles(FsRequest, tag="fs_create_files"):
+    """Create many regular files with their content, one NameNode command; each whole or not at all (its own
+    error otherwise). `bucket` is charged."""
+    items: list[StoredFile]
+    bucket: str | None = None
+
+
+class FileCreated(Msg):
+    """One file of a batch create: its attributes, or the name of its domain error and the message."""
+    a: InodeAttr | None = None
+    layout: list[BlockSpan] = []
+    err: str | None = None
+    msg: str = ""
+
+
+class FilesCreated(Msg):
+    items: list[FileCreated]
+
+
+FsCreateFiles.Reply = FilesCreated
+
 # the operations the mount sends to the gateway's /_epochfs/fs (the gateway decodes one of them, never another op)
 FS_OPS = (FsLookup, FsGetattr, FsReaddir, FsReadlink, FsLayout, FsMkdir, FsMknod, FsSymlink, FsLink, FsUnlink,
-          FsRmdir, FsRename, FsSetattr, FsGetxattr, FsListxattr, FsSetxattr, FsRemovexattr, FsStatfs)
+          FsRmdir, FsRename, FsSetattr, FsGetxattr, FsListxattr, FsSetxattr, FsRemovexattr, FsStatfs,
+          FsReserveInodes)
 
 # (end of POSIX)
 
@@ -1378,6 +1445,16 @@ class NewExtent(Msg, array_like=True, tag="n"):
 class RestOfBody(Msg, array_like=True, tag="r"):
     """All of a file write's content, new, is the rest of the body (sent chunked, its length not known when it
     starts): on the wire ["r"], the layout's only segment, with size 0."""
+
+
+class FileWriteDirect(Msg):
+    """A mount's file content written straight to the DataNodes (PUT /_epochfs/fs/<bucket>?ino=&direct=1): all of
+    it new, the blocks of `receipts` in order, stored with the write tokens `grants` (PUT ...?alloc=N); `base` and
+    `mt` as in FileWrite."""
+    base: str | None
+    grants: list[WriteGrant]
+    receipts: list[BlockReceipt]
+    mt: Nat | None = None
 
 
 class FileWrite(Msg):

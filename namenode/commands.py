@@ -356,6 +356,22 @@ class Commit(Command, frozen=True):
     base: str | None
     mt: int | None
     t: int
+    fresh: bool = False
+
+
+class ReserveInodes(Command, frozen=True):
+    """Inode numbers for a mount to give the files it creates in write-back mode (CreateFiles)."""
+    bi: int | None
+    n: int
+
+
+class CreateFiles(Command, frozen=True):
+    """Regular files with their content (blocks admitted already), each with the inode number reserved for it;
+    `items` as messages.StoredFile's builtins."""
+    bi: int | None
+    items: list[Record]
+    bucket: str | None
+    t: int
 
 
 class SetXattr(Command, frozen=True):
@@ -388,6 +404,7 @@ AnyCommand = Union[
     MarkShort, DropShort, AssignNodeId, SaveNode, CreateAccessKey, UpdateAccessKey, DeleteAccessKey,
     CreateKmsKey,
     Mkdir, Mknod, Symlink, Link, Unlink, Rmdir, Rename, SetAttr, Commit, SetXattr, RemoveXattr, StampDirs,
+    ReserveInodes, CreateFiles,
 ]
 
 _encoder = msgspec.msgpack.Encoder()

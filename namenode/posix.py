@@ -303,20 +303,21 @@ class Posix:
                 b.delete(keys.inode(ino))
             b.delete(k)
 
-    def _new(self, b, parent: int, name: str, rec: dict, t: int, charge=None) -> dict:
-        """Create `name` in `parent` as a new inode `rec`; EEXIST if the name is taken."""
-        self._check_name(name)
-        prec = self._writable_dir(parent)
-        if self._child(parent, name) is not None:
-            raise errors.AlreadyExists(f"{name!r} exists")
+    def _new(self, b, parent: int, name: str, rec: dict, t: int, charge=None, ino: int | None = None,
+             prec: dict | None = None) -> dict:
+        """Create `name` in `parent` as a new inode `rec` (numbered `ino`, reserved before; else the next one);
+        EEXIST if the name is taken. `prec`: the parent's record, already read and checked by the caller."""
+        if prec is None:
+            prec = self._check_new(parent, name)
         if prec.get("mode", 0) & st.S_ISGID:  # BSD group semantics in a set-group-ID directory, as Linux does
             rec["gid"] = prec.get("gid", 0)
             if rec["t"] == "d":
                 rec["mode"] |= st.S_ISGID
-        rec.update(mt=t, ct=t, at=t)
+        rec.update(mt=rec.get("mt", t), ct=t, at=rec.get("at", t))
         if "mk" in rec:
             rec["mk"]["mt"] = t
-        ino = self.meta.next_id(b, b"ino")
+        if ino is None:
+            ino = self.meta.next_id(b, b"ino")
         if rec["t"] != "d":
             rec["ln"] = [[parent, name]]
         self._put_inode(b, ino, rec)
@@ -326,7 +327,67 @@ class Posix:
             charge(b)
         return self.attr(ino, rec)
 
+    def _check_new(self, parent: int, name: str) -> dict:
+        """The record of directory `parent`, where `name` is to be created: a valid name, not taken."""
+        self._check_name(name)
+        prec = self._writable_dir(parent)
+        if self._child(parent, name) is not None:
+            raise errors.AlreadyExists(f"{name!r} exists")
+        return prec
+
     # ---------------------------------------------------------------- namespace operations
+    def reserve_inodes(self, n: int) -> int:
+        """Reserve `n` inode numbers for a mount's own creates (create_files); returns the first."""
+        return self.meta.execute(cmds.ReserveInodes(bi=self.bi, n=int(n)))
+
+    def _apply_reserve_inodes(self, b, c: cmds.ReserveInodes) -> int:
+        return self.meta.next_id(b, b"ino", c.n)
+
+    def create_files(self, items: list[dict], bucket: str | None = None) -> list[dict | errors.DomainError]:
+        """Many regular files with their content (blocks durable on DataNodes, admitted), in one command: each
+        `{"f": NewFile, "blk": stored blocks, "etag"}` becomes inode f.ino (reserved with reserve_inodes, not used
+        yet) named f.name in f.parent with f's mode, owner, times and content, as a mknod and a commit would; an
+        item refused (a name taken, a number not reserved, the quota) is its error, and the others are made."""
+        return self.meta.execute(cmds.CreateFiles(bi=self.bi, items=items, bucket=bucket, t=now_ns()))
+
+    def _apply_create_files(self, b, c: cmds.CreateFiles) -> list[dict | errors.DomainError]:
+        out: list = []
+        names: set[tuple[int, str]] = set()
+        inos: set[int] = set()
+        top = self.meta._peek(b"ino")
+        for item in c.items:
+            f, blk = item["f"], item["blk"]
+            try:
+                parent, name, ino = int(f["parent"]), f["name"], int(f["ino"])
+                if (parent, name) in names:
+                    raise errors.AlreadyExists(f"{name!r} exists")
+                if not 2 <= ino < top or ino in inos or self.meta.get_inode(ino) is not None:
+                    raise errors.InvalidInput(f"inode {ino} was not reserved, or is taken")
+                self.in_bucket(parent)
+                prec = self._check_new(parent, name)
+                size = int(f["size"])
+                if sum(block_size(x) for x in blk) != size:
+                    raise errors.InvalidInput(f"the blocks of {name!r} don't add up to {size} bytes")
+                charge = self._charge(c.bucket, size, 1)
+            except errors.DomainError as e:
+                out.append(e)
+                continue
+            rec = {"t": "f", "size": size, "etag": item["etag"], "blk": blk,
+                   "mode": S_IFREG | (int(f["mode"]) & 0o7777), "uid": int(f["uid"]), "gid": int(f["gid"]),
+                   "mt": int(f["mt"]), "at": int(f["at"])}
+            for x in blk:
+                b.delete(keys.pending(block_id(x)))
+            names.add((parent, name))
+            inos.add(ino)
+            t = max(int(f.get("dt") or c.t), prec.get("mt", 0))  # the mount's time of the create, never backwards
+            res = self._new(b, parent, name, rec, t, charge, ino=ino, prec=prec)
+            if f.get("ct") and int(f["ct"]) != rec["ct"]:  # a chmod/chown in the mount since: its ctime
+                rec["ct"] = res["ct"] = int(f["ct"])
+                self._put_links(b, ino, rec)
+            out.append({**res,
+                        "layout": [[block_id(x), block_size(x)] for x in blk]})
+        return out
+
     def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> dict:
         return self.meta.execute(cmds.Mkdir(bi=self.bi, parent=int(parent), name=name, mode=int(mode), uid=int(uid),
                                             gid=int(gid), t=now_ns()))
@@ -564,7 +625,7 @@ class Posix:
                 "etag": rec.get("etag", "")}
 
     def commit(self, ino: int, blk: list, size: int, etag: str, bucket: str | None = None,
-               base: str | None = None, mt: int | None = None) -> dict:
+               base: str | None = None, mt: int | None = None, fresh: bool = False) -> dict:
         """New content of file `ino` (new blocks already durable on DataNodes): replaces the block list at once,
         frees the blocks no longer used, and refreshes every name's listing summary.
 
@@ -573,10 +634,11 @@ class Posix:
         (`base`, its ETag): if the file was replaced meanwhile (an S3 PUT), ESTALE, and nothing changes.
 
         The mtime becomes now, or `mt`: a time set explicitly (utimens) after the last write of these changes, as
-        `tar x` and `cp -p` do before they close the file."""
+        `tar x` and `cp -p` do before they close the file. `fresh`: every new block must be pending (allocated,
+        never committed), as blocks a client stored directly with a write token must."""
         return self.meta.execute(cmds.Commit(bi=self.bi, ino=int(ino), blk=blk, size=int(size), etag=etag,
                                              bucket=bucket, base=base, mt=None if mt is None else int(mt),
-                                             t=now_ns()))
+                                             t=now_ns(), fresh=fresh))
 
     def _apply_commit(self, b, c: cmds.Commit) -> dict:
         ino, blk, size, etag, bucket, base, mt, t = c.ino, c.blk, c.size, c.etag, c.bucket, c.base, c.mt, c.t
@@ -596,6 +658,9 @@ class Posix:
             raise errors.InvalidInput(f"block {e} is not one of inode {ino}'s") from None
         if sum(block_size(x) for x in blk) != size:
             raise errors.InvalidInput(f"the blocks of inode {ino} don't add up to {size} bytes")
+        if c.fresh and any(not isinstance(x, int) and self.kv.get(keys.pending(block_id(x))) is None
+                           for x in c.blk):
+            raise errors.InvalidInput(f"a block of inode {ino} was not allocated for this write, or is committed")
         kept = {block_id(x) for x in blk}
         if len(kept) != len(blk):
             raise errors.InvalidInput(f"a block is named twice in the new content of {ino}")

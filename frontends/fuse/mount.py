@@ -68,6 +68,7 @@ async def serve(ops: EpochOperations, mountpoint: str, fuse_opts: set[str]) -> N
             nursery.start_soon(_stop_on_signal)
             nursery.start_soon(set_kernel_readahead, mountpoint, ops.o.readahead * ops.o.chunk_size)
             await pyfuse3.main()
+            await ops.writes.settle_all()  # write-back: the files closed but not yet committed
             nursery.cancel_scope.cancel()
     finally:
         pyfuse3.close(unmount=True)

@@ -16,8 +16,10 @@ import errno
 import functools
 import itertools
 import logging
+import hashlib
 import os
 import stat
+import time
 
 import pyfuse3
 import trio
@@ -40,6 +42,8 @@ NOT_KEPT_XATTRS = (b"security.", b"system.")  # attribute namespaces namenode/po
 # their offsets by it (fsstress copies to up to 1,024 x st_blksize past EOF: gigabytes of zeros per file), while
 # readers gain nothing from it: the kernel's readahead (mount.py) sets the size of the reads that reach the mount.
 IO_BLKSIZE = 4096
+EMPTY_ETAG = f'"{hashlib.md5(b"").hexdigest()}"'
+RENAME_EXCHANGE = 2
 
 
 def _posix(fn):
@@ -70,6 +74,15 @@ def _name(raw: bytes) -> str:
         raise pyfuse3.FUSEError(errno.EINVAL) from None  # S3 keys are UTF-8
 
 
+class Listed:
+    """Write-back: the names in a directory this mount made, from its making or a listing at `at` (monotonic), with
+    the attributes listed (None: a name made or changed here since)."""
+    __slots__ = ("at", "names", "renewing")
+
+    def __init__(self, at: float, names: dict[str, dict | None]) -> None:
+        self.at, self.names, self.renewing = at, names, False
+
+
 def _version(a: dict) -> tuple:
     return a["mt"], a["size"], a["etag"]
 
@@ -85,6 +98,9 @@ class EpochOperations(pyfuse3.Operations):
         self.files: dict[int, Handle] = {}
         self.dirs: dict[int, list] = {}
         self.seen: dict[int, tuple] = {}                 # file version at its last open (keep_cache)
+        self.dir_attrs: dict[int, dict] = {}             # write-back: the last attributes seen of each directory
+        self.dir_seen: dict[int, float] = {}             # write-back: when (monotonic), trusted for attr_timeout
+        self.known: dict[int, Listed] = {}               # write-back: the names in each directory made here
         self._fh = itertools.count(1)
 
     @property
@@ -101,13 +117,20 @@ class EpochOperations(pyfuse3.Operations):
         await self.inodes.start()
 
     # ---------------------------------------------------------------- inodes and attributes
-    def _entry(self, a: dict) -> pyfuse3.EntryAttributes:
+    def _saw_dir(self, a: dict, at: float) -> None:
+        """Write-back: directory attributes `a` as the NameNode had them at `at` (monotonic), unless newer are known."""
+        if at >= self.dir_seen.get(a["ino"], -1.0):
+            self.dir_attrs[a["ino"]], self.dir_seen[a["ino"]] = a, at
+
+    def _entry(self, a: dict, cached: bool = False) -> pyfuse3.EntryAttributes:
         e = pyfuse3.EntryAttributes()
         e.st_ino = self.inodes.fuse(a["ino"])
         e.generation = 0
         e.entry_timeout, e.attr_timeout = self.timeouts
         e.st_mode, e.st_nlink, e.st_uid, e.st_gid, e.st_rdev = a["mode"], a["nlink"], a["uid"], a["gid"], a["rdev"]
         e.st_atime_ns, e.st_mtime_ns, e.st_ctime_ns = a["at"], a["mt"], a["ct"]
+        if self.o.writeback and not cached and stat.S_ISDIR(a["mode"]):
+            self._saw_dir(a, time.monotonic())
         size = a["size"]
         w = self.writes.of(a["ino"])
         if w is not None:  # unsaved writes: the kernel must see the local size and time
@@ -141,15 +164,89 @@ class EpochOperations(pyfuse3.Operations):
             if ino is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._entry(self.inodes.attrs[ino])
+        w = self.writes.named(p, s)
+        if w is not None:  # made here, not yet on the NameNode (write-back)
+            return self._entry(w.attr)
+        if p in self.known:
+            k = await self._listed(p)
+            if s not in k.names:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            a = k.names[s]
+            if a is not None and stat.S_ISDIR(a["mode"]):  # a directory: its attributes as listed, if still fresh
+                at = k.at
+                if self.dir_seen.get(a["ino"], -1.0) > at:
+                    a, at = self.dir_attrs[a["ino"]], self.dir_seen[a["ino"]]
+                if time.monotonic() - at <= self.o.attr_timeout:
+                    self.inodes.remember(p, s, a)
+                    return self._entry(a, cached=True)
         a = await self.c.fs_lookup(s if p == NN_ROOT else self.inodes.bucket(p), parent=p, name=s)
         self.inodes.remember(p, s, a)
         return self._entry(a)
 
+    async def _listed(self, p: int) -> Listed:
+        """Write-back: the names in directory `p` (one this mount made). They answer lookups for entry_timeout after
+        the listing they come from, as the kernel's own entries would (a name made elsewhere in that time may be
+        missed); the listing is renewed in the background once it is half that old while the directory is in use,
+        and here if it is older. A name kept here that is gone only costs a lookup."""
+        k = self.known[p]
+        age = time.monotonic() - k.at
+        if age > self.o.entry_timeout:
+            await self._relist(p)
+        elif age > self.o.entry_timeout / 2 and not k.renewing and self.nursery is not None:
+            k.renewing = True
+            self.nursery.start_soon(self._renew, p)
+        return self.known.get(p) or Listed(time.monotonic(), {})
+
+    async def _renew(self, p: int) -> None:
+        try:
+            await self._relist(p)
+        except Exception as e:  # noqa: BLE001 -- gone, or the gateway away: the next lookup lists it, or fails
+            log.debug("directory %s: listing not renewed: %r", p, e)
+            self.known.pop(p, None)
+
+    async def _relist(self, p: int) -> None:
+        k = self.known[p]
+        before, at = set(k.names), time.monotonic()
+        made = {n for (pp, n) in self.writes.names if pp == p}
+        entries = await self.inodes.listing(p)
+        names: dict[str, dict | None] = {n: a for n, a in entries}
+        for n, a in entries:
+            self.inodes.remember(p, n, a)
+            if stat.S_ISDIR(a["mode"]):
+                self._saw_dir(a, at)
+        for n in made:
+            names.setdefault(n, None)
+        k = self.known.get(p)
+        if k is not None:  # names made here meanwhile
+            names.update({n: k.names[n] for n in set(k.names) - before})
+            self.known[p] = Listed(at, names)
+
+    def _changed_dir(self, p: int, add: str | None = None, drop: str | None = None) -> None:
+        """Write-back: directory `p` changed through this mount: its attributes are fetched again, its names kept."""
+        self.dir_seen.pop(p, None)
+        k = self.known.get(p)
+        if k is not None:
+            if add is not None:
+                k.names[add] = None
+            if drop is not None:
+                k.names.pop(drop, None)
+
     @_posix
     async def getattr(self, inode, ctx=None):
         ino = self.inodes.nn(inode)
+        if self.writes.made_here:
+            w = self.writes.made_here.get(ino)
+            if w is not None:
+                return self._entry(w.attr)
         try:
-            return self._entry(await self.inodes.getattr(ino))
+            a = self.dir_attrs.get(ino)
+            cached = a is not None and time.monotonic() - self.dir_seen.get(ino, 0.0) <= self.o.attr_timeout
+            if not cached:
+                a = await self.inodes.getattr(ino)
+            t = self.writes.made_in(ino) if self.writes.made_here and stat.S_ISDIR(a["mode"]) else 0
+            if t > a["mt"]:  # files made here since: the directory changed then (the NameNode stamps their create)
+                a, cached = {**a, "mt": t, "ct": max(t, a["ct"])}, True
+            return self._entry(a, cached)
         except errors.NotFound:
             # removed elsewhere (an S3 DELETE) while open here: like an unlinked file, its handles keep reading the
             # old content (the NameNode keeps its blocks for NN_FREE_GRACE_S), and the kernel revalidates it
@@ -178,6 +275,8 @@ class EpochOperations(pyfuse3.Operations):
             a = self.writes.defer(w, dict(args))
             if a is not None:
                 return self._entry(a)
+        if w is not None and w.new is not None:  # write-back: the NameNode makes this change, once it has the file
+            await self.writes.settle(w)
         if w is not None and "mt" in args:
             await self.writes.set_mtime(w, attr.st_mtime_ns)
         a = None
@@ -209,6 +308,8 @@ class EpochOperations(pyfuse3.Operations):
     async def readdir(self, fh, start_id, token):
         d = self.dirs[fh]
         if d[1] is None:
+            if self.writes.made_here:
+                await self.writes.settle_all(d[0])
             d[1] = await self.inodes.listing(d[0])
         for i in range(start_id, len(d[1])):
             name, a = d[1][i]
@@ -225,6 +326,11 @@ class EpochOperations(pyfuse3.Operations):
         p, s = self.inodes.nn(parent_inode), _name(name)
         a = await self.c.fs_mkdir(self.inodes.bucket(p), parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid)
         self.inodes.remember(p, s, a)
+        if self.o.writeback:
+            self._changed_dir(p, add=s)
+            if len(self.known) > 100_000:
+                self.known.clear()
+            self.known[a["ino"]] = Listed(time.monotonic(), {})
         return self._entry(a)
 
     @_posix
@@ -234,6 +340,7 @@ class EpochOperations(pyfuse3.Operations):
         a = await self.c.fs_mknod(self.inodes.bucket(p), parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid,
                                   rdev=rdev)
         self.inodes.remember(p, s, a)
+        self._changed_dir(p, add=s)
         return self._entry(a)
 
     @_posix
@@ -243,34 +350,46 @@ class EpochOperations(pyfuse3.Operations):
         a = await self.c.fs_symlink(self.inodes.bucket(p), parent=p, name=s, target=target.decode("latin-1"),
                                     uid=ctx.uid, gid=ctx.gid)
         self.inodes.remember(p, s, a)
+        self._changed_dir(p, add=s)
         return self._entry(a)
 
     @_posix
     async def link(self, inode, new_parent_inode, new_name, ctx):
         self._writable()
         p, s, ino = self.inodes.nn(new_parent_inode), _name(new_name), self.inodes.nn(inode)
+        await self._settle(ino)
         a = await self.c.fs_link(self.inodes.bucket(p, ino), ino=ino, parent=p, name=s)
         self.inodes.remember(p, s, a)
+        self._changed_dir(p, add=s)
         return self._entry(a)
 
     @_posix
     async def unlink(self, parent_inode, name, ctx):
         self._writable()
         p = self.inodes.nn(parent_inode)
+        await self._settle_name(p, _name(name))
         await self.c.fs_unlink(self.inodes.bucket(p), parent=p, name=_name(name))
+        self._changed_dir(p, drop=_name(name))
 
     @_posix
     async def rmdir(self, parent_inode, name, ctx):
         self._writable()
         p = self.inodes.nn(parent_inode)
+        if self.writes.made_here:  # the directory may hold files made here
+            await self.writes.settle_all()
         await self.c.fs_rmdir(self.inodes.bucket(p), parent=p, name=_name(name))
+        self._changed_dir(p, drop=_name(name))
 
     @_posix
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
         self._writable()
         p, newp = self.inodes.nn(parent_inode_old), self.inodes.nn(parent_inode_new)
+        await self._settle_name(p, _name(name_old))
+        await self._settle_name(newp, _name(name_new))
         await self.c.fs_rename(self.inodes.bucket(p, newp), parent=p, name=_name(name_old), newparent=newp,
                                newname=_name(name_new), flags=flags)
+        self._changed_dir(p, drop=None if flags & RENAME_EXCHANGE else _name(name_old))
+        self._changed_dir(newp, add=_name(name_new))
 
     @_posix
     async def statfs(self, ctx):
@@ -294,6 +413,7 @@ class EpochOperations(pyfuse3.Operations):
     async def getxattr(self, inode, name, ctx):
         ino = self.inodes.nn(inode)
         bucket = self._xattr_bucket(ino, name)
+        await self._settle(ino)
         if bucket is None:
             raise pyfuse3.FUSEError(errno.ENODATA)
         return (await self.c.fs_getxattr(bucket, ino=ino, name=name.decode("latin-1"))).encode("latin-1")
@@ -302,6 +422,7 @@ class EpochOperations(pyfuse3.Operations):
     async def listxattr(self, inode, ctx):
         ino = self.inodes.nn(inode)
         bucket = self.inodes.bucket(ino)
+        await self._settle(ino)
         names = await self.c.fs_listxattr(bucket, ino=ino) if bucket is not None else []
         return [n.encode("latin-1") for n in names if ctx.uid == 0 or not n.startswith("trusted.")]
 
@@ -309,6 +430,7 @@ class EpochOperations(pyfuse3.Operations):
     async def setxattr(self, inode, name, value, ctx):
         self._writable()
         ino = self.inodes.nn(inode)
+        await self._settle(ino)
         await self.c.fs_setxattr(self._xattr_bucket(ino, name, write=True), ino=ino, name=name.decode("latin-1"),
                                  value=value.decode("latin-1"))
 
@@ -316,7 +438,19 @@ class EpochOperations(pyfuse3.Operations):
     async def removexattr(self, inode, name, ctx):
         self._writable()
         ino = self.inodes.nn(inode)
+        await self._settle(ino)
         await self.c.fs_removexattr(self._xattr_bucket(ino, name, write=True), ino=ino, name=name.decode("latin-1"))
+
+    async def _settle(self, ino: int) -> None:
+        """Write-back: the file exists on the NameNode before an operation that needs it there."""
+        w = self.writes.made_here.get(ino)
+        if w is not None:
+            await self.writes.settle(w)
+
+    async def _settle_name(self, parent: int, name: str) -> None:
+        w = self.writes.named(parent, name)
+        if w is not None:
+            await self.writes.settle(w)
 
     def _xattr_bucket(self, ino: int, name: bytes, write: bool = False) -> str | None:
         """The bucket to ask about attribute `name` of `ino` (None: the tree's root, which has none)."""
@@ -336,6 +470,7 @@ class EpochOperations(pyfuse3.Operations):
     @_posix
     async def open(self, inode, flags, ctx):
         ino = self.inodes.nn(inode)
+        await self._settle(ino)
         if flags & (os.O_WRONLY | os.O_RDWR):
             self._writable()
         a = None
@@ -351,9 +486,23 @@ class EpochOperations(pyfuse3.Operations):
     async def create(self, parent_inode, name, mode, flags, ctx):
         self._writable()
         p, s = self.inodes.nn(parent_inode), _name(name)
-        a = await self.c.fs_mknod(self.inodes.bucket(p), parent=p, name=s, mode=stat.S_IFREG | stat.S_IMODE(mode),
+        pa = self.dir_attrs.get(p)
+        bucket = self.inodes.bucket(p)
+        if self.o.writeback and pa is not None and bucket is not None:  # made here; created on the NameNode later
+            gid = pa["gid"] if pa["mode"] & stat.S_ISGID else ctx.gid  # BSD group semantics, as the NameNode's
+            t = time.time_ns()
+            a = {"ino": await self.writes.next_ino(bucket), "mode": stat.S_IFREG | stat.S_IMODE(mode), "nlink": 1,
+                 "uid": ctx.uid, "gid": gid, "size": 0, "rdev": 0, "at": t, "mt": t, "ct": t, "etag": EMPTY_ETAG}
+            self.inodes.remember(p, s, a)
+            fh = self._open_handle(a)
+            self.files[fh].writer = self.writes.make(a["ino"], p, s, a)
+            if p in self.known:  # (its attributes stay: getattr adds the time of this create)
+                self.known[p].names[s] = None
+            return pyfuse3.FileInfo(fh=fh), self._entry(a)
+        a = await self.c.fs_mknod(bucket, parent=p, name=s, mode=stat.S_IFREG | stat.S_IMODE(mode),
                                   uid=ctx.uid, gid=ctx.gid)
         self.inodes.remember(p, s, a)
+        self._changed_dir(p, add=s)
         self.seen[a["ino"]] = _version(a)
         fh = self._open_handle(a)
         self.files[fh].writer = self.writes.new(a["ino"], a)
@@ -394,11 +543,17 @@ class EpochOperations(pyfuse3.Operations):
         if self.o.read_only:  # nothing to flush, ever: ENOSYS makes the kernel stop sending FLUSH at every close
             raise pyfuse3.FUSEError(errno.ENOSYS)
         h = self.files[fh]
+        if h.writer is not None and h.writer.new is not None:  # write-back: created after close, in a batch
+            await self.writes.closing(h.writer)
+            return
         if h.writer is not None:
             self._changed(await self.writes.upload(h.ino, h.writer))
 
     @_posix
     async def fsync(self, fh, datasync):
+        h = self.files[fh]
+        if h.writer is not None:
+            await self.writes.settle(h.writer)
         await self.flush.__wrapped__(self, fh)
 
     @_posix

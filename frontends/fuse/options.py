@@ -26,6 +26,8 @@ class MountOptions:
     cache_disk: int = 0
     cache_dir: Path | None = None
     timeout: float = 10.0                    # a gateway silent this long makes the call fail with EIO
+    writeback: bool = False                  # new small files: made locally, committed in batches after close
+    direct_writes: bool = True               # streamed files go straight to the DataNodes (else via the gateway)
 
 
 
@@ -64,6 +66,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="dataset mode: once a file is read, its directory's small files are fetched in batches "
                         "of this many while the cache has room (0: off)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds before a silent gateway gives EIO")
+    p.add_argument("--writeback", action="store_true",
+                   help="new small files are made in the mount and committed in batches after close() returns "
+                        "(fsync waits for its file; see the README's mount write paragraph)")
+    p.add_argument("--no-direct", action="store_true",
+                   help="send file content through the gateway, not straight to the DataNodes")
     p.add_argument("--no-allow-other", action="store_true", help="only the mounting user sees the mount")
 
 
@@ -74,4 +81,5 @@ def options(args) -> MountOptions:
                         chunk_size=args.chunk_size, readahead=args.readahead, prefetch=args.prefetch,
                         cache_policy=args.cache,
                         cache_mem=args.cache_mem, cache_disk=args.cache_disk, cache_dir=args.cache_dir,
-                        timeout=args.timeout)
+                        timeout=args.timeout, writeback=args.writeback,
+                        direct_writes=not args.no_direct)

@@ -15,19 +15,24 @@ abandons its blocks) and the usual upload takes over.
 from __future__ import annotations
 
 import bisect
+import collections
+import contextlib
 import itertools
 import logging
 import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import msgspec
 import trio
 
 from epochfs.common import defaults, errors
 from epochfs.common.client import S3Client
-from epochfs.common.messages import BlockSpan, FileWrite, KeepBlock, NewExtent, RestOfBody
+from epochfs.common.directwrite import DIRECT_RETRY_S, ROUND_MAX, WINDOW, DirectUnavailable, DirectWriter
+from epochfs.common.messages import (BlockSpan, FileWrite, FileWriteDirect, KeepBlock, NewExtent, NewFile,
+                                     RestOfBody)
 
 from .cache import BlockCache
 from .inodes import InodeTable
@@ -39,6 +44,11 @@ UPLOAD_PIECE = 4 << 20
 STREAM_AFTER = 8 << 20  # bytes a new file holds before it is streamed (smaller files go up in one piece at close)
 MAX_STREAMS = 8  # at most this many at once: each holds one of the client's connections (32) until its file closes
 MAX_FILE_SIZE = defaults.MAX_OBJECT_SIZE  # S3's largest object
+MAX_BATCH = 256          # write-back: files created in one request
+BATCH_BYTES = 16 << 20   # and their bytes (the gateway takes 32 MiB)
+CREATORS = 2             # batches in flight
+INO_RESERVE = 1024       # inode numbers reserved at once
+QUEUE_BYTES = 256 << 20  # write-back: bytes of closed files waiting for their create, at most
 # what a writer knows of a block of the version it started from
 KEPT, CLEAN, DIRTY, GONE = range(4)  # only on DataNodes; also in the local copy, unchanged; changed; cut off
 
@@ -62,9 +72,13 @@ class Writer:
     fsync after a small write into a large file stores one block, not the file, and opening a file to append to it
     downloads nothing."""
 
-    def __init__(self, tmpdir: Path | None, layout: dict) -> None:
-        self.file = tempfile.TemporaryFile(dir=tmpdir)
+    def __init__(self, tmpdir: Path | None, layout: dict, memory: bool = False) -> None:
+        # a file made in write-back mode starts in memory (a memfd: cheaper to make and drop than a temporary
+        # file), and moves to one once it outgrows STREAM_AFTER (spill)
+        self.file = os.fdopen(os.memfd_create("epochfs-new"), "r+b", buffering=0) if memory \
+            else tempfile.TemporaryFile(dir=tmpdir)
         self.fd = self.file.fileno()
+        self.memory = memory
         self.size = layout["size"]
         os.ftruncate(self.fd, self.size)
         self.dirty = False
@@ -75,7 +89,22 @@ class Writer:
         self.stream: Stream | None = None
         self.attr: dict | None = None  # the attributes of its last committed version, if known (created here)
         self.pending: dict = {}        # chmod/chown/atime set while changes are unsaved, sent with their commit
+        self.new: tuple[int, str] | None = None  # write-back: (directory, name) of a file not yet on the NameNode
+        self.queued = False            # write-back: in the queue of files to create
+        self.bare = False              # write-back: to be created empty (a large file, then streamed as usual)
+        self.made_at = 0               # write-back: when it was made (its directory's mtime)
+        self.made: trio.Event | None = None  # write-back: set once the NameNode has it (or its create failed)
+        self.error: errors.DomainError | None = None  # write-back: why its create failed
         self._rebase(layout["etag"], layout["blk"], {}, KEPT, layout.get("bs", UPLOAD_PIECE))
+
+    def spill(self, tmpdir: Path | None) -> None:
+        """Move the local copy from memory to a temporary file."""
+        f = tempfile.TemporaryFile(dir=tmpdir)
+        os.ftruncate(f.fileno(), self.size)
+        for pos in range(0, self.size, UPLOAD_PIECE):  # (copy_file_range can't cross file systems on older kernels)
+            os.pwrite(f.fileno(), os.pread(self.fd, min(UPLOAD_PIECE, self.size - pos), pos), pos)
+        self.file.close()
+        self.file, self.fd, self.memory = f, f.fileno(), False
 
     def _rebase(self, etag: str, blk: list, known: dict[int, int], new: int, bs: int) -> None:
         """Start from version `etag` made of `blk` (the layout's [id, size] spans, in order)."""
@@ -194,15 +223,158 @@ class Writes:
         self.writers: dict[int, Writer] = {}
         self.nursery: trio.Nursery | None = None  # the mount's (mount.py), where streams run
         self.streams = 0  # under way
+        self.made_here: dict[int, Writer] = {}  # write-back: files not yet on the NameNode, by inode
+        self.names: dict[tuple[int, str], int] = {}  # and by (directory, name)
+        self.queue: collections.deque[Writer] = collections.deque()  # closed, to be created
+        self.queued_bytes = 0
+        self._more = trio.Event()
+        self._creators = 0
+        self._inos: Iterator[int] | None = None
+        self._reserving = trio.Lock()
+        self._direct_after = 0.0  # monotonic: streams go through the gateway until then (DataNodes unreachable)
+
+    # ---------------------------------------------------------------- write-back creates
+    # With --writeback a regular file created in a directory whose attributes the mount knows is made here: its
+    # inode number comes from a range reserved on the NameNode, its attributes are the mount's, and it exists only
+    # in this mount until it is created on the NameNode with its content, attributes and mtime in one batch
+    # (gateway/s3/posix.py fs_create_files) after close() (at most MAX_BATCH files or BATCH_BYTES at once, CREATORS
+    # batches in flight). fsync, and anything else that needs the file on the NameNode (a rename, an unlink, a link,
+    # a listing of its directory, a stat of the directory, a second open, xattrs, a truncate, a stream once it
+    # outgrows STREAM_AFTER) waits for its create first: `settle` one file, `settle_all` every one.
+    def made_in(self, parent: int) -> int:
+        """When the last file made here in `parent` and not yet on the NameNode was made (0: none)."""
+        return max((w.made_at for w in self.made_here.values() if w.new is not None and w.new[0] == parent),
+                   default=0)
+
+    def named(self, parent: int, name: str) -> Writer | None:
+        """The file this mount made as `name` in `parent` and has not created on the NameNode yet."""
+        ino = self.names.get((parent, name))
+        return None if ino is None else self.made_here.get(ino)
+
+    async def next_ino(self, bucket: str) -> int:
+        async with self._reserving:
+            if not self._inos:
+                self._inos = iter(await self.c.fs_reserve_inodes(bucket, INO_RESERVE))
+            ino = next(self._inos, None)
+            if ino is None:  # used up meanwhile
+                self._inos = iter(await self.c.fs_reserve_inodes(bucket, INO_RESERVE))
+                ino = next(self._inos)
+            return ino
+
+    def make(self, ino: int, parent: int, name: str, attr: dict) -> Writer:
+        """A file created in this mount only (write-back): its local copy, for its first handle."""
+        w = self.new(ino, attr, memory=True)
+        w.new, w.made, w.dirty, w.mtime_ns, w.made_at = (parent, name), trio.Event(), True, attr["mt"], attr["ct"]
+        self.made_here[ino] = w
+        self.names[(parent, name)] = ino
+        return w
+
+    def later(self, w: Writer) -> None:
+        """Queue the file's create (after its close): the creators send it with the next batch."""
+        if w.new is None or w.queued:
+            return
+        w.queued = True
+        self.queue.append(w)
+        self.queued_bytes += w.size
+        self._more.set()
+        if self._creators == 0 and self.nursery is not None:
+            for _ in range(CREATORS):
+                self._creators += 1
+                self.nursery.start_soon(self._creator)
+
+    async def closing(self, w: Writer) -> None:
+        """A handle of a file made here is being closed (flush): queue its create. Memory is bounded: while
+        QUEUE_BYTES wait to be sent, the close waits for the file's create."""
+        self.later(w)
+        if self.queued_bytes > QUEUE_BYTES:
+            await self.settle(w)
+
+    async def settle(self, w: Writer) -> None:
+        """Wait until the file exists on the NameNode (queueing its create now if need be)."""
+        if w.new is None:
+            if w.error is not None:
+                raise w.error
+            return
+        self.later(w)
+        await w.made.wait()
+        if w.error is not None:
+            raise w.error
+
+    async def settle_all(self, parent: int | None = None) -> None:
+        """Every file made here (in directory `parent`, or anywhere) created on the NameNode; their errors are
+        logged (each file's own calls report them)."""
+        for w in [w for w in self.made_here.values() if parent is None or w.new and w.new[0] == parent]:
+            try:
+                await self.settle(w)
+            except errors.DomainError:
+                pass
+
+    async def _creator(self) -> None:
+        try:
+            while True:
+                while not self.queue:
+                    self._more = trio.Event()
+                    await self._more.wait()
+                batch, size = [], 0
+                while self.queue and len(batch) < MAX_BATCH and (not batch or size + self.queue[0].size <= BATCH_BYTES):
+                    w = self.queue.popleft()
+                    batch.append(w)
+                    size += w.size
+                    self.queued_bytes -= w.size
+                await self._create(batch)
+        finally:
+            self._creators -= 1
+
+    async def _create(self, batch: list[Writer]) -> None:
+        """Create a batch of files on the NameNode with their content (each writer's lock held meanwhile: a write
+        waits, as it does for an upload)."""
+        async with contextlib.AsyncExitStack() as stack:
+            for w in batch:
+                await stack.enter_async_context(w.lock)
+            files = []
+            for w in batch:
+                a = {**w.attr, **w.pending}
+                parent, name = w.new
+                size = 0 if w.bare else w.size
+                files.append((NewFile(ino=a["ino"], parent=parent, name=name, mode=a["mode"], uid=a["uid"],
+                                      gid=a["gid"], at=a["at"], mt=w.mtime_ns, size=size, ct=a["ct"],
+                                      dt=w.made_at),
+                              os.pread(w.fd, size, 0) if size else b""))
+            try:
+                res = await self.c.fs_create_files(self._bucket(batch[0].attr["ino"]), files)
+            except errors.DomainError as e:
+                res = [e] * len(batch)
+            except Exception as e:  # noqa: BLE001 -- a bug: the files' calls report EIO, the log says why
+                log.exception("write-back create failed")
+                res = [errors.DomainError(repr(e))] * len(batch)
+            for w, (f, _), r in zip(batch, files, res):
+                ino = w.attr["ino"]
+                self.names.pop(w.new, None)
+                self.made_here.pop(ino, None)
+                w.new, w.queued = None, False
+                if isinstance(r, errors.DomainError):
+                    log.error("inode %s (%r): not saved: %s", ino, f.name, r)
+                    w.error, w.dirty = r, False
+                elif w.bare:  # made empty: the content stays to be written (streamed) as a new file's
+                    w._rebase(r["etag"], [], {}, CLEAN, r.pop("bs"))
+                    r.pop("layout")
+                    w.pending, w.attr = {}, r
+                else:
+                    w.committed(r["etag"], r.pop("layout"), r.pop("bs"))
+                    w.pending, w.attr = {}, r
+                w.made.set()
+        for w in batch:
+            if w.refs == 0:
+                self.drop(w.attr["ino"], w)
 
     def of(self, ino: int) -> Writer | None:
         """The file's local copy, if it has one."""
         return self.writers.get(ino)
 
-    def new(self, ino: int, attr: dict) -> Writer:
+    def new(self, ino: int, attr: dict, memory: bool = False) -> Writer:
         """The local copy of a file just created (`attr`: its attributes), for its first handle: nothing to ask
         about its layout."""
-        w = self.writers[ino] = Writer(self.o.cache_dir, {"etag": attr["etag"], "blk": [], "size": 0})
+        w = self.writers[ino] = Writer(self.o.cache_dir, {"etag": attr["etag"], "blk": [], "size": 0}, memory)
         w.attr = attr
         w.refs += 1
         return w
@@ -265,7 +437,12 @@ class Writes:
             return os.pread(w.fd, size, off)
 
     async def write(self, ino: int, w: Writer, off: int, buf: bytes) -> None:
+        if w.new is not None and max(w.size, off + len(buf)) >= STREAM_AFTER:  # large: streamed, once it exists
+            w.bare = True
+            await self.settle(w)
         async with w.lock:
+            if w.memory and off + len(buf) > STREAM_AFTER:
+                w.spill(self.o.cache_dir)
             if w.stream is not None and off < w.stream.sent:
                 await self.unstream(w)
             await self.fill(ino, w, w.partly(off, off + len(buf)))
@@ -297,6 +474,14 @@ class Writes:
         try:
             with st.scope:
                 bucket = self._bucket(ino)
+                if self.o.direct_writes and time.monotonic() >= self._direct_after:
+                    try:
+                        st.result = await self._stream_direct(bucket, ino, w, st)
+                        return
+                    except DirectUnavailable as e:  # nothing committed: through the gateway, from the start
+                        log.info("inode %s: direct write unavailable (%s): through the gateway", ino, e)
+                        self._direct_after = time.monotonic() + DIRECT_RETRY_S
+                        st.sent = 0
                 st.result = await self.c.fs_write(bucket, ino, FileWrite(base=w.base, size=0, segs=[RestOfBody()]),
                                                   pieces())
         except Exception as e:  # noqa: BLE001 -- the upload at flush/close reports it, or uploads again
@@ -304,6 +489,68 @@ class Writes:
         finally:
             self.streams -= 1
             st.ended.set()
+
+    async def _stream_direct(self, bucket: str, ino: int, w: Writer, st: Stream) -> dict:
+        """The stream's content stored on the DataNodes by this mount (common/directwrite.py: write tokens from the
+        gateway, asked for 1, 2, 4, ... ROUND_MAX blocks at a time; up to WINDOW blocks stored per round, one call
+        per primary node), then committed by the gateway (fs_write_direct) once closing; the blocks of a stream
+        that ends otherwise are given back. DirectUnavailable (the DataNodes can't be reached, a refused token)
+        before the commit: nothing is committed, the caller goes through the gateway."""
+        dw = DirectWriter(self.c)
+        grants: list = []
+        free: list = []
+        receipts: list = []
+        rnd = 1
+
+        async def slots(n: int) -> list:
+            nonlocal rnd
+            while len(free) < n:
+                g = await self.c.fs_allocate(bucket, max(rnd, n - len(free)))
+                rnd = min(rnd * 2, ROUND_MAX)
+                if grants and g.size != grants[0].size:
+                    raise DirectUnavailable("the bucket's block size changed during the write")
+                grants.append(g)
+                free.extend((g, i) for i in range(len(g.blocks)))
+            out = free[:n]
+            del free[:n]
+            return out
+
+        done = False
+        try:
+            free.extend(await slots(1))  # the block size
+            bs = grants[0].size
+            while True:
+                end = w.size
+                full = (end - st.sent) // bs
+                if not full and not (st.closing and end > st.sent):
+                    if st.closing:
+                        break
+                    await st.more.wait()
+                    continue
+                data = []
+                for _ in range(max(1, min(full, WINDOW))):
+                    n = min(bs, end - st.sent)
+                    st.sent += n  # before the read: a write below this point from now on cancels the stream
+                    data.append(os.pread(w.fd, n, st.sent - n))
+                places = await slots(len(data))
+                got: list = [None] * len(data)
+                by_grant: dict[int, list[int]] = {}
+                for j, (g, _) in enumerate(places):
+                    by_grant.setdefault(id(g), []).append(j)
+                for js in by_grant.values():  # (one grant nearly always: rounds grow as the file does)
+                    g = places[js[0]][0]
+                    for j, r in zip(js, await dw.store(g, [(places[j][1], data[j]) for j in js])):
+                        got[j] = r
+                receipts += got
+            used = {r.id for r in receipts}
+            res = await self.c.fs_write_direct(bucket, ino, FileWriteDirect(
+                base=w.base, grants=[g for g in grants if any(p.id in used for p in g.blocks)], receipts=receipts))
+            done = True
+            return res
+        finally:
+            if grants and (free or not done):  # never committed: given back (the pending expiry would, later)
+                with trio.CancelScope(shield=True):
+                    await dw.abandon(bucket, grants)
 
     async def unstream(self, w: Writer) -> None:
         """Cancel the writer's stream (the caller holds w.lock): its blocks are abandoned, the local copy stays."""
@@ -378,6 +625,8 @@ class Writes:
         w = await self._writer(ino)
         async with w.lock:
             await self.unstream(w)
+            if w.memory and size > STREAM_AFTER:
+                w.spill(self.o.cache_dir)
             await self.fill(ino, w, w.cut(size))
             os.ftruncate(w.fd, size)
             w.truncate(size)
@@ -393,6 +642,9 @@ class Writes:
         """One handle of the file closed: commit its unsaved changes (a failure is logged: close can't report it)
         and drop the local copy after its last handle; returns the new attributes, if it committed."""
         w.refs -= 1
+        if w.new is not None:  # write-back: the creator drops it once the file is created
+            self.later(w)
+            return None
         try:
             if w.dirty:
                 return await self.upload(ino, w)

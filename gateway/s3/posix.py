@@ -9,6 +9,10 @@
   PUT  /_epochfs/fs/<bucket>?ino=    the file's new content as a layout (a FileWrite: blocks kept, extents new); new
                                      blocks go to the bucket's DataNodes, then one NameNode commit replaces the old
                                      content -> {"r": attributes and the new layout}
+  PUT  /_epochfs/fs/<bucket>?files=1  many new files with their content (the mount's write-back creates): a 4-byte
+                                     length, a JSON m.NewFiles index, then the files' bytes back to back; their blocks
+                                     go in one DataNode batch per node, then one NameNode command creates them, each
+                                     whole or not at all -> {"r": {"items": [{"a": attributes} | {"err", "msg"}]}}
   POST /_epochfs/fs with op "fs_statfs" -> capacity, used and inode counts
   POST /_epochfs/fs (no bucket) getattr and readdir of the root, the tree of the buckets the caller may list
 
@@ -22,20 +26,23 @@ mount runs with default_permissions).
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
 from typing import Union
 
 import msgspec
 from prometheus_client import Counter
 
-from epochfs.common import errors, readtoken
+from epochfs.common import errors, readtoken, writetoken
+from epochfs.common.blocks import crc32c
 from epochfs.common import messages as m
 from epochfs.common.clients import NameNodeClient
 from epochfs.common.messages import op_name
 
 from ..cluster import plan_range
 from ..crypto import BlockCipher
-from . import args, sse
+from . import args, direct, sse
 from .access import bucket_access, check_object_read, may_list
 from .body import body_stream, raw_body, read_all
 from .errors import S3Error
@@ -55,7 +62,7 @@ _FORWARD = {  # the NameNodeClient method each goes to
     m.FsRmdir: NameNodeClient.fs_rmdir, m.FsRename: NameNodeClient.fs_rename,
     m.FsSetattr: NameNodeClient.fs_setattr, m.FsGetxattr: NameNodeClient.fs_getxattr,
     m.FsListxattr: NameNodeClient.fs_listxattr, m.FsSetxattr: NameNodeClient.fs_setxattr,
-    m.FsRemovexattr: NameNodeClient.fs_removexattr}
+    m.FsRemovexattr: NameNodeClient.fs_removexattr, m.FsReserveInodes: NameNodeClient.fs_reserve_inodes}
 
 
 def _int_arg(req, name: str, default: int | None = None) -> int:
@@ -200,6 +207,123 @@ class _Body:
         return b"".join([bytes(p) async for p in self.take(n)])
 
 
+MAX_ALLOC_BLOCKS = 4096  # blocks in one write token (a mount streaming a larger file asks again)
+MAX_DIRECT_BODY = 8 << 20  # a direct commit's JSON: receipts and tokens
+_decode_direct = msgspec.json.Decoder(m.FileWriteDirect).decode
+MAX_FILES = 1000         # files in one batch create
+MAX_FILES_BODY = 32 << 20  # its body: under a DataNode call's 64 MiB payload bound
+_decode_new_files = msgspec.json.Decoder(m.NewFiles).decode
+
+
+def _hash_files(items: list[m.NewFile], data: memoryview, bs: int) -> list[tuple[str, list]]:
+    """In a worker thread (hashlib and crc32c let go of the GIL): each file's ETag and its blocks with their CRC32C."""
+    out, pos = [], 0
+    for f in items:
+        piece = data[pos:pos + f.size]
+        pos += f.size
+        out.append((f'"{hashlib.md5(piece).hexdigest()}"',
+                    [(piece[o:o + bs], crc32c(piece[o:o + bs])) for o in range(0, f.size, bs)]))
+    return out
+
+
+async def fs_create_files(ctx, req, bi: int):
+    """PUT /_epochfs/fs/<bucket>?files=1 (see the module's doc): checked as a whole first (the bucket's write
+    permission, done by the caller; Content-Length at most MAX_FILES_BODY; at most MAX_FILES files whose sizes add
+    up to the body), then stored and created; a file refused is its own error and the others are made."""
+    FS_REQUESTS.labels("create_files").inc()
+    length = req.headers.get("content-length")
+    if length is None or "transfer-encoding" in req.headers:
+        raise S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.", 411)
+    length = args.int_arg(length, "content-length", 0, hi=args.MAX_INT)
+    if length > MAX_FILES_BODY:
+        raise S3Error("EntityTooLarge", f"A batch create holds at most {MAX_FILES_BODY} bytes; this one has "
+                      f"{length}.", 400, ProposedSize=length, MaxSizeAllowed=MAX_FILES_BODY)
+    stream, _ = body_stream(req.receive, req.headers, req.auth)
+    body = _Body(stream)
+    try:
+        n = int.from_bytes(await body.read(4), "big")
+        if n > length:
+            raise errors.InvalidInput("the index is longer than the body")
+        items = _decode_new_files(await body.read(n)).items
+    except msgspec.DecodeError as e:
+        raise S3Error("MalformedJSON", f"The body must start with an index {{\"items\": [...]}}: {e}", 400) from None
+    if not 0 < len(items) <= MAX_FILES:
+        raise errors.InvalidInput(f"a batch create holds 1 to {MAX_FILES} files; this one has {len(items)}")
+    total = sum(f.size for f in items)
+    if 4 + n + total != length:
+        raise errors.InvalidInput(f"the file sizes add up to {total} bytes, the body holds {length - 4 - n}")
+    if (await ctx.bucket(req.bucket)).encryption is not None:
+        raise errors.EncryptedObject(f"bucket {req.bucket} encrypts new objects server-side: write them through S3")
+    data = memoryview(await body.read(total))
+    bs = await ctx.cluster.block_size(req.bucket)
+    hashed = await asyncio.to_thread(_hash_files, items, data, bs)
+    written = await ctx.cluster.write_many(req.bucket, [blocks for _, blocks in hashed])
+    out: list = [None] * len(items)
+    todo, where, ids = [], [], []
+    for i, (f, (etag, _), w) in enumerate(zip(items, hashed, written)):
+        if isinstance(w, errors.DomainError):
+            out[i] = _error(w)
+            continue
+        todo.append(m.StoredFile(f=f, blk=list(w), etag=etag))
+        where.append(i)
+        ids += w
+    if todo:
+        try:
+            res = await ctx.cluster.namenode.fs_create_files(m.FsCreateFiles(items=todo, bucket=req.bucket, bi=bi))
+        except BaseException:
+            await ctx.abandon(ids)
+            raise
+        failed = []
+        for i, item, r in zip(where, todo, res.items):
+            out[i] = {"a": r.a, "layout": r.layout, "bs": bs} if r.a is not None else {"err": r.err, "msg": r.msg}
+            if r.a is None:
+                failed += item.blk
+        if failed:
+            await ctx.abandon(failed)
+    return _answer({"r": {"items": out}})
+
+
+async def fs_allocate(ctx, req):
+    """PUT /_epochfs/fs/<bucket>?alloc=N: a write token for N new blocks (at most MAX_ALLOC_BLOCKS) of the bucket,
+    for the mount to store a file's content on the DataNodes itself (common/directwrite.py) and commit it with
+    fs_write_direct. The caller's write permission on the bucket is checked (by fs_write) first."""
+    FS_REQUESTS.labels("allocate").inc()
+    n = args.int_arg(req.query.get("alloc"), "alloc", 1, lo=1, hi=MAX_ALLOC_BLOCKS,
+                     msg=f"alloc must be a block count from 1 to {MAX_ALLOC_BLOCKS}")
+    alloc = await ctx.cluster.namenode.allocate(req.bucket, count=n, seed=int.from_bytes(os.urandom(8), "big") >> 1)
+    grant = writetoken.issue(ctx.settings.cluster_secret, bucket=req.bucket, who=req.auth.user.access_key,
+                             alloc=alloc)
+    return _answer(grant)
+
+
+async def fs_write_direct(ctx, req, bi: int):
+    """PUT /_epochfs/fs/<bucket>?ino=N&direct=1: new content of file N, all of it, stored on the DataNodes by the
+    mount with the write tokens of fs_allocate (body: a m.FileWriteDirect). As a direct object commit
+    (gateway/s3/direct.py): each receipt must be a DataNode's for a block of the caller's tokens for this bucket,
+    every block but the last full, and the NameNode takes only blocks never committed (fresh); then as fs_write's
+    commit (base version, mtime, quota, write policy). ETag: the MD5 of one block, else the multipart form."""
+    FS_REQUESTS.labels("write_direct").inc()
+    ino = _int_arg(req, "ino")
+    try:
+        body = _decode_direct(await read_all(req.receive, MAX_DIRECT_BODY))
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        raise S3Error("MalformedJSON", f"The body must be a FileWriteDirect: {e}", 400) from None
+    blocks, size, _ = direct.written(ctx, body.receipts, direct.granted(ctx, req, body.grants))
+    etag = f'"{writetoken.multipart_etag([r.md5 for r in body.receipts])}"'
+    try:
+        attr = await ctx.cluster.namenode.fs_commit(m.FsCommit(ino=ino, blk=blocks, size=size, etag=etag,
+                                                               bucket=req.bucket, bi=bi, base=body.base, mt=body.mt,
+                                                               fresh=True))
+    except errors.DomainError as e:
+        await ctx.cluster.abandon([b.id for b in blocks])  # only blocks still pending are given back
+        if isinstance(e, errors.NotEnoughReplicas):
+            ctx.cluster.forget_bucket(req.bucket)
+        if not _posix_answer(e):
+            raise
+        return _answer(_error(e))
+    return _answer({"r": msgspec.structs.replace(attr, bs=await ctx.cluster.block_size(req.bucket))})
+
+
 @extension("PUT", "fs")
 async def fs_write(ctx, req):
     """New content for file `ino`. The body is a 4-byte length and a JSON layout (m.FileWrite) {"base": ETag or
@@ -212,7 +336,6 @@ async def fs_write(ctx, req):
     after a dash, as multipart ETags are (S3 clients don't take those for an MD5), changing whenever the content
     does. An optional "mt" (ns) is the mtime the file takes instead of the commit's time: one set with utimens
     after the last write."""
-    FS_REQUESTS.labels("write").inc()
     if req.bucket is None:
         raise errors.InvalidInput("PUT /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     try:
@@ -223,6 +346,13 @@ async def fs_write(ctx, req):
     except (S3Error, errors.PermissionDenied):
         await _discard(req.receive, 1 << 20)
         raise
+    if req.query.get("files"):
+        return await fs_create_files(ctx, req, bi)
+    if req.query.get("alloc"):
+        return await fs_allocate(ctx, req)
+    if req.query.get("direct"):
+        return await fs_write_direct(ctx, req, bi)
+    FS_REQUESTS.labels("write").inc()
     ino = _int_arg(req, "ino")
     stream, _ = body_stream(req.receive, req.headers, req.auth)
     body = _Body(stream)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from epochfs.common import errors
 from epochfs.common import messages as m
 from epochfs.common.blocks import block_nodes
 from epochfs.common.messages import op_name
@@ -110,8 +111,29 @@ def handlers(meta: MetaStore, members: Membership, admit) -> dict:
     async def commit(req: m.FsCommit, _) -> m.FsCommitted:
         scope(req, "commit")
         new = admit(req.bucket, req.blk)
-        return msgspec.convert(posix.commit(req.ino, new, req.size, req.etag, req.bucket, req.base, req.mt),
-                               m.FsCommitted)
+        return msgspec.convert(posix.commit(req.ino, new, req.size, req.etag, req.bucket, req.base, req.mt,
+                                            req.fresh), m.FsCommitted)
+
+    async def reserve_inodes(req: m.FsReserveInodes, _) -> m.InodeRange:
+        scope(req)
+        return m.InodeRange(first=posix.reserve_inodes(req.n), n=req.n)
+
+    async def create_files(req: m.FsCreateFiles, _) -> m.FilesCreated:
+        scope(req, "create")
+        out: list[m.FileCreated | None] = [None] * len(req.items)
+        todo, where = [], []
+        for i, item in enumerate(req.items):
+            try:
+                blk = admit(req.bucket, item.blk)
+            except errors.DomainError as e:
+                out[i] = m.FileCreated(err=type(e).__name__, msg=e.message)
+                continue
+            todo.append({"f": msgspec.to_builtins(item.f), "blk": blk, "etag": item.etag})
+            where.append(i)
+        for i, res in zip(where, posix.create_files(todo, req.bucket) if todo else ()):
+            out[i] = m.FileCreated(err=type(res).__name__, msg=res.message) if isinstance(res, errors.DomainError) \
+                else m.FileCreated(layout=msgspec.convert(res.pop("layout"), list[m.BlockSpan]), a=attr(res))
+        return m.FilesCreated(items=out)
 
     async def statfs(req: m.FsStatfs, _) -> m.FsUsage:
         nodes = [n for n in members.nodes.values() if members.alive(n)]
@@ -122,4 +144,5 @@ def handlers(meta: MetaStore, members: Membership, admit) -> dict:
             m.FsLayout: layout, m.FsMkdir: mkdir, m.FsMknod: mknod, m.FsSymlink: symlink, m.FsLink: link,
             m.FsUnlink: unlink, m.FsRmdir: rmdir, m.FsRename: rename, m.FsSetattr: setattr_,
             m.FsGetxattr: getxattr, m.FsListxattr: listxattr, m.FsSetxattr: setxattr, m.FsRemovexattr: removexattr,
-            m.FsBlocks: blocks, m.FsCommit: commit, m.FsStatfs: statfs}
+            m.FsBlocks: blocks, m.FsCommit: commit, m.FsStatfs: statfs,
+            m.FsReserveInodes: reserve_inodes, m.FsCreateFiles: create_files}

@@ -229,3 +229,38 @@ def test_commit_keeps_blocks_of_the_version_it_started_from(fs):
     a = fs.commit(f, [1, [5, 4, 0, [1]], 3, [6, 1, 0, [1]]], 11, '"v2"', base='"v1"')
     assert (a["size"], a["etag"], a["layout"]) == (11, '"v2"', [[1, 4], [5, 4], [3, 2], [6, 1]])
     assert fs.meta.garbage_for(1) == [2]  # only the replaced block is freed
+
+
+def _new_file(ino, parent, name, size=0, mode=0o640, mt=1_500_000_000_000_000_000):
+    return {"f": {"ino": ino, "parent": parent, "name": name, "mode": mode, "uid": 7, "gid": 8, "at": mt, "mt": mt,
+                  "size": size},
+            "blk": [[100 + ino, size, 0, [1]]] if size else [], "etag": f'"e{ino}"'}
+
+
+def test_create_files_makes_each_file_whole_or_not_at_all(fs):
+    """A batch create (the mount's write-back): reserved inode numbers, content, mode, owner and mtime as given; a
+    name taken (also twice in one batch), a number not reserved or used, a size its blocks don't add up to, or the
+    quota is that file's error, and nothing of it is made; the others are, and usage counts them."""
+    fs.scope(fs.b, "create", {})  # as the handler does: the request's bucket
+    fs.mknod(fs.b, "taken", stat.S_IFREG | 0o644, 0, 0, bucket="bkt")
+    first = fs.reserve_inodes(4)
+    assert fs.reserve_inodes(1) == first + 4  # never handed out twice, nor by mknod
+    bad_size = _new_file(first + 3, fs.b, "bad", 5)
+    bad_size["f"]["size"] = 6
+    res = fs.create_files([_new_file(first, fs.b, "a", 10), _new_file(first + 1, fs.b, "taken"),
+                           _new_file(first + 1, fs.b, "a"), _new_file(first + 100, fs.b, "unreserved"),
+                           _new_file(first, fs.b, "again"), bad_size, _new_file(first + 2, fs.b, "b")],
+                          bucket="bkt")
+    assert [type(r).__name__ if isinstance(r, errors.DomainError) else r["ino"] for r in res] == \
+        [first, "AlreadyExists", "AlreadyExists", "InvalidInput", "InvalidInput", "InvalidInput", first + 2]
+    a = fs.getattr(first)
+    assert (a["size"], stat.S_IMODE(a["mode"]), a["uid"], a["gid"], a["mt"]) == (10, 0o640, 7, 8,
+                                                                                 1_500_000_000_000_000_000)
+    assert res[0]["layout"] == [[100 + first, 10]]
+    assert sorted(keys(fs)) == ["a", "b", "taken"]
+    assert fs.meta.usage(fs.b) == [10, 3]
+    fs.meta.update_bucket("bkt", {"qb": 15})
+    more = fs.reserve_inodes(2)
+    res = fs.create_files([_new_file(more, fs.b, "c", 5), _new_file(more + 1, fs.b, "d", 1)], bucket="bkt")
+    assert res[0]["size"] == 5 and errmap.to_errno(res[1]) == errno.EDQUOT
+    assert sorted(keys(fs)) == ["a", "b", "c", "taken"] and fs.meta.usage(fs.b) == [15, 4]

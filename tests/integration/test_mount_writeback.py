@@ -1,0 +1,191 @@
+"""The mount's write-back mode (--writeback) on a live cluster: new small files are made in the mount and created on
+the NameNode in batches with their content and attributes after close(); fsync waits for its file; a clean unmount
+commits every closed file; a killed mount loses only what was never fsynced (and files closed moments before); the
+batch create API itself (each file whole or not at all)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import subprocess
+import time
+
+import pytest
+
+from cluster import MAIN
+from mounting import FUSERMOUNT, Mount, fs_requests, needs_fuse
+
+from epochfs.common import errors
+from epochfs.common.client import S3Client
+from epochfs.common.messages import NewFile
+
+pytestmark = [pytest.mark.integration, needs_fuse]
+
+
+def _wb(cluster, bucket, tmp_path, name="mnt"):
+    return Mount(cluster, bucket, tmp_path / name, "--writeback", "--attr-timeout", "0.5", "--entry-timeout",
+                 "0.5", "--cache-dir", str(tmp_path / "cache"), log=tmp_path / f"{name}.log")
+
+
+def _keys(s3, bucket, prefix="") -> set[str]:
+    out = set()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        out |= {o["Key"] for o in page.get("Contents", []) if not o["Key"].endswith("/")}  # not dir markers
+    return out
+
+
+def _until(cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _untar_like(path, data: bytes, mtime: int, mode=0o644, uid=0, gid=0) -> None:
+    """What `tar x` does per file: create 0600, write, futimens, fchown, fchmod, close."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        os.utime(fd, ns=(mtime, mtime))
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def test_batch_creates_keep_content_mtime_and_attributes(cluster, s3, bucket, tmp_path):
+    """200 files unpacked as tar does: no create request per file (a few batches), each visible to S3 with its bytes
+    once committed, and its mtime, mode and owner kept (seen by a second mount)."""
+    m = _wb(cluster, bucket, tmp_path)
+    try:
+        (m.path / "d").mkdir()
+        before = fs_requests(cluster)
+        files = {f"d/f{i:03d}": os.urandom(1000 + 37 * i) for i in range(200)}
+        for i, (name, data) in enumerate(files.items()):
+            _untar_like(m.path / name, data, 1_500_000_000_000_000_000 + i * 7_000_000_000, 0o640, 1234, 5678)
+        assert (m.path / "d" / "f007").read_bytes() == files["d/f007"]  # the mount reads its own files at once
+        _until(lambda: _keys(s3, bucket, "d/") == set(files))
+        after = fs_requests(cluster)
+        assert after.get("mknod", 0) == before.get("mknod", 0)
+        assert after.get("create_files", 0) - before.get("create_files", 0) < 100  # batched
+        assert after.get("setattr", 0) == before.get("setattr", 0)
+        for name in ("d/f000", "d/f123", "d/f199"):
+            assert s3.get_object(Bucket=bucket, Key=name)["Body"].read() == files[name]
+    finally:
+        m.close()
+    other = Mount(cluster, bucket, tmp_path / "other", log=tmp_path / "other.log")
+    try:
+        for i in (0, 99, 199):
+            st = (other.path / "d" / f"f{i:03d}").stat()
+            assert st.st_mtime_ns == 1_500_000_000_000_000_000 + i * 7_000_000_000
+            assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_size) == (0o640, 1234, 5678, 1000 + 37 * i)
+        assert sorted(os.listdir(other.path / "d")) == sorted(n[2:] for n in files)
+    finally:
+        other.close()
+
+
+def test_operations_on_a_file_not_yet_created_wait_for_it(cluster, s3, bucket, tmp_path):
+    """A rename, link, unlink, listing, second open or xattr of a file made in the mount first creates it on the
+    NameNode, so each sees (and S3 sees) the file as the mount does."""
+    m = _wb(cluster, bucket, tmp_path)
+    try:
+        p = m.path
+        (p / "a").write_bytes(b"one")
+        assert "a" in os.listdir(p)
+        assert s3.get_object(Bucket=bucket, Key="a")["Body"].read() == b"one"  # the listing created it
+        (p / "b").write_bytes(b"two")
+        os.rename(p / "b", p / "c")
+        assert s3.get_object(Bucket=bucket, Key="c")["Body"].read() == b"two"
+        (p / "d").write_bytes(b"three")
+        os.link(p / "d", p / "e")
+        assert os.stat(p / "d").st_nlink == 2 and (p / "e").read_bytes() == b"three"
+        (p / "f").write_bytes(b"four")
+        os.unlink(p / "f")
+        assert not (p / "f").exists()
+        with open(p / "g", "wb") as f:  # still open: a second open sees what was written so far
+            f.write(b"five")
+            f.flush()
+            assert (p / "g").read_bytes() == b"five"
+            f.write(b"six")
+        _until(lambda: s3.get_object(Bucket=bucket, Key="g")["Body"].read() == b"fivesix")
+        (p / "h").write_bytes(b"x")
+        os.setxattr(p / "h", "user.k", b"v")
+        assert s3.head_object(Bucket=bucket, Key="h")["Metadata"] == {"k": "v"}
+        with open(p / "big", "wb") as f:  # a large file is streamed as before, once it exists
+            f.write(os.urandom(9 << 20))
+        assert s3.head_object(Bucket=bucket, Key="big")["ContentLength"] == 9 << 20
+        with pytest.raises(FileExistsError):
+            os.open(p / "c", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        (p / "sub").mkdir()
+        (p / "sub" / "x").write_bytes(b"y")
+        with pytest.raises(OSError):
+            os.rmdir(p / "sub")
+    finally:
+        m.close()
+
+
+def test_fsync_is_durable_and_a_killed_mount_loses_only_unsaved_files(cluster, s3, bucket, tmp_path):
+    """fsync returns once the file is created on the NameNode; a mount killed with SIGKILL loses the file that was
+    open and never fsynced, never the fsynced one."""
+    m = _wb(cluster, bucket, tmp_path)
+    try:
+        fd = os.open(m.path / "synced", os.O_WRONLY | os.O_CREAT, 0o644)
+        os.write(fd, b"durable")
+        os.fsync(fd)
+        assert s3.get_object(Bucket=bucket, Key="synced")["Body"].read() == b"durable"  # at once, no waiting
+        os.close(fd)
+        open_fd = os.open(m.path / "unsaved", os.O_WRONLY | os.O_CREAT, 0o644)
+        os.write(open_fd, b"never closed")
+        m.proc.send_signal(signal.SIGKILL)
+        m.proc.wait()
+        try:
+            os.close(open_fd)
+        except OSError:
+            pass
+    finally:
+        m.close()
+        subprocess.call([FUSERMOUNT, "-u", "-z", str(m.path)])  # a killed mount's mount point is left behind
+    assert s3.get_object(Bucket=bucket, Key="synced")["Body"].read() == b"durable"
+    assert "unsaved" not in _keys(s3, bucket)
+
+
+def test_a_clean_unmount_commits_every_closed_file(cluster, s3, bucket, tmp_path):
+    m = _wb(cluster, bucket, tmp_path)
+    try:
+        (m.path / "u").mkdir()
+        files = {f"u/{i}": os.urandom(3000) for i in range(300)}
+        for name, data in files.items():
+            (m.path / name).write_bytes(data)
+    finally:
+        m.close()  # SIGTERM right after the last close
+    assert _keys(s3, bucket, "u/") == set(files)
+    assert s3.get_object(Bucket=bucket, Key="u/17")["Body"].read() == files["u/17"]
+
+
+def test_batch_create_api_each_file_whole_or_not_at_all(cluster, s3, bucket):
+    """The gateway's batch create: a name taken or an inode number never reserved is that file's error (nothing of
+    it is made); the other files are created with their content."""
+    s3.put_object(Bucket=bucket, Key="taken", Body=b"old")
+
+    async def go():
+        async with S3Client(cluster.endpoint, MAIN[0], MAIN[1]) as c:
+            root = (await c.fs_lookup(bucket, parent=1, name=bucket))["ino"]
+            inos = await c.fs_reserve_inodes(bucket, 4)
+            t = time.time_ns()
+
+            def f(i, name, data):
+                return NewFile(ino=i, parent=root, name=name, mode=0o644, uid=0, gid=0, at=t, mt=t,
+                               size=len(data)), data
+            return await c.fs_create_files(bucket, [f(inos[0], "ok1", b"a" * 10), f(inos[1], "taken", b"new"),
+                                                    f(inos[1] + 10 ** 9, "unreserved", b"z"),
+                                                    f(inos[2], "ok2", b""), f(inos[3], "ok1", b"dup")])
+    res = asyncio.run(go())
+    assert isinstance(res[0], dict) and res[0]["size"] == 10
+    assert isinstance(res[1], errors.AlreadyExists)
+    assert isinstance(res[2], errors.InvalidInput)
+    assert isinstance(res[3], dict) and res[3]["size"] == 0
+    assert isinstance(res[4], errors.AlreadyExists)
+    assert s3.get_object(Bucket=bucket, Key="ok1")["Body"].read() == b"a" * 10
+    assert s3.get_object(Bucket=bucket, Key="taken")["Body"].read() == b"old"
+    assert _keys(s3, bucket) == {"ok1", "ok2", "taken"}
