@@ -164,6 +164,10 @@ class NotARegularFile(InvalidInput):
     """The inode is not a regular file."""
 
 
+class InvalidMove(InvalidInput):
+    """A directory can't be moved into itself or into a directory below it (that would detach a loop)."""
+
+
 class EmptyPartList(InvalidInput):
     """A multipart upload was completed without naming any part."""
 

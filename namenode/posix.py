@@ -10,6 +10,10 @@ file inode whose entries carry the listing summary. What POSIX adds:
   symlink      {"t": "l", "tg": target}     target bytes kept as latin-1 text (lossless)
   special file {"t": "s", "rdev": n}        FIFOs, sockets, device nodes
   directory    "mk": marker                 mkdir makes a directory marker, so S3 lists it as "dir/"
+               "pa": parent directory inode  its one parent (directories have no hard links), written by every
+                                            command that creates or moves one (mkdir, CreateBucket, the implicit
+                                            directories of an S3 PUT, rename), so a rename can refuse to move a
+                                            directory below itself (see _check_not_below)
   any inode    "b": bucket directory inode  which bucket it lies in (see in_bucket)
                "xa": {name: value}          extended attributes S3 can't show (see setxattr), latin-1 text
 
@@ -38,6 +42,7 @@ ORPHAN_GRACE_S = 60.0
 DIR_NLINK_SCAN = 4096
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
+ANCESTRY_MAX = 4096  # directories a rename's ancestry walk climbs (PATH_MAX allows 2,048) before it searches down
 EMPTY_ETAG = f'"{hashlib.md5(b"").hexdigest()}"'
 XATTR_CREATE, XATTR_REPLACE = 1, 2
 XATTR_NAME_MAX = 255
@@ -320,6 +325,8 @@ class Posix:
             ino = self.meta.next_id(b, b"ino")
         if rec["t"] != "d":
             rec["ln"] = [[parent, name]]
+        else:
+            rec["pa"] = parent
         self._put_inode(b, ino, rec)
         self._put_entry(b, parent, name, ino, rec)
         self._touch_dir(b, parent, prec, t)
@@ -505,6 +512,11 @@ class Posix:
         if flags & RENAME_EXCHANGE:
             if dst is None:
                 raise errors.NotFound(f"no entry {newname!r}")
+            if newparent != parent:  # each directory goes where the other was: neither may go below itself
+                if src[1]:
+                    self._check_not_below(src[0], newparent)
+                if dst[1]:
+                    self._check_not_below(dst[0], parent)
             for entry in (src, dst):  # object lock: a locked object does not leave its key
                 self._check_moves_unlocked(entry, t)
             return self._exchange(b, t, parent, name, src, newparent, newname, dst, src_dir, dst_dir)
@@ -517,6 +529,8 @@ class Posix:
                 raise errors.IsADirectory(f"{newname!r} is a directory")
             if dst[1] and not self.meta.is_empty(dst[0]):
                 raise errors.DirectoryNotEmpty(f"{newname!r} is not empty")
+        if src[1] and newparent != parent:
+            self._check_not_below(src[0], newparent)
         rec = self._inode(src[0])
         drec = (self.meta.get_inode(dst[0]) or {}) if dst is not None else {}
         self._check_moves_unlocked(src, t)  # object lock: a locked object neither leaves its key nor is replaced
@@ -561,11 +575,54 @@ class Posix:
                     if rec is not None:
                         self.meta.check_inode_unlocked(child, rec, t)
 
+    def _check_not_below(self, ino: int, newparent: int) -> None:
+        """EINVAL (InvalidMove) if directory `ino` is `newparent` or one of its ancestors: moving it there would
+        cut it and everything below it off the tree, a loop no path reaches (the kernel checks this for the mount;
+        the NameNode checks it for every client of /_epochfs/fs).
+
+        The walk climbs the parents ("pa") from `newparent` towards the root: at most ANCESTRY_MAX steps, one inode
+        read each. A directory written before parents were recorded has no "pa" (it gets one when it is moved or
+        made anew): where the walk meets one, or climbs too far, or comes round to a directory it saw (a corrupt
+        store), it searches the moved directory's subtree for `newparent` instead: exact, and finite on any store."""
+        d, seen = newparent, set()
+        for _ in range(ANCESTRY_MAX):
+            if d == ino:
+                raise errors.InvalidMove(f"inode {ino} can't move into a directory below itself")
+            rec = self.meta.get_inode(d) if d != ROOT_INO else {"bkt": {}}
+            if rec is None:
+                break
+            if "bkt" in rec:  # the top: the root, or a bucket (whose parent is the root)
+                return
+            seen.add(d)
+            d = rec.get("pa")
+            if d is None or d in seen:
+                break
+        if self._in_subtree(ino, newparent):
+            raise errors.InvalidMove(f"inode {ino} can't move into a directory below itself")
+
+    def _in_subtree(self, top: int, ino: int) -> bool:
+        """Whether directory `ino` lies below directory `top` (a search of the directory entries below `top`)."""
+        todo, seen = [top], {top}
+        while todo:
+            p = keys.entries(todo.pop())
+            for k, v in self.kv.scan(p, prefix_end(p)):
+                if not k.endswith(b"/"):
+                    continue
+                child = int.from_bytes(v[:8], "big")
+                if child == ino:
+                    return True
+                if child not in seen:
+                    seen.add(child)
+                    todo.append(child)
+        return False
+
     @staticmethod
     def _relink(rec: dict, parent: int, name: str, newparent: int, newname: str) -> None:
         if rec.get("t") != "d":
             rec["ln"] = [ln for ln in rec.get("ln", [[parent, name]]) if ln != [parent, name]] + \
                 [[newparent, newname]]
+        else:
+            rec["pa"] = newparent
 
     def _exchange(self, b, t, parent, name, src, newparent, newname, dst, src_dir, dst_dir) -> None:
         a, z = self._inode(src[0]), self._inode(dst[0])

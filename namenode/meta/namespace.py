@@ -66,7 +66,7 @@ class Namespace(StoreBase):
             raise errors.BucketAlreadyExists()
         t = c.t
         ino = self._next(b, b"ino")
-        rec = {"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0, "mt": t, "ct": t,
+        rec = {"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0, "mt": t, "ct": t, "pa": ROOT_INO,
                "bkt": {"owner": c.owner, "created": t, **c.settings}}
         b.put(keys.inode(ino), self._enc(rec))
         b.put(keys.entry(ROOT_INO, c.bucket, True), keys.u64(ino))
@@ -276,7 +276,8 @@ class Namespace(StoreBase):
                 nxt = self._lookup(d, p, True)
             if nxt is None:
                 nxt = self._next(b, b"ino")
-                created[nxt] = {"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0, "mt": t, "ct": t}
+                created[nxt] = {"t": "d", "mode": S_IFDIR | 0o755, "uid": 0, "gid": 0, "mt": t, "ct": t,
+                                "pa": d}
                 b.put(keys.inode(nxt), self._enc(created[nxt]))
                 b.put(keys.entry(d, p, True), keys.u64(nxt))
                 if made is not None:

@@ -40,6 +40,7 @@ NEW = [
     (errors.InvalidName("invalid name '..'"), ("InvalidArgument", 400), errno.EINVAL),
     (errors.NotASymlink("inode 3 is not a symlink"), ("InvalidArgument", 400), errno.EINVAL),
     (errors.NotARegularFile("inode 3 is not a regular file"), ("InvalidArgument", 400), errno.EINVAL),
+    (errors.InvalidMove("inode 3 is below inode 2"), ("InvalidArgument", 400), errno.EINVAL),
     (errors.EmptyPartList("You must specify at least one part"), ("MalformedXML", 400), errno.EINVAL),
     (errors.ChecksumMismatch("bad"), ("BadDigest", 400), errno.EINVAL),
     (errors.ChecksumModeMismatch("mode"), ("InvalidRequest", 400), errno.EINVAL),
