@@ -577,6 +577,7 @@ class Writes:
     async def upload(self, ino: int, w: Writer) -> dict | None:
         """Commit the local copy's unsaved changes, sending only what changed; returns the new attributes."""
         async with w.lock:
+            stream_failed = False
             if w.stream is not None:
                 st, w.stream = w.stream, None
                 st.closing = True
@@ -589,6 +590,7 @@ class Writes:
                     self.cache.drop(ino)
                     return a
                 log.info("inode %s: streamed upload failed (%r), uploading again", ino, st.error)
+                stream_failed = True
             if not w.dirty:
                 return None
             layout, extents = w.layout()
@@ -601,11 +603,33 @@ class Writes:
             try:
                 a = await self.c.fs_write(self._bucket(ino), ino, layout, pieces())
             except errors.PreconditionFailed:  # the NameNode refused the base version (namenode/posix.py commit)
-                raise _replaced(ino) from None
+                # a stream whose answer was lost (a timeout after the gateway committed) did replace it: with
+                # our very bytes, then this upload is done
+                a = await self._ours(ino, w) if stream_failed else None
+                if a is None:
+                    raise _replaced(ino) from None
             w.committed(a["etag"], a.pop("layout"), a.pop("bs"))
             a = await self._settle(ino, w, a)
         self.cache.drop(ino)
         return a
+
+    async def _ours(self, ino: int, w: Writer) -> dict | None:
+        """The file's current version if it holds exactly the local copy's bytes (as a commit's answer: attributes,
+        layout, bs), else None. Compared byte for byte, read back piece by piece: the rare path after a stream's
+        answer was lost, where the ETag can't tell (it depends on the path the stream took)."""
+        bucket = self._bucket(ino)
+        lay = await self.c.fs_layout(bucket, ino=ino)
+        if lay["size"] != w.size:
+            return None
+        for pos in range(0, w.size, UPLOAD_PIECE):
+            n = min(UPLOAD_PIECE, w.size - pos)
+            if await self.c.fs_read(bucket, ino, pos, n) != os.pread(w.fd, n, pos):
+                return None
+        a = await self.c.fs_getattr(bucket, ino=ino)
+        if a.get("etag", lay["etag"]) != lay["etag"]:  # replaced again meanwhile
+            return None
+        log.info("inode %s: the failed stream had committed (its bytes are the file's): done", ino)
+        return {**a, "etag": lay["etag"], "layout": lay["blk"], "bs": lay["bs"]}
 
     async def _settle(self, ino: int, w: Writer, a: dict) -> dict:
         """After a commit: send the chmod/chown/atime deferred until it; returns the file's attributes."""
