@@ -40,10 +40,10 @@ from epochfs.common import messages as m
 from . import sse
 from .access import bucket_access, check_object_write
 from .body import read_all
-from .errors import S3Error, from_domain, invalid_request
+from .errors import S3Error, invalid_request
 from .ext import extension
 from .http import Response
-from .ingest import _item_attrs
+from .ingest import _item_attrs, commit_items, failed
 from .objects import check_key, object_attrs
 from .objectlock import with_lock
 
@@ -115,11 +115,6 @@ async def allocate(ctx, req):
         alloc = m.Allocation(block_size=bs, blocks=[], addrs={})
     grant = writetoken.issue(ctx.settings.cluster_secret, bucket=req.bucket, who=_who(req), alloc=alloc)
     return Response(200, [("content-type", "application/json")], msgspec.json.encode(grant))
-
-
-def _failed(e: Exception) -> m.PutResult:
-    s3e = e if isinstance(e, S3Error) else from_domain(e)
-    return m.PutResult(err=s3e.code, msg=s3e.message)
 
 
 def granted(ctx, req, grants: list[m.WriteGrant]) -> dict[int, int]:
@@ -207,19 +202,10 @@ async def commit(ctx, req):
             todo.append((i, cs, m.PutItem(key=it.key, obj=obj, blocks=tuple(blocks), if_match=it.if_match,
                                           if_none_match=it.if_none_match)))
         except (S3Error, errors.DomainError) as e:
-            results[i] = _failed(e)
+            results[i] = failed(e)
     lost = [r.id for i, it in enumerate(items) if results[i] is not None for r in it.blocks if r.id in allowed]
     if todo:
-        res = await ctx.cluster.commit(req.bucket, ctx.cluster.namenode.put_objects(
-            req.bucket, [p for _, _, p in todo], fresh=True))
-        for k, (i, cs, p) in enumerate(todo):
-            done = res.done[k]
-            if done is None:
-                e = res.errs.get(k)
-                results[i] = _failed(errors.by_name(e.err)(e.msg) if e else errors.DomainError("not committed"))
-                lost += [b.id for b in p.blocks]
-                continue
-            results[i] = m.PutResult(etag=done.etag, mt=done.mtime, vid=done.version_id or None, cs=cs or None)
+        lost += await commit_items(ctx, req.bucket, todo, results, fresh=True)
     if lost:  # only pending blocks are given back: one committed (another item's, an earlier commit's) stays
         await ctx.cluster.abandon(lost)
     return Response(200, [("content-type", "application/json")], msgspec.json.encode(m.PutResults(items=results)))

@@ -118,9 +118,29 @@ def _hash_all(todo: list, data: memoryview, offsets: list[int], bs: int) -> list
     return out
 
 
-def _failed(e: Exception) -> m.PutResult:
+def failed(e: Exception) -> m.PutResult:
+    """One item's error in a batch answer, as S3 would name it."""
     s3e = e if isinstance(e, S3Error) else from_domain(e)
     return m.PutResult(err=s3e.code, msg=s3e.message)
+
+
+async def commit_items(ctx, bucket: str, todo: list[tuple[int, dict, m.PutItem]], results: list,
+                       *, fresh: bool = False) -> list[int]:
+    """Commit a batch's items (index in `results`, checksum fields, item) in one PutObjects; fills `results` with
+    each item's PutResult or error; returns the blocks of the items the NameNode refused (the caller gives them
+    back). `fresh`: only blocks still pending may be committed (directly written blocks)."""
+    res = await ctx.cluster.commit(bucket, ctx.cluster.namenode.put_objects(bucket, [p for _, _, p in todo],
+                                                                            fresh=fresh))
+    lost = []
+    for k, (i, cs, p) in enumerate(todo):
+        done = res.done[k]
+        if done is None:
+            e = res.errs.get(k)
+            results[i] = failed(errors.by_name(e.err)(e.msg) if e else errors.DomainError("not committed"))
+            lost += [b.id for b in p.blocks]
+            continue
+        results[i] = m.PutResult(etag=done.etag, mt=done.mtime, vid=done.version_id or None, cs=cs or None)
+    return lost
 
 
 @extension("POST", "put")
@@ -169,7 +189,7 @@ async def batch_put(ctx, req):
             attrs[i] = _item_attrs(base, it)
             todo.append((i, _item_check(it)))
         except (S3Error, errors.DomainError) as e:
-            results[i] = _failed(e)
+            results[i] = failed(e)
     bs = await ctx.cluster.block_size(req.bucket)
     blocks = await asyncio.to_thread(_hash_all, todo, data, offsets, bs) if todo else []
     ok = []
@@ -178,7 +198,7 @@ async def batch_put(ctx, req):
             check.verify()
             ok.append((i, check, blks))
         except (S3Error, errors.DomainError) as e:
-            results[i] = _failed(e)
+            results[i] = failed(e)
     # each item encrypted as a PutObject would be (its own data key; by its headers or the bucket's default)
     sealed = [sse.for_write(ctx, h, info.encryption)[0] for _ in ok]
     written = await ctx.cluster.write_many(req.bucket, [blks for _, _, blks in ok],
@@ -186,7 +206,7 @@ async def batch_put(ctx, req):
     commit, ids = [], []
     for (i, check, _), w, sealed_i in zip(ok, written, sealed):
         if isinstance(w, errors.DomainError):
-            results[i] = _failed(w)
+            results[i] = failed(w)
             continue
         cs = check.checksums()
         obj = msgspec.structs.replace(attrs[i], size=items[i].size,
@@ -198,20 +218,10 @@ async def batch_put(ctx, req):
         ids += [b.id for b in w]
     if commit:
         try:
-            res = await ctx.cluster.commit(req.bucket, ctx.cluster.namenode.put_objects(
-                req.bucket, [p for _, _, p in commit]))
+            lost = await commit_items(ctx, req.bucket, commit, results)
         except BaseException:
             await ctx.cluster.abandon(ids)
             raise
-        lost = []
-        for k, (i, cs, p) in enumerate(commit):
-            done = res.done[k]
-            if done is None:
-                e = res.errs.get(k)
-                results[i] = _failed(errors.by_name(e.err)(e.msg) if e else errors.DomainError("not committed"))
-                lost += [b.id for b in p.blocks]
-                continue
-            results[i] = m.PutResult(etag=done.etag, mt=done.mtime, vid=done.version_id or None, cs=cs or None)
         if lost:
             await ctx.cluster.abandon(lost)
     return Response(200, [("content-type", "application/json")], msgspec.json.encode(m.PutResults(items=results)))
