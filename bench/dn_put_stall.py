@@ -39,11 +39,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import rocksdict  # noqa: E402
 
 from epochfs.common.blocks import crc32c  # noqa: E402
-from epochfs.common.kv import RocksKV  # noqa: E402
+from epochfs.common.kv import RocksKV, prefix_end  # noqa: E402
 from epochfs.datanode import keys  # noqa: E402
 from epochfs.datanode.blockstore import BULK, BlockStore  # noqa: E402
 
 MiB = 1 << 20
+NOWAL = rocksdict.WriteOptions()
+NOWAL.disable_wal = True
+MOVE = rocksdict.CompactOptions()
+MOVE.set_bottommost_level_compaction(rocksdict.BottommostLevelCompaction.skip())
 
 
 def cpu() -> float:
@@ -84,10 +88,42 @@ async def run(way: str, store: BlockStore, kv: RocksKV, blocks: list) -> tuple[f
     bulk = kv.bulk
     pending: list = []
     for bid, data, crc in blocks:
-        if way == "put":
+        if way in ("memflush", "flushmv"):
+            t = time.perf_counter()
+            chunks = store._checked_chunks(bid, memoryview(data), crc)
+            kv.put(keys.pending(bid), b"")
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            for k, v in chunks:
+                wb.put(k, v, bulk._handle)
+            bulk._db.write(wb, NOWAL)
+            held += time.perf_counter() - t
+            split["write"] += time.perf_counter() - t
+
+            def flush(bid=bid):
+                bulk._cf.flush()
+                if way == "flushmv":
+                    start = keys.chunks_of(bid)
+                    bulk._cf.compact_range(start, prefix_end(start), MOVE)
+            await asyncio.to_thread(flush)
+            t = time.perf_counter()
+            with kv.batch() as b:
+                b.put(keys.meta(bid), len(data).to_bytes(8, "big") + crc.to_bytes(4, "big") + BULK)
+                b.delete(keys.pending(bid))
+            held += time.perf_counter() - t
+            split["ingest"] += time.perf_counter() - t
+            await store.synced()
+            continue
+        if way in ("file", "walput"):
             t = time.perf_counter()
             store.put(bid, data, crc)
             held += time.perf_counter() - t
+            await store.synced()
+            continue
+        if way == "put":
+            t = time.perf_counter()
+            await store.put_async(bid, data, crc)
+            held += time.perf_counter() - t - bulk.thread_s
+            bulk.thread_s = 0.0
             await store.synced()
             continue
         t = time.perf_counter()
@@ -137,7 +173,7 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=48)
     ap.add_argument("--mib", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--ways", default="put,steps,presync,group4")
+    ap.add_argument("--ways", default="put,file,memflush,walput")
     ap.add_argument("--dir", default=None, help="where the stores go (default: a temp folder)")
     a = ap.parse_args()
     payloads = [os.urandom(a.mib * MiB) for _ in range(4)]
@@ -152,12 +188,34 @@ def main() -> None:
             d = tempfile.mkdtemp(prefix="dn-stall-", dir=a.dir)
             kv = RocksKV.open(os.path.join(d, "db"), bulk=True)
             try:
-                store = BlockStore(kv)
+                store = BlockStore(kv, bulk_min=1 << 40) if way == "walput" else BlockStore(kv)
+                if way == "file":  # the previous way: SstFileWriter + ingest_external_file, GIL held throughout
+                    kv.bulk.ingest = kv.bulk.ingest_file
+                if way == "put":  # GIL-held = time in put_async less the worker thread's flush and move
+                    kv.bulk.thread_s = 0.0
+                    real = kv.bulk.ingest
+
+                    def timed(items, real=real, bulk=kv.bulk):
+                        t = time.perf_counter()
+                        for k, v in items:  # the memtable copy holds the GIL: counted as held
+                            bulk._cf.put(k, v, bulk._nowal)
+                        t1 = time.perf_counter()
+                        real([])
+                        bulk._cf.flush()
+                        bulk._cf.compact_range(items[0][0], items[-1][0], bulk._move)
+                        bulk.thread_s += time.perf_counter() - t1
+                    kv.bulk.ingest = timed
                 blocks = [(base + i, payloads[i % 4], crcs[i % 4]) for i in range(a.blocks)]
                 base += a.blocks
                 ticker = Ticker()
                 c0, t0 = cpu(), time.perf_counter()
                 held, split = asyncio.run(run(way, store, kv, blocks))
+                if way == "walput":  # its memtable flushes and compactions: part of its cost
+                    kv._db.flush()
+                    while (kv._db.property_int_value("rocksdb.num-running-compactions")
+                           or kv._db.property_int_value("rocksdb.compaction-pending")):
+                        time.sleep(0.01)
+                files = len(kv._db.live_files())
                 wall, used = time.perf_counter() - t0, cpu() - c0
                 late = ticker.stop()
                 n = a.blocks
@@ -165,7 +223,8 @@ def main() -> None:
                 sums.setdefault(way, []).append(per)
                 print(f"{rnd:>5} {way:<8} {wall / n * 1e3:8.1f} {per * 1e3:7.1f} {late / n * 1e3:8.1f} "
                       f"{used / n * 1e3:7.1f} {a.mib * MiB / per / 1e6:12.0f}"
-                      + ("" if way == "put" else "   " + ", ".join(f"{k} {v / n * 1e3:.1f}" for k, v in split.items())),
+                      + f"  files {files}"
+                      + ("" if way in ("put", "walput") else "   " + ", ".join(f"{k} {v / n * 1e3:.1f}" for k, v in split.items())),
                       flush=True)
             finally:
                 kv.close()
@@ -174,8 +233,8 @@ def main() -> None:
     for way, v in sums.items():
         v = sorted(v)
         print(f"# {way}: median GIL-held {v[len(v) // 2] * 1e3:.1f} ms per block "
-              f"(ratio to put {v[len(v) // 2] / sorted(sums['put'])[len(sums['put']) // 2]:.2f})"
-              if "put" in sums else f"# {way}: median {v[len(v) // 2] * 1e3:.1f} ms")
+              f"(ratio to file {v[len(v) // 2] / sorted(sums['file'])[len(sums['file']) // 2]:.2f})"
+              if "file" in sums else f"# {way}: median {v[len(v) // 2] * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

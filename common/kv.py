@@ -11,6 +11,7 @@ import asyncio
 import bisect
 import os
 import shutil
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Protocol
@@ -269,6 +270,11 @@ class RocksBulk:
         self._ro.set_verify_checksums(False)  # bulk values are block chunks with their own CRC32C, checked on every read
         self._ingest = rocksdict.IngestExternalFileOptions()
         self._ingest.set_move_files(True)
+        self._nowal = rocksdict.WriteOptions()
+        self._nowal.disable_wal = True  # made durable by the flush that follows (see ingest)
+        self._move = rocksdict.CompactOptions()  # an L0 file overlapping nothing: moved down, not rewritten
+        self._move.set_bottommost_level_compaction(rocksdict.BottommostLevelCompaction.skip())
+        self._lock = threading.Lock()  # one ingest or drop at a time: each flushed file holds one range only
         shutil.rmtree(tmp, ignore_errors=True)  # files of an ingest that a crash interrupted
         tmp.mkdir(parents=True)
         self._tmp = tmp
@@ -280,7 +286,32 @@ class RocksBulk:
         return opts
 
     def ingest(self, items) -> None:
-        """Durably store `items`, (key, value) pairs in ascending key order, as one file."""
+        """Durably store `items`, (key, value) pairs in ascending key order, as one file of their own in the bottom
+        level. Most of the time is spent with the GIL free (rocksdict releases it in `flush` and `compact_range`,
+        not in `put`, `write`, SstFileWriter or `ingest_external_file`): call it from a worker thread and the
+        event loop keeps running while the file is written and fsynced.
+
+        The items go into this column family's memtable without the WAL (a copy of the bytes, the only part with
+        the GIL held), then a flush writes them out as an L0 file, fsyncs it and the MANIFEST, and a manual
+        compaction of exactly their range moves that file to the bottom level without rewriting it (it overlaps
+        no other file: one ingest at a time, each a single block's keys). A crash before the flush returns loses
+        the items, never anything flushed before."""
+        items = list(items)
+        if not items:
+            return
+        with self._lock:
+            try:
+                for k, v in items:
+                    self._cf.put(k, v, self._nowal)
+                self._cf.flush()
+                self._cf.compact_range(items[0][0], items[-1][0], self._move)
+            except Exception as e:
+                raise _engine_error(e) from None
+
+    def ingest_file(self, items) -> None:
+        """`ingest` as before: the items written as an SST file by rocksdict's SstFileWriter (`finish` fsyncs it)
+        and ingested (a link, fsyncs of the file, the folder and the MANIFEST), all with the GIL held; for
+        bench/dn_put_stall.py's comparison."""
         self._seq += 1
         path = str(self._tmp / f"{os.getpid()}-{self._seq}.sst")
         w = rocksdict.SstFileWriter(options=self._writer_opts)
@@ -288,8 +319,8 @@ class RocksBulk:
             w.open(path)
             for k, v in items:
                 w[k] = v
-            w.finish()  # fsyncs the file
-            self._cf.ingest_external_file([path], self._ingest)  # links it in, fsyncs it and the MANIFEST
+            w.finish()
+            self._cf.ingest_external_file([path], self._ingest)
         except Exception as e:
             raise _engine_error(e) from None
         finally:
@@ -309,9 +340,10 @@ class RocksBulk:
         """Delete every key in [start, end) and reclaim its space at once."""
         wb = rocksdict.WriteBatch(raw_mode=True)
         wb.delete_range(start, end, column_family=self._handle)
-        self._db.write(wb, self._wo)
-        self._cf.flush()
-        self._cf.compact_range(start, end)
+        with self._lock:
+            self._db.write(wb, self._wo)
+            self._cf.flush()
+            self._cf.compact_range(start, end)
 
     def close(self) -> None:
         self._cf = self._handle = None
