@@ -3,7 +3,7 @@
 Both offer the same small interface: get/put/delete, an atomic write batch, and ordered range scans.
 Keys and values are bytes; integers inside keys are big-endian so that scans come back sorted.
 Opened with `bulk=True`, a store also has a second, separate key space for bulk data (`kv.bulk`), written a whole
-sorted file at a time (see RocksBulk).
+file at a time (see RocksBulk).
 """
 from __future__ import annotations
 
@@ -242,13 +242,16 @@ class WalSync:
 
 
 class RocksBulk:
-    """The bulk key space of a RocksKV: a column family filled only by ingesting whole SST files.
+    """The bulk key space of a RocksKV: a column family filled one whole file at a time (one file per `ingest`).
 
     Why: a 4 MiB block written through a write batch is copied into the WAL (whose CRC32C is RocksDB's portable,
     table-driven one in the rocksdict wheel), the memtable, a flushed L0 file and then every compaction level;
-    measured 4.4 ms of CPU per MB written, ~60% of a replica's cost. Written as its own SST file (SstFileWriter,
-    synced) and ingested (hard-linked, one MANIFEST edit), the same block costs 1.4 ms/MB and is never rewritten:
-    its key range overlaps no other file, so it lands in the bottom level and stays there, one file per `ingest`.
+    measured 4.4 ms of CPU per MB written, ~60% of a replica's cost. Written as its own file, the same block costs
+    1.4 ms/MB and is never rewritten: its key range overlaps no other file, so it lands in the bottom level and stays
+    there. That file is made by a flush of this column family's memtable (no WAL) and moved to the bottom level
+    (see `ingest`), not by SstFileWriter and ingest_external_file: rocksdict holds the GIL through those, fsyncs
+    included (17 against 7 ms of GIL per 4 MiB block, bench/dn_put_stall.py), and releases it in flush and
+    compact_range.
 
     Automatic compactions are off here, so nothing ever merges those files. `drop(start, end)` removes one ingested
     range: a range tombstone, a flush of this column family (its memtable only ever holds that tombstone) and a
@@ -258,6 +261,7 @@ class RocksBulk:
 
     CF = "bulk"
     MAX_OPEN_FILES = 512  # one file per ingested block: keep the open table readers (fds, mmaps) bounded
+    WAL_FILES = 64  # ingests between flushes of the default column family (see ingest)
 
     def __init__(self, db: rocksdict.Rdict, tmp: Path, writer_opts: rocksdict.Options) -> None:
         self._cf = db.get_column_family(self.CF)
@@ -274,6 +278,7 @@ class RocksBulk:
         self._nowal.disable_wal = True  # made durable by the flush that follows (see ingest)
         self._move = rocksdict.CompactOptions()  # an L0 file overlapping nothing: moved down, not rewritten
         self._move.set_bottommost_level_compaction(rocksdict.BottommostLevelCompaction.skip())
+        self._ingests = 0
         self._lock = threading.Lock()  # one ingest or drop at a time: each flushed file holds one range only
         shutil.rmtree(tmp, ignore_errors=True)  # files of an ingest that a crash interrupted
         tmp.mkdir(parents=True)
@@ -295,7 +300,8 @@ class RocksBulk:
         the GIL held), then a flush writes them out as an L0 file, fsyncs it and the MANIFEST, and a manual
         compaction of exactly their range moves that file to the bottom level without rewriting it (it overlaps
         no other file: one ingest at a time, each a single block's keys). A crash before the flush returns loses
-        the items, never anything flushed before."""
+        the items, never anything flushed before. Every flush starts a new WAL file, kept until the default column
+        family is flushed too: every WAL_FILES ingests that flush keeps their number bounded."""
         items = list(items)
         if not items:
             return
@@ -305,6 +311,9 @@ class RocksBulk:
                     self._cf.put(k, v, self._nowal)
                 self._cf.flush()
                 self._cf.compact_range(items[0][0], items[-1][0], self._move)
+                self._ingests += 1
+                if self._ingests % self.WAL_FILES == 0:
+                    self._db.flush()
             except Exception as e:
                 raise _engine_error(e) from None
 
