@@ -278,6 +278,7 @@ class RocksBulk:
         self._nowal.disable_wal = True  # made durable by the flush that follows (see ingest)
         self._move = rocksdict.CompactOptions()  # an L0 file overlapping nothing: moved down, not rewritten
         self._move.set_bottommost_level_compaction(rocksdict.BottommostLevelCompaction.skip())
+        self._move.set_exclusive_manual_compaction(False)  # need not wait for the default family's compactions
         self._ingests = 0
         self._lock = threading.Lock()  # one ingest or drop at a time: each flushed file holds one range only
         shutil.rmtree(tmp, ignore_errors=True)  # files of an ingest that a crash interrupted

@@ -35,7 +35,7 @@ CHUNK_SIZE = 256 << 10
 # compaction copies); smaller ones through a write batch, whose fixed cost is lower. bench/kv_write_path.py, CPU per
 # MB written, ingest / batch (its flushes and compactions included): 18.6 / 3.0 ms at 128 KiB, 3.3 / 4.4 at 1 MiB,
 # 1.7 / 3.0 at 2 MiB, 1.4 / 3.9 at 4 MiB (more for batch as the LSM grows). Not 1 MiB: every ingest also waits for
-# an fsync (~5-10 ms here) with the event loop held (rocksdict keeps the GIL), and adds a file.
+# fsyncs (~5-10 ms each here; in a worker thread with `put_async`), and adds a file.
 BULK_MIN = 2 << 20
 TOMBSTONE_S = 600.0
 BULK = b"\x01"  # layout byte at the end of a meta whose chunks are in the bulk key space
