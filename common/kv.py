@@ -3,7 +3,7 @@
 Both offer the same small interface: get/put/delete, an atomic write batch, and ordered range scans.
 Keys and values are bytes; integers inside keys are big-endian so that scans come back sorted.
 Opened with `bulk=True`, a store also has a second, separate key space for bulk data (`kv.bulk`), written a whole
-file at a time (see RocksBulk).
+sorted file at a time (see RocksBulk).
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import asyncio
 import bisect
 import os
 import shutil
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Protocol
@@ -242,16 +241,13 @@ class WalSync:
 
 
 class RocksBulk:
-    """The bulk key space of a RocksKV: a column family filled one whole file at a time (one file per `ingest`).
+    """The bulk key space of a RocksKV: a column family filled only by ingesting whole SST files.
 
     Why: a 4 MiB block written through a write batch is copied into the WAL (whose CRC32C is RocksDB's portable,
     table-driven one in the rocksdict wheel), the memtable, a flushed L0 file and then every compaction level;
-    measured 4.4 ms of CPU per MB written, ~60% of a replica's cost. Written as its own file, the same block costs
-    1.4 ms/MB and is never rewritten: its key range overlaps no other file, so it lands in the bottom level and stays
-    there. That file is made by a flush of this column family's memtable (no WAL) and moved to the bottom level
-    (see `ingest`), not by SstFileWriter and ingest_external_file: rocksdict holds the GIL through those, fsyncs
-    included (17 against 7 ms of GIL per 4 MiB block, bench/dn_put_stall.py), and releases it in flush and
-    compact_range.
+    measured 4.4 ms of CPU per MB written, ~60% of a replica's cost. Written as its own SST file (SstFileWriter,
+    synced) and ingested (hard-linked, one MANIFEST edit), the same block costs 1.4 ms/MB and is never rewritten:
+    its key range overlaps no other file, so it lands in the bottom level and stays there, one file per `ingest`.
 
     Automatic compactions are off here, so nothing ever merges those files. `drop(start, end)` removes one ingested
     range: a range tombstone, a flush of this column family (its memtable only ever holds that tombstone) and a
@@ -261,7 +257,6 @@ class RocksBulk:
 
     CF = "bulk"
     MAX_OPEN_FILES = 512  # one file per ingested block: keep the open table readers (fds, mmaps) bounded
-    WAL_FILES = 64  # ingests between flushes of the default column family (see ingest)
 
     def __init__(self, db: rocksdict.Rdict, tmp: Path, writer_opts: rocksdict.Options) -> None:
         self._cf = db.get_column_family(self.CF)
@@ -274,13 +269,6 @@ class RocksBulk:
         self._ro.set_verify_checksums(False)  # bulk values are block chunks with their own CRC32C, checked on every read
         self._ingest = rocksdict.IngestExternalFileOptions()
         self._ingest.set_move_files(True)
-        self._nowal = rocksdict.WriteOptions()
-        self._nowal.disable_wal = True  # made durable by the flush that follows (see ingest)
-        self._move = rocksdict.CompactOptions()  # an L0 file overlapping nothing: moved down, not rewritten
-        self._move.set_bottommost_level_compaction(rocksdict.BottommostLevelCompaction.skip())
-        self._move.set_exclusive_manual_compaction(False)  # need not wait for the default family's compactions
-        self._ingests = 0
-        self._lock = threading.Lock()  # one ingest or drop at a time: each flushed file holds one range only
         shutil.rmtree(tmp, ignore_errors=True)  # files of an ingest that a crash interrupted
         tmp.mkdir(parents=True)
         self._tmp = tmp
@@ -292,36 +280,7 @@ class RocksBulk:
         return opts
 
     def ingest(self, items) -> None:
-        """Durably store `items`, (key, value) pairs in ascending key order, as one file of their own in the bottom
-        level. Most of the time is spent with the GIL free (rocksdict releases it in `flush` and `compact_range`,
-        not in `put`, `write`, SstFileWriter or `ingest_external_file`): call it from a worker thread and the
-        event loop keeps running while the file is written and fsynced.
-
-        The items go into this column family's memtable without the WAL (a copy of the bytes, the only part with
-        the GIL held), then a flush writes them out as an L0 file, fsyncs it and the MANIFEST, and a manual
-        compaction of exactly their range moves that file to the bottom level without rewriting it (it overlaps
-        no other file: one ingest at a time, each a single block's keys). A crash before the flush returns loses
-        the items, never anything flushed before. Every flush starts a new WAL file, kept until the default column
-        family is flushed too: every WAL_FILES ingests that flush keeps their number bounded."""
-        items = list(items)
-        if not items:
-            return
-        with self._lock:
-            try:
-                for k, v in items:
-                    self._cf.put(k, v, self._nowal)
-                self._cf.flush()
-                self._cf.compact_range(items[0][0], items[-1][0], self._move)
-                self._ingests += 1
-                if self._ingests % self.WAL_FILES == 0:
-                    self._db.flush()
-            except Exception as e:
-                raise _engine_error(e) from None
-
-    def ingest_file(self, items) -> None:
-        """`ingest` as before: the items written as an SST file by rocksdict's SstFileWriter (`finish` fsyncs it)
-        and ingested (a link, fsyncs of the file, the folder and the MANIFEST), all with the GIL held; for
-        bench/dn_put_stall.py's comparison."""
+        """Durably store `items`, (key, value) pairs in ascending key order, as one file."""
         self._seq += 1
         path = str(self._tmp / f"{os.getpid()}-{self._seq}.sst")
         w = rocksdict.SstFileWriter(options=self._writer_opts)
@@ -329,8 +288,8 @@ class RocksBulk:
             w.open(path)
             for k, v in items:
                 w[k] = v
-            w.finish()
-            self._cf.ingest_external_file([path], self._ingest)
+            w.finish()  # fsyncs the file
+            self._cf.ingest_external_file([path], self._ingest)  # links it in, fsyncs it and the MANIFEST
         except Exception as e:
             raise _engine_error(e) from None
         finally:
@@ -350,10 +309,9 @@ class RocksBulk:
         """Delete every key in [start, end) and reclaim its space at once."""
         wb = rocksdict.WriteBatch(raw_mode=True)
         wb.delete_range(start, end, column_family=self._handle)
-        with self._lock:
-            self._db.write(wb, self._wo)
-            self._cf.flush()
-            self._cf.compact_range(start, end)
+        self._db.write(wb, self._wo)
+        self._cf.flush()
+        self._cf.compact_range(start, end)
 
     def close(self) -> None:
         self._cf = self._handle = None

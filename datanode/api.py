@@ -37,7 +37,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
             raise errors.NotEnoughReplicas(f"block {bid}: the write policy requires {acks} replicas and only "
                                            f"{1 + len(targets)} nodes were placed")
         check_room(bid, len(payload))
-        await store.store_async(bid, payload, crc, targets, jobs_due_in=FAST_PATH_GRACE_S if targets else 0.0)
+        store.store(bid, payload, crc, targets, jobs_due_in=FAST_PATH_GRACE_S if targets else 0.0)
         if acks > 1:
             try:  # this copy's fsync overlaps the pushes; each secondary acknowledges once its copy is on disk
                 await asyncio.gather(store.synced(), replicator.push_acked(bid, payload, crc, targets, acks - 1))
@@ -56,7 +56,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         bid = req.block_id
         if not (req.fresh and store.recently_deleted(bid)):
             check_room(bid, len(payload))
-            await store.store_async(bid, payload, req.crc)
+            store.store(bid, payload, req.crc)
             await store.synced()  # on disk before the primary counts it (sync:N) or completes its job
         return DONE
 

@@ -8,7 +8,6 @@ pushes and its scrubber) is noted in `bad`, which the heartbeat reports; the Nam
 re-push the block (the rewrite here clears the note)."""
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ CHUNK_SIZE = 256 << 10
 # compaction copies); smaller ones through a write batch, whose fixed cost is lower. bench/kv_write_path.py, CPU per
 # MB written, ingest / batch (its flushes and compactions included): 18.6 / 3.0 ms at 128 KiB, 3.3 / 4.4 at 1 MiB,
 # 1.7 / 3.0 at 2 MiB, 1.4 / 3.9 at 4 MiB (more for batch as the LSM grows). Not 1 MiB: every ingest also waits for
-# fsyncs (~5-10 ms each here; in a worker thread with `put_async`), and adds a file.
+# an fsync (~5-10 ms here) with the event loop held (rocksdict keeps the GIL), and adds a file.
 BULK_MIN = 2 << 20
 TOMBSTONE_S = 600.0
 BULK = b"\x01"  # layout byte at the end of a meta whose chunks are in the bulk key space
@@ -82,45 +81,24 @@ class BlockStore:
             jobs_due_in: float = 0.0) -> None:
         """Store a block and its replication jobs in one atomic batch; raises CorruptBlock if `crc` doesn't match.
         On return the block survives a kill of the process; `await self.synced()` then makes it survive a power
-        loss too (its WAL fsynced; a bulk block's file and the MANIFEST entry adding it are fsynced before).
+        loss too (its WAL fsynced; a bulk block's file and the MANIFEST entry ingesting it are fsynced by the ingest).
 
-        A block of at least `bulk_min` bytes is first stored in the bulk space (common/kv.RocksBulk.ingest) under a
-        `pending` marker; the batch with its meta removes the marker, so a crash in between leaves data for `purge`
-        to drop. `jobs_due_in` delays the jobs: the caller pushes the block from memory right away and the queued
-        jobs are the durable fallback if that push fails or the process dies. `put_async` is the same with the
-        bulk store's flush and fsyncs in a worker thread, the event loop free meanwhile."""
-        chunks, bulk = self._begin(block_id, data, crc)
-        if bulk:
-            self.bulk.ingest(chunks)
-        self._commit(block_id, len(data), crc, bulk, chunks, secondaries, jobs_due_in)
-
-    async def put_async(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
-                        jobs_due_in: float = 0.0) -> None:
-        """`put`, with a bulk block's store (common/kv.RocksBulk.ingest: rocksdict lets go of the GIL for its
-        flush and fsyncs) in a worker thread: measured with bench/dn_put_stall.py, a 4 MiB block holds the GIL
-        about a quarter as long as an SstFileWriter file and its ingest did, which held it through every fsync."""
-        chunks, bulk = self._begin(block_id, data, crc)
-        if bulk:
-            await asyncio.to_thread(self.bulk.ingest, chunks)
-        self._commit(block_id, len(data), crc, bulk, chunks, secondaries, jobs_due_in)
-
-    def _begin(self, block_id: int, data, crc: int) -> tuple[list, bool]:
-        """A put's chunks (after the CRC check) and whether they go to the bulk space (its `pending` marker put)."""
+        A block of at least `bulk_min` bytes is first ingested into the bulk space under a `pending` marker; the
+        batch with its meta removes the marker, so a crash in between leaves data for `purge` to drop.
+        `jobs_due_in` delays the jobs: the caller pushes the block from memory right away and the queued jobs are
+        the durable fallback if that push fails or the process dies."""
         mv = memoryview(data)
+        n = len(mv)
         chunks = self._checked_chunks(block_id, mv, crc)
-        bulk = self.bulk is not None and len(mv) >= self.bulk_min
-        if bulk:
-            self.kv.put(keys.pending(block_id), b"")
-        return chunks, bulk
-
-    def _commit(self, block_id: int, n: int, crc: int, bulk: bool, chunks: list, secondaries, jobs_due_in: float
-                ) -> None:
-        """The batch that makes a put visible: its meta (and a small block's chunks), its replication jobs."""
+        bulk = self.bulk is not None and n >= self.bulk_min
         try:
             old = self.kv.get(keys.meta(block_id))
         except StorageError:  # the copy being replaced is unreadable: written over as if absent
             old = None
         was_bulk = _in_bulk(old)
+        if bulk:
+            self.kv.put(keys.pending(block_id), b"")
+            self.bulk.ingest(chunks)
         with self.kv.batch() as b:
             b.put(keys.meta(block_id), n.to_bytes(8, "big") + crc.to_bytes(4, "big") + (BULK if bulk else b""))
             if bulk:
@@ -205,12 +183,6 @@ class BlockStore:
         writer goes to another node and a primary's push is retried later."""
         with self._engine_write():
             self.put(block_id, data, crc, secondaries, jobs_due_in=jobs_due_in)
-
-    async def store_async(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
-                          jobs_due_in: float = 0.0) -> None:
-        """`store` through `put_async` (the event loop runs while a bulk block is flushed and fsynced)."""
-        with self._engine_write():
-            await self.put_async(block_id, data, crc, secondaries, jobs_due_in=jobs_due_in)
 
     def store_many(self, blocks: list[tuple[int, memoryview, int, list[tuple[int, str]]]], *,
                    jobs_due_in: float = 0.0) -> dict[int, str]:
