@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -38,7 +37,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mount_bench import cpu_seconds, descendants, mount, settle, start_cluster  # noqa: E402
+from mount_bench import cpu_seconds, descendants, mount, settle, start_cluster, teardown  # noqa: E402
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 warnings.filterwarnings("ignore", message="Detected an existing checkpoint")
@@ -199,17 +198,9 @@ def main() -> None:
         for f in failed:
             print(f"FAILED {f}")
     except BaseException:
-        log = tmp / "mount.log"
-        if log.exists():
-            print(f"--- end of {log}:\n{log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+        teardown(tmp, cluster, [mnt], True)
         raise
-    finally:
-        if mnt is not None:
-            mnt.send_signal(signal.SIGTERM)
-            mnt.wait(timeout=60)
-        cluster.send_signal(signal.SIGTERM)
-        cluster.wait(timeout=60)
-        shutil.rmtree(tmp, ignore_errors=True)
+    teardown(tmp, cluster, [mnt], False)
 
 
 if __name__ == "__main__":

@@ -141,6 +141,21 @@ def mount(env: dict, bucket: str, mp: Path, extra: list[str], log: Path) -> subp
     return p
 
 
+def teardown(tmp: Path, cluster: subprocess.Popen, mounts: list, failed: bool) -> None:
+    """End of a mount bench: after a failure the mount's own log (its account, before the folder goes), then each
+    mount (or None) and the cluster stopped, and the folder removed."""
+    log = tmp / "mount.log"
+    if failed and log.exists():
+        print(f"--- end of {log}:\n{log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+    for m in mounts:
+        if m is not None:
+            m.send_signal(signal.SIGTERM)
+            m.wait(timeout=60)
+    cluster.send_signal(signal.SIGTERM)
+    cluster.wait(timeout=60)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def read_epoch(root: Path, names: list[str], threads: int, seed: int) -> tuple[float, int]:
     order = list(names)
     random.Random(seed).shuffle(order)
@@ -278,17 +293,9 @@ def main() -> None:
             print(f"{'new page cache (tmpfs write)':<30}{fill:>12,.1f}{'':>12}{'':>17}   (right after the mount's read: "
                   f"after the epochs mount/this = {seq[-1][1] / fill:.2f})")
     except BaseException:
-        log = tmp / "mount.log"
-        if log.exists():  # the mount's own account of a failure, before the temporary folder goes
-            print(f"--- end of {log}:\n{log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+        teardown(tmp, cluster, [mnt], True)
         raise
-    finally:
-        if mnt is not None:
-            mnt.send_signal(signal.SIGTERM)
-            mnt.wait(timeout=30)
-        cluster.send_signal(signal.SIGTERM)
-        cluster.wait(timeout=60)
-        shutil.rmtree(tmp, ignore_errors=True)
+    teardown(tmp, cluster, [mnt], False)
 
 
 if __name__ == "__main__":

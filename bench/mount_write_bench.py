@@ -26,7 +26,6 @@ import io
 import os
 import random
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from pathlib import Path
 import boto3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mount_bench import cpu_seconds, descendants, mount, settle, start_cluster  # noqa: E402
+from mount_bench import cpu_seconds, descendants, mount, settle, start_cluster, teardown  # noqa: E402
 
 
 def tree_cpu(pid: int) -> float:
@@ -164,7 +163,7 @@ def main() -> None:
                 done = mm[0] + time.monotonic() - t0
                 bad = check_mtimes(root / "t", mtimes)
                 if label:
-                    rows.append((f"  ... committed (files/s)", a.files / done, a.files / lm[0], 0, 0, ""))
+                    rows.append(("  ... committed (files/s)", a.files / done, a.files / lm[0], 0, 0, ""))
                 print(f"tar{label}: mount {mm[0]:.2f} s (all {listed} listed through S3 after {done:.2f} s), local "
                       f"{lm[0]:.2f} s; files with a wrong mtime: {bad}")
         print(f"\nmount args: {a.mount_args!r}; {os.cpu_count()} cores\n")
@@ -172,21 +171,17 @@ def main() -> None:
         for name, m, lo, mc, cc, unit in rows:
             print(f"{name:<26}{m:>10,.1f}{lo:>12,.1f}{m / lo:>8.3f}{mc:>12.3f}{cc:>13.3f}  {unit}")
     except BaseException:
-        log = tmp / "mount.log"
-        if log.exists():
-            print(f"--- end of {log}:\n{log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+        _stop_spy(spy)
+        teardown(tmp, cluster, [wb, mnt], True)
         raise
-    finally:
-        if spy is not None:
-            spy.send_signal(signal.SIGINT)
-            spy.wait(timeout=60)
-        for m in (wb, mnt):
-            if m is not None:
-                m.send_signal(signal.SIGTERM)
-                m.wait(timeout=60)
-        cluster.send_signal(signal.SIGTERM)
-        cluster.wait(timeout=60)
-        shutil.rmtree(tmp, ignore_errors=True)
+    _stop_spy(spy)
+    teardown(tmp, cluster, [wb, mnt], False)
+
+
+def _stop_spy(spy) -> None:
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
 
 
 if __name__ == "__main__":
