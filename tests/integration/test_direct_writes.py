@@ -8,6 +8,8 @@ import os
 
 import msgspec
 import pytest
+
+from test_direct_reads import _read  # noqa: E402
 from botocore.exceptions import ClientError
 
 from cluster import ALT, MAIN, SECRET
@@ -15,9 +17,7 @@ from epochfs.common import errors, writetoken
 from epochfs.common import messages as m
 from epochfs.common.blocks import crc32c
 from epochfs.common.client import S3Client
-from epochfs.common.clients import DataNodeClient
 from epochfs.common.directwrite import DirectWriter
-from epochfs.common.rpc import RpcClient
 
 pytestmark = pytest.mark.integration
 
@@ -31,16 +31,7 @@ async def _with(endpoint, user, fn, **kw):
         return await fn(c)
 
 
-def _native(addr: str, call):
-    """What `call(client)` returns with a DataNodeClient connected as a native client: without the cluster secret."""
-    async def go():
-        host, _, port = addr.rpartition(":")
-        dn = DataNodeClient(RpcClient(host, int(port), ""))
-        try:
-            return await call(dn)
-        finally:
-            await dn.close()
-    return run(go())
+_native = _read  # a DataNodeClient connected as a native client (test_direct_reads.py's)
 
 
 def _head(grant: m.WriteGrant, i: int, data: bytes) -> m.ReplicaHead:
