@@ -5,7 +5,10 @@ NameNodes, the active one appending groups to etcd's log), in one run, alternati
 One op = one PutObject of a 0-byte object (a namespace command: applied, made durable, acknowledged), sent straight
 to the (active) NameNode by `--concurrency` typed clients (NameNodeClient) in this process. Reported per round:
 ops/s, p50/p99 latency, server CPU per op (utime+stime from /proc, summed over every NameNode and etcd process of
-the target, so HA pays for its standbys and its etcd too) and the active NameNode's own CPU per op.
+the target, so HA pays for its standbys and its etcd too), split into the active NameNode, its etcd members, its
+standbys and this client process, and for HA the commands per log append and the time of one append (the active
+NameNode's metrics). With every caller in one group, a round trip of the group is the execution of its commands
+on the active NameNode (E) followed by its append (A), one after the other: HA/embedded is about E / (E + A).
 
     python bench/nn_ha_bench.py [--ops 3000] [--concurrency 16] [--rounds 2] [--ttl 2]
 """
@@ -65,6 +68,7 @@ class Target:
         self.root, self.ha, self.ttl = root, ha, ttl
         self.procs: list[subprocess.Popen] = []
         self.nn: list[tuple[int, int, subprocess.Popen]] = []
+        self.appends = (0.0, 0.0, 0.0)  # the active NameNode's log append count, commands, seconds (metrics)
 
     def _spawn(self, args, env=None, name="p") -> subprocess.Popen:
         log = open(os.path.join(self.root, f"{name}.log"), "ab")
@@ -139,13 +143,33 @@ async def run_round(t: Target, ops: int, conc: int, bucket: str) -> dict:
             await client.put_object(bucket, f"k{i:07d}", OBJ)
             lat.append(time.perf_counter() - t0)
 
+    etcd = [p.pid for p in t.procs if p.args[0] == "etcd"]
+    standby = [p.pid for _, _, p in t.nn if p is not active]
     c0, a0, w0 = cpu_s(pids), cpu_s([active.pid]), time.perf_counter()
+    e0, s0, me0 = cpu_s(etcd), cpu_s(standby), time.process_time()
     await asyncio.gather(*(lane() for _ in range(conc)))
     wall, cpu, acpu = time.perf_counter() - w0, cpu_s(pids) - c0, cpu_s([active.pid]) - a0
+    ecpu, scpu, me = cpu_s(etcd) - e0, cpu_s(standby) - s0, time.process_time() - me0
     await client.close()
+    http = next(h for h, _, p in t.nn if p is active)
+    groups = ""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{http}/metrics", timeout=5).text
+        val = {ln.split()[0]: float(ln.split()[1]) for ln in text.splitlines()
+               if ln.startswith(("epochfs_nn_log_append_seconds_", "epochfs_nn_log_group_commands_"))}
+        n = val.get("epochfs_nn_log_append_seconds_count", 0) - t.appends[0]
+        if n:
+            groups = (f"{(val['epochfs_nn_log_group_commands_sum'] - t.appends[1]) / n:.1f} cmds/append, "
+                      f"{(val['epochfs_nn_log_append_seconds_sum'] - t.appends[2]) / n * 1e3:.2f} ms/append")
+            t.appends = (val["epochfs_nn_log_append_seconds_count"], val["epochfs_nn_log_group_commands_sum"],
+                         val["epochfs_nn_log_append_seconds_sum"])
+    except (httpx.HTTPError, KeyError, IndexError):
+        pass
     lat.sort()
     return {"ops/s": ops / wall, "p50 ms": statistics.median(lat) * 1e3, "p99 ms": lat[int(ops * 0.99)] * 1e3,
-            "srv ms/op": cpu / ops * 1e3, "active nn ms/op": acpu / ops * 1e3}
+            "srv ms/op": cpu / ops * 1e3, "active nn ms/op": acpu / ops * 1e3,
+            "etcd ms/op": ecpu / ops * 1e3, "standby ms/op": scpu / ops * 1e3, "client ms/op": me / ops * 1e3,
+            "groups": groups}
 
 
 def main() -> None:
@@ -163,13 +187,15 @@ def main() -> None:
             os.makedirs(t.root)
             t.start()
         results: dict[str, list[dict]] = {k: [] for k in targets}
-        print(f"{'target':9} {'round':>5} {'ops/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'srv ms/op':>9} {'nn ms/op':>8}")
+        print(f"{'target':9} {'round':>5} {'ops/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'srv ms/op':>9} {'nn ms/op':>8} "
+              f"{'etcd':>6} {'stby':>6} {'client':>6}")
         for r in range(args.rounds):
             for name, t in targets.items():
                 res = asyncio.run(run_round(t, args.ops, args.concurrency, f"b{r}"))
                 results[name].append(res)
                 print(f"{name:9} {r:5d} {res['ops/s']:8.0f} {res['p50 ms']:7.1f} {res['p99 ms']:7.1f} "
-                      f"{res['srv ms/op']:9.2f} {res['active nn ms/op']:8.2f}", flush=True)
+                      f"{res['srv ms/op']:9.2f} {res['active nn ms/op']:8.2f} {res['etcd ms/op']:6.2f} "
+                      f"{res['standby ms/op']:6.2f} {res['client ms/op']:6.2f} {res['groups']}", flush=True)
         e = statistics.mean(x["ops/s"] for x in results["embedded"])
         h = statistics.mean(x["ops/s"] for x in results["ha"])
         print(f"HA / embedded ops/s: {h / e:.2f} (goal >= 0.7)")
