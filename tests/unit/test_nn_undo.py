@@ -99,3 +99,23 @@ def test_rollback_survives_a_reopen_and_a_confirmed_group_is_kept(tmp_path):
         assert kv.get(keys.undo(3)) is None and next(iter(kv.scan(keys.UNDO, prefix_end(keys.UNDO))), None) is None
     finally:
         kv.close()
+
+
+def test_log_groups_are_compressed_and_read_back_as_written():
+    """A large group goes to etcd compressed and reads back equal; a small one stays plain; a group that would
+    unpack past the bound (a forged or damaged value) is refused, not inflated."""
+    import zlib
+
+    from epochfs.namenode.ha import etcd_journal as ej
+
+    entries = [ej._pack((b"cmd%d" % i, msgspec.Raw(ej._pack([(b"key%d" % i, b"v" * 200), (b"gone", None)]))))
+               for i in range(20)]
+    big = ej._pack_group(7, entries)
+    assert big[:1] == ej.ZIP and len(big) < sum(map(len, entries)) / 3
+    first, got = ej._unpack(big)
+    assert first == 7 and [ej._pack(e) for e in got] == entries
+    small = ej._pack_group(3, entries[:1])
+    assert small[:1] != ej.ZIP and ej._unpack(small)[0] == 3
+    bomb = ej.ZIP + zlib.compress(b"\x00" * (ej.MAX_GROUP_UNZIPPED + 1), 1)
+    with pytest.raises(ValueError):
+        ej._unpack(bomb)
