@@ -1301,6 +1301,7 @@ class FsReserveInodes(FsRequest, tag="fs_reserve_inodes"):
     """Reserve `n` inode numbers: a mount in write-back mode names the files it creates with them before they
     exist on the NameNode (FsCreateFiles)."""
     n: Annotated[int, msgspec.Meta(ge=1, le=1 << 16)]
+    owner: str = ""  # set by the gateway: the caller's access key, the only one that may use them (FsCreateFiles)
     Reply = InodeRange
 
 
@@ -1339,6 +1340,7 @@ class FsCreateFiles(FsRequest, tag="fs_create_files"):
     error otherwise). `bucket` is charged."""
     items: list[StoredFile]
     bucket: str | None = None
+    owner: str = ""  # set by the gateway: the caller's access key; each inode must be one it reserved
 
 
 class FileCreated(Msg):

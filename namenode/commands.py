@@ -360,9 +360,11 @@ class Commit(Command, frozen=True):
 
 
 class ReserveInodes(Command, frozen=True):
-    """Inode numbers for a mount to give the files it creates in write-back mode (CreateFiles)."""
+    """Inode numbers for a mount to give the files it creates in write-back mode (CreateFiles), for `owner` (the
+    access key the gateway authenticated) alone."""
     bi: int | None
     n: int
+    owner: str = ""
 
 
 class CreateFiles(Command, frozen=True):
@@ -372,6 +374,7 @@ class CreateFiles(Command, frozen=True):
     items: list[Record]
     bucket: str | None
     t: int
+    owner: str = ""
 
 
 class SetXattr(Command, frozen=True):

@@ -22,6 +22,9 @@
   S <bucket ino:8>              -> bucket usage [bytes, objects] of current versions, updated in each commit's batch
   W <block:8>                   -> replicas wanted (4 bytes) of a block written with fewer (nodes down or full),
                                    until the repair worker has topped it up
+  R <end:8>                     -> inode numbers [first, end) reserved for a mount's own creates (JSON: first,
+                                   owner: the access key that reserved them, used: how many it created), until all
+                                   are used
   H a                           -> applied_seq: the sequence number (8 bytes) of the last command applied, written
                                    in each command's batch (namenode/ha/: where to resume the metadata log)
   H u <seq:8>                   -> undo record of command `seq` (HA mode, until etcd confirmed it): the pre-image of
@@ -142,6 +145,13 @@ def orphan(t_ns: int, ino: int) -> bytes:
 
 
 ORPHANS = b"O"
+
+
+def reserved(end: int) -> bytes:
+    return RESERVED + u64(end)
+
+
+RESERVED = b"R"
 
 
 APPLIED_SEQ = b"Ha"

@@ -35,6 +35,7 @@ from epochfs.common.kv import prefix_end
 
 from . import commands as cmds, keys
 from .keys import ROOT_INO
+from .meta.records import dec_record
 from .metastore import S_IFDIR, S_IFLNK, S_IFREG, MetaStore, enc_record, now_ns
 
 NAME_MAX = 255
@@ -343,33 +344,55 @@ class Posix:
         return prec
 
     # ---------------------------------------------------------------- namespace operations
-    def reserve_inodes(self, n: int) -> int:
-        """Reserve `n` inode numbers for a mount's own creates (create_files); returns the first."""
-        return self.meta.execute(cmds.ReserveInodes(bi=self.bi, n=int(n)))
+    def reserve_inodes(self, n: int, owner: str = "") -> int:
+        """Reserve `n` inode numbers for `owner`'s own creates (create_files); returns the first."""
+        return self.meta.execute(cmds.ReserveInodes(bi=self.bi, n=int(n), owner=owner))
 
     def _apply_reserve_inodes(self, b, c: cmds.ReserveInodes) -> int:
-        return self.meta.next_id(b, b"ino", c.n)
+        first = self.meta.next_id(b, b"ino", c.n)
+        b.put(keys.reserved(first + c.n), enc_record({"first": first, "owner": c.owner, "used": 0}))
+        return first
 
-    def create_files(self, items: list[dict], bucket: str | None = None) -> list[dict | errors.DomainError]:
+    def _reservation(self, ino: int, owner: str, held: dict) -> dict:
+        """The range reserved by `owner` that holds `ino` (held: the ranges this command met, as it changed them);
+        InvalidInput if there is none (never reserved, another owner's, or all of it used)."""
+        for end, r in held.items():
+            if r["first"] <= ino < end:
+                break
+        else:
+            found = next(self.meta.kv.scan(keys.reserved(ino + 1), prefix_end(keys.RESERVED), limit=1), None)
+            r = None
+            if found is not None:
+                end, r = int.from_bytes(found[0][1:], "big"), dec_record(found[1])
+            if r is None or not r["first"] <= ino:
+                raise errors.InvalidInput(f"inode {ino} was not reserved, or is taken")
+            held[end] = r
+        if r["owner"] != owner:
+            raise errors.InvalidInput(f"inode {ino} was reserved by another access key")
+        return r
+
+    def create_files(self, items: list[dict], bucket: str | None = None,
+                     owner: str = "") -> list[dict | errors.DomainError]:
         """Many regular files with their content (blocks durable on DataNodes, admitted), in one command: each
         `{"f": NewFile, "blk": stored blocks, "etag"}` becomes inode f.ino (reserved with reserve_inodes, not used
         yet) named f.name in f.parent with f's mode, owner, times and content, as a mknod and a commit would; an
         item refused (a name taken, a number not reserved, the quota) is its error, and the others are made."""
-        return self.meta.execute(cmds.CreateFiles(bi=self.bi, items=items, bucket=bucket, t=now_ns()))
+        return self.meta.execute(cmds.CreateFiles(bi=self.bi, items=items, bucket=bucket, t=now_ns(), owner=owner))
 
     def _apply_create_files(self, b, c: cmds.CreateFiles) -> list[dict | errors.DomainError]:
         out: list = []
         names: set[tuple[int, str]] = set()
         inos: set[int] = set()
-        top = self.meta._peek(b"ino")
+        held: dict[int, dict] = {}  # the reserved ranges this command uses: their records, written back at the end
         for item in c.items:
             f, blk = item["f"], item["blk"]
             try:
                 parent, name, ino = int(f["parent"]), f["name"], int(f["ino"])
                 if (parent, name) in names:
                     raise errors.AlreadyExists(f"{name!r} exists")
-                if not 2 <= ino < top or ino in inos or self.meta.get_inode(ino) is not None:
+                if ino in inos or self.meta.get_inode(ino) is not None:
                     raise errors.InvalidInput(f"inode {ino} was not reserved, or is taken")
+                reservation = self._reservation(ino, c.owner, held)
                 self.in_bucket(parent)
                 prec = self._check_new(parent, name)
                 size = int(f["size"])
@@ -386,6 +409,7 @@ class Posix:
                 b.delete(keys.pending(block_id(x)))
             names.add((parent, name))
             inos.add(ino)
+            reservation["used"] += 1
             t = max(int(f.get("dt") or c.t), prec.get("mt", 0))  # the mount's time of the create, never backwards
             res = self._new(b, parent, name, rec, t, charge, ino=ino, prec=prec)
             if f.get("ct") and int(f["ct"]) != rec["ct"]:  # a chmod/chown in the mount since: its ctime
@@ -393,6 +417,11 @@ class Posix:
                 self._put_links(b, ino, rec)
             out.append({**res,
                         "layout": [[block_id(x), block_size(x)] for x in blk]})
+        for end, r in held.items():
+            if r["used"] >= end - r["first"]:
+                b.delete(keys.reserved(end))
+            else:
+                b.put(keys.reserved(end), enc_record(r))
         return out
 
     def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> dict:

@@ -122,8 +122,10 @@ async def fs_op(ctx, req):
         bi = None
         if req.bucket is not None:
             bi = await _bucket_ino(ctx, req, "read" if type(op) in READ_OPS else "write")
-        # the scope is the gateway's to set, and so is the bucket charged for a change of its usage
-        op = msgspec.structs.replace(op, bi=bi, **({"bucket": req.bucket} if hasattr(op, "bucket") else {}))
+        # the scope is the gateway's to set, and so are the bucket charged for a change of its usage and the owner of
+        # reserved inode numbers (the caller's access key)
+        op = msgspec.structs.replace(op, bi=bi, **({"bucket": req.bucket} if hasattr(op, "bucket") else {}),
+                                     **({"owner": req.user.access_key} if hasattr(op, "owner") else {}))
         res = await _FORWARD[type(op)](nn, op)
         if type(op) is m.FsLayout:  # the size new extents are cut into (fs_write), for the mount's writer
             res = msgspec.structs.replace(res, bs=await ctx.cluster.block_size(req.bucket))
@@ -269,7 +271,8 @@ async def fs_create_files(ctx, req, bi: int):
         ids += w
     if todo:
         try:
-            res = await ctx.cluster.namenode.fs_create_files(m.FsCreateFiles(items=todo, bucket=req.bucket, bi=bi))
+            res = await ctx.cluster.namenode.fs_create_files(m.FsCreateFiles(items=todo, bucket=req.bucket, bi=bi,
+                                                                             owner=req.user.access_key))
         except BaseException:
             await ctx.abandon(ids)
             raise

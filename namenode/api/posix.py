@@ -116,7 +116,7 @@ def handlers(meta: MetaStore, members: Membership, admit) -> dict:
 
     async def reserve_inodes(req: m.FsReserveInodes, _) -> m.InodeRange:
         scope(req)
-        return m.InodeRange(first=posix.reserve_inodes(req.n), n=req.n)
+        return m.InodeRange(first=posix.reserve_inodes(req.n, req.owner), n=req.n)
 
     async def create_files(req: m.FsCreateFiles, _) -> m.FilesCreated:
         scope(req, "create")
@@ -130,7 +130,7 @@ def handlers(meta: MetaStore, members: Membership, admit) -> dict:
                 continue
             todo.append({"f": msgspec.to_builtins(item.f), "blk": blk, "etag": item.etag})
             where.append(i)
-        for i, res in zip(where, posix.create_files(todo, req.bucket) if todo else ()):
+        for i, res in zip(where, posix.create_files(todo, req.bucket, req.owner) if todo else ()):
             out[i] = m.FileCreated(err=type(res).__name__, msg=res.message) if isinstance(res, errors.DomainError) \
                 else m.FileCreated(layout=msgspec.convert(res.pop("layout"), list[m.BlockSpan]), a=attr(res))
         return m.FilesCreated(items=out)

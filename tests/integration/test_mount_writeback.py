@@ -5,6 +5,7 @@ batch create API itself (each file whole or not at all)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import stat
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from cluster import MAIN
+from cluster import ALT, MAIN
 from mounting import FUSERMOUNT, Mount, fs_requests, needs_fuse
 
 from epochfs.common import errors
@@ -189,3 +190,31 @@ def test_batch_create_api_each_file_whole_or_not_at_all(cluster, s3, bucket):
     assert s3.get_object(Bucket=bucket, Key="ok1")["Body"].read() == b"a" * 10
     assert s3.get_object(Bucket=bucket, Key="taken")["Body"].read() == b"old"
     assert _keys(s3, bucket) == {"ok1", "ok2", "taken"}
+
+
+def test_reserved_inode_numbers_belong_to_the_access_key_that_reserved_them(cluster, s3, bucket):
+    """Another user allowed to write the bucket (a bucket policy) can't create files with the inode numbers the
+    bucket's owner reserved (they belong to the reserving mount's key); with numbers of its own it can."""
+    s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"AWS": [f"arn:aws:iam::{ALT[2]}:root"]},
+        "Action": ["s3:PutObject", "s3:ListBucket"],
+        "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}))
+
+    async def go():
+        async with S3Client(cluster.endpoint, MAIN[0], MAIN[1]) as main, \
+                S3Client(cluster.endpoint, ALT[0], ALT[1]) as alt:
+            root = (await main.fs_lookup(bucket, parent=1, name=bucket))["ino"]
+            t = time.time_ns()
+
+            def f(i, name):
+                return NewFile(ino=i, parent=root, name=name, mode=0o644, uid=0, gid=0, at=t, mt=t, size=1), b"x"
+            mine = await main.fs_reserve_inodes(bucket, 2)
+            stolen = await alt.fs_create_files(bucket, [f(mine[0], "stolen")])
+            own = await alt.fs_reserve_inodes(bucket, 1)
+            made = await alt.fs_create_files(bucket, [f(own[0], "alts")])
+            kept = await main.fs_create_files(bucket, [f(mine[0], "mains")])
+            return stolen, made, kept
+    stolen, made, kept = asyncio.run(go())
+    assert isinstance(stolen[0], errors.InvalidInput) and "another access key" in stolen[0].message
+    assert isinstance(made[0], dict) and isinstance(kept[0], dict)
+    assert _keys(s3, bucket) == {"alts", "mains"}

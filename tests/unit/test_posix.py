@@ -264,3 +264,23 @@ def test_create_files_makes_each_file_whole_or_not_at_all(fs):
     res = fs.create_files([_new_file(more, fs.b, "c", 5), _new_file(more + 1, fs.b, "d", 1)], bucket="bkt")
     assert res[0]["size"] == 5 and errmap.to_errno(res[1]) == errno.EDQUOT
     assert sorted(keys(fs)) == ["a", "b", "c", "taken"] and fs.meta.usage(fs.b) == [15, 4]
+
+
+def test_reserved_inode_numbers_are_their_owners_alone(fs):
+    """Inode numbers reserved by one access key can't be taken by another's batch create, nor can a number below
+    the counter that was never reserved (a deleted file's); the range's record goes once all of it is used."""
+    fs.scope(fs.b, "create", {})
+    gone = fs.mknod(fs.b, "gone", stat.S_IFREG | 0o644, 0, 0, bucket="bkt")["ino"]
+    fs.unlink(fs.b, "gone")
+    mine = fs.reserve_inodes(2, owner="AK-MINE")
+    theirs = fs.create_files([_new_file(mine, fs.b, "stolen"), _new_file(gone, fs.b, "reused")], bucket="bkt",
+                             owner="AK-OTHER")
+    assert [type(r).__name__ for r in theirs] == ["InvalidInput", "InvalidInput"]
+    assert "another access key" in theirs[0].message
+    assert [r["ino"] for r in fs.create_files([_new_file(mine, fs.b, "a")], bucket="bkt", owner="AK-MINE")] == [mine]
+    assert len(list(fs.meta.kv.scan(b"R", b"S"))) == 1  # one number of the two left
+    assert [r["ino"] for r in fs.create_files([_new_file(mine + 1, fs.b, "b")], bucket="bkt",
+                                              owner="AK-MINE")] == [mine + 1]
+    assert list(fs.meta.kv.scan(b"R", b"S")) == []  # all used: the record is gone
+    again = fs.create_files([_new_file(mine + 1, fs.b, "c")], bucket="bkt", owner="AK-MINE")
+    assert type(again[0]).__name__ == "InvalidInput" and sorted(keys(fs)) == ["a", "b"]
