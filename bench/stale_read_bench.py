@@ -38,7 +38,8 @@ async def fill(t: Target, keys: int) -> None:
     c = NameNodeClient(RpcClient("127.0.0.1", rpc, SECRET))
     await c.bucket_create("data", owner="bench")
     for lo in range(0, keys, 500):
-        await c.put_objects("data", [m.PutItem(key=f"train/{i:07d}.jpg", obj=OBJ) for i in range(lo, min(lo + 500, keys))])
+        await c.put_objects("data", [m.PutItem(key=f"train/{i:07d}.jpg", obj=OBJ)
+                                     for i in range(lo, min(lo + 500, keys))])
     await c.close()
 
 

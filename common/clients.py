@@ -461,7 +461,8 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
     stat_many, the mount's reads by inode) goes to a standby first, the standbys taken in turn; one that refuses
     (TooStale) is left alone for STALE_REFUSED_S, one out of reach (or slower than STALE_TIMEOUT_S) for
     STALE_DOWN_S, and the read goes to the next standby, at most STALE_TRIES, then to the active NameNode as any
-    call; so does a read a standby answers NotLeader (it needs the active one). After `msync()` such reads carry its log position (StaleOk.min_seq): read-your-writes."""
+    call; so does a read a standby answers NotLeader (it needs the active one). After `msync()` such reads carry
+    its log position (StaleOk.min_seq): read-your-writes."""
 
     MAX_ADDRS = 16  # addresses learnt from NotLeader answers are added up to this many
     # the longest wait between two rounds: a failover is seen at most this long after the new leader serves (a

@@ -9,10 +9,9 @@ from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI, HTTPException, Request
+from prometheus_client import Counter
 from starlette.background import BackgroundTask
 from starlette.responses import FileResponse
-
-from prometheus_client import Counter
 
 from epochfs.common import errors
 from epochfs.common import messages as m

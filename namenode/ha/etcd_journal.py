@@ -418,6 +418,9 @@ class EtcdJournal(Journal):
         if self.is_active():
             return  # the active one answers every read
         try:
+            if self.stale_max_s <= 0:
+                raise errors.TooStale(f"NameNode {self.name} serves no stale reads (NN_STALE_READ_MAX_S 0)",
+                                      leader=self.leader)
             if self.role != "standby" or not self._tailing:
                 raise errors.TooStale(f"NameNode {self.name} is {self.role}, not tailing the log", leader=self.leader)
             age = time.monotonic() - self.fresh_at

@@ -137,8 +137,8 @@ def test_a_dataset_mount_and_manifests_are_answered_by_standbys_as_the_active_wo
             mnt.close()
     epoch("mnt")
     after = stale_counts(nns)
-    print("mount: stale reads served / refused per NameNode", {i: (after[i][0] - before[i][0], after[i][1] - before[i][1])
-                                                               for i in nns.procs}, "active", a)
+    print("mount: stale reads served / refused per NameNode",
+          {i: (after[i][0] - before[i][0], after[i][1] - before[i][1]) for i in nns.procs}, "active", a)
     # the listings and stats of the four directories' files came from standbys; the active served no stale read
     # (it answers them as any read: the count is of reads served as a standby)
     assert sum(after[i][0] - before[i][0] for i in standbys) >= 4, (before, after)
