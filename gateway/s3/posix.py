@@ -124,8 +124,11 @@ async def fs_op(ctx, req):
         bi = None
         if req.bucket is not None:
             bi = await _bucket_ino(ctx, req, "read" if type(op) in READ_OPS else "write")
-        # the scope is the gateway's to set, and so is the bucket charged for a change of its usage
-        op = msgspec.structs.replace(op, bi=bi, **({"bucket": req.bucket} if hasattr(op, "bucket") else {}))
+        # the scope is the gateway's to set, and so is the bucket charged for a change of its usage; a stale read
+        # carries no log position of the caller's (the mount has none: a made-up one would only send reads to the
+        # active NameNode, and keep this gateway's stale reads off the standbys that refused it)
+        op = msgspec.structs.replace(op, bi=bi, **({"bucket": req.bucket} if hasattr(op, "bucket") else {}),
+                                     **({"stale": m.StaleOk()} if getattr(op, "stale", None) is not None else {}))
         res = await _FORWARD[type(op)](nn, op)
         if type(op) is m.FsLayout:  # the size new extents are cut into (fs_write), for the mount's writer
             res = msgspec.structs.replace(res, bs=await ctx.cluster.block_size(req.bucket))
