@@ -115,7 +115,10 @@ class S3Client:
     def __init__(self, endpoint: str | None = None, access_key: str | None = None, secret_key: str | None = None,
                  *, region: str | None = None, max_connections: int = 32, timeout: float = 60.0,
                  multipart_threshold: int = 16 << 20, part_size: int = 8 << 20, direct_reads: bool = True,
-                 direct_writes: bool = True) -> None:
+                 direct_writes: bool = True, stale_reads: bool = False) -> None:
+        """`stale_reads`: the dataset readers' namespace reads (manifest, batch reads and locates, the mount's reads
+        by inode) may be answered by a standby NameNode (HA observer reads: at most NN_STALE_READ_MAX_S old; the
+        S3 calls stay read-after-write consistent whatever this says)."""
         self.endpoint = (endpoint or os.environ.get("AWS_ENDPOINT_URL") or "http://127.0.0.1:9000").rstrip("/")
         self.access_key = access_key or os.environ.get("AWS_ACCESS_KEY_ID", "")
         self.secret_key = secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY", "")
@@ -134,6 +137,8 @@ class S3Client:
         self.direct = DirectWriter(self)
         self.direct_writes = 0  # objects written directly / through the gateway, for tests and benchmarks
         self.gateway_writes = 0
+        self._stale = m.StaleOk() if stale_reads else None  # the `stale` field of the mount's reads by inode
+        self._stale_q = [("stale", "1")] if stale_reads else []  # the query of the other dataset reads
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -398,18 +403,18 @@ class S3Client:
     # The namespace operations (namenode/posix.py). Attributes and pages come back as the JSON form of their
     # messages (InodeAttr, DirPage, FileLayout: dicts, entries [name, attr]), which the mount keeps and merges.
     async def fs_lookup(self, bucket: str | None, *, parent: int, name: str) -> dict:
-        return m.to_builtins(await self._fs(bucket, m.FsLookup(parent=parent, name=name)))
+        return m.to_builtins(await self._fs(bucket, m.FsLookup(parent=parent, name=name, stale=self._stale)))
 
     async def fs_getattr(self, bucket: str | None, *, ino: int) -> dict:
-        return m.to_builtins(await self._fs(bucket, m.FsGetattr(ino=ino)))
+        return m.to_builtins(await self._fs(bucket, m.FsGetattr(ino=ino, stale=self._stale)))
 
     async def fs_readdir(self, bucket: str | None, *, ino: int, after: str = "", limit: int = 1000) -> dict:
         """{"entries": [[name, attr], ...], "next": the `after` of the next page or None}."""
-        page = await self._fs(bucket, m.FsReaddir(ino=ino, after=after, limit=limit))
+        page = await self._fs(bucket, m.FsReaddir(ino=ino, after=after, limit=limit, stale=self._stale))
         return {"entries": m.to_builtins(page.entries), "next": page.next}
 
     async def fs_readlink(self, bucket: str | None, *, ino: int) -> str:
-        return (await self._fs(bucket, m.FsReadlink(ino=ino))).target
+        return (await self._fs(bucket, m.FsReadlink(ino=ino, stale=self._stale))).target
 
     async def fs_layout(self, bucket: str | None, *, ino: int) -> dict:
         return m.to_builtins(await self._fs(bucket, m.FsLayout(ino=ino)))
@@ -446,10 +451,10 @@ class S3Client:
         return m.to_builtins(await self._fs(bucket, m.FsSetattr(ino=ino, fields=m.AttrChanges(**fields))))
 
     async def fs_getxattr(self, bucket: str | None, *, ino: int, name: str) -> str:
-        return (await self._fs(bucket, m.FsGetxattr(ino=ino, name=name))).value
+        return (await self._fs(bucket, m.FsGetxattr(ino=ino, name=name, stale=self._stale))).value
 
     async def fs_listxattr(self, bucket: str | None, *, ino: int) -> list[str]:
-        return (await self._fs(bucket, m.FsListxattr(ino=ino))).names
+        return (await self._fs(bucket, m.FsListxattr(ino=ino, stale=self._stale))).names
 
     async def fs_setxattr(self, bucket: str | None, *, ino: int, name: str, value: str, flags: int = 0) -> None:
         await self._fs(bucket, m.FsSetxattr(ino=ino, name=name, value=value, flags=flags))
@@ -463,14 +468,15 @@ class S3Client:
 
     async def fs_read(self, bucket: str, ino: int, offset: int, length: int) -> bytes:
         """Bytes [offset, offset + length) of file `ino` (in `bucket`), short at its end."""
-        r = await self._fs_send("GET", f"fs/{bucket}", query=[("ino", ino), ("off", offset), ("len", length)])
+        r = await self._fs_send("GET", f"fs/{bucket}", query=[("ino", ino), ("off", offset), ("len", length),
+                                                             *self._stale_q])
         return r.content
 
     async def fs_locate(self, bucket: str, ino: int, offset: int, length: int) -> m.FileLocated:
         """Where bytes [offset, offset + length) of file `ino` are: the file's version and size, the pieces to give
         read_pieces with the holders' addresses and the read token (gateway/s3/posix.py)."""
         r = await self._fs_send("GET", f"fs/{bucket}", query=[("ino", ino), ("off", offset), ("len", length),
-                                                             ("locate", 1)])
+                                                             ("locate", 1), *self._stale_q])
         return _reply(_decode_file_located, r.content, "locate")
 
     async def fs_write(self, bucket: str, ino: int, layout: m.FileWrite, chunks: AsyncIterator[bytes]) -> dict:
@@ -661,7 +667,7 @@ class S3Client:
         return await self._locate(_batch_body(items))
 
     async def _locate(self, body: bytes) -> m.BatchLocated:
-        r = await self._fs_send("POST", "locate", content=body)
+        r = await self._fs_send("POST", "locate", content=body, query=self._stale_q)
         return _reply(_decode_batch_located, r.content, "locate")
 
     async def _batch_direct(self, items: list, body: bytes) -> list[bytes | errors.DomainError]:
@@ -683,7 +689,7 @@ class S3Client:
         return out
 
     async def _batch_proxy(self, items: list, body: bytes) -> list[bytes | errors.DomainError]:
-        content = (await self._fs_send("POST", "batch", content=body)).content
+        content = (await self._fs_send("POST", "batch", content=body, query=self._stale_q)).content
         n = int.from_bytes(content[:4], "big")
         pos = 4 + n
         out: list[bytes | errors.DomainError] = []
@@ -701,7 +707,7 @@ class S3Client:
     async def manifest(self, bucket: str, prefix: str = "") -> AsyncIterator[list[list]]:
         """Every key under prefix as pages of [key, size, etag, mtime_ns], streamed in S3 order."""
         path = f"manifest/{bucket}" + (f"/{prefix}" if prefix else "")
-        resp = await self._fs_send("GET", path, stream=True)
+        resp = await self._fs_send("GET", path, stream=True, query=self._stale_q)
         try:
             buf = bytearray()
             async for chunk in resp.aiter_bytes():

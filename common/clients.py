@@ -11,10 +11,12 @@ import logging
 import time
 from collections.abc import Sequence
 
+import msgspec
+
 from . import errors
 from . import messages as m
 from .config import parse_addr
-from .metrics import NN_LEADER_CHANGES, NN_REDIRECTS
+from .metrics import NN_LEADER_CHANGES, NN_REDIRECTS, NN_STALE_READS
 from .rpc import RpcClient, TrioRpcClient
 
 log = logging.getLogger("epochfs.clients")
@@ -280,13 +282,16 @@ class _PosixCalls:
     """The POSIX namespace, batch reads and manifests."""
     _call = None
 
-    async def stat_many(self, items: list[tuple[str, str]]) -> m.ReadStats:
-        """What reading each (bucket, key) needs, or why it can't be read, in one call."""
-        return await self._call(m.StatMany(items=items))
+    async def stat_many(self, items: list[tuple[str, str]], *, stale: bool = False) -> m.ReadStats:
+        """What reading each (bucket, key) needs, or why it can't be read, in one call. `stale`: a standby may answer
+        (messages.StaleOk)."""
+        return await self._call(m.StatMany(items=items, stale=m.StaleOk() if stale else None))
 
-    async def manifest(self, bucket: str, prefix: str = "", after: str = "", limit: int = 10_000) -> m.ManifestPage:
-        """A page of the keys under `prefix` after `after`."""
-        return await self._call(m.Manifest(bucket=bucket, prefix=prefix, after=after, limit=limit))
+    async def manifest(self, bucket: str, prefix: str = "", after: str = "", limit: int = 10_000, *,
+                       stale: bool = False) -> m.ManifestPage:
+        """A page of the keys under `prefix` after `after`. `stale`: a standby may answer (messages.StaleOk)."""
+        return await self._call(m.Manifest(bucket=bucket, prefix=prefix, after=after, limit=limit,
+                                           stale=m.StaleOk() if stale else None))
 
     # The namespace by inode: each takes its request as the mount sent it (the gateway has set its scope, `bi`).
     async def fs_lookup(self, req: m.FsLookup) -> m.InodeAttr:
@@ -343,9 +348,10 @@ class _PosixCalls:
     async def fs_statfs(self) -> m.FsUsage:
         return await self._call(m.FsStatfs())
 
-    async def fs_blocks(self, ino: int, bi: int) -> m.FileBlocks:
-        """File `ino`'s blocks (it must lie in the bucket of directory inode `bi`) and their holders' addresses."""
-        return await self._call(m.FsBlocks(ino=ino, bi=bi))
+    async def fs_blocks(self, ino: int, bi: int, *, stale: bool = False) -> m.FileBlocks:
+        """File `ino`'s blocks (it must lie in the bucket of directory inode `bi`) and their holders' addresses.
+        `stale`: a standby may answer (messages.StaleOk)."""
+        return await self._call(m.FsBlocks(ino=ino, bi=bi, stale=m.StaleOk() if stale else None))
 
     async def fs_reserve_inodes(self, req: m.FsReserveInodes) -> m.InodeRange:
         return await self._call(req)
@@ -414,6 +420,14 @@ class _KeyJobCalls:
             return m.HaState(mode="embedded", name=addr, role="embedded", leader=addr,
                              members=[m.HaMember(name=addr, addr=addr, role="embedded")])
 
+    async def msync(self) -> int:
+        """The active NameNode's log position (HDFS's msync); from now on this client's stale reads are answered
+        only by standbys that applied at least that far, so they see every write acknowledged before this call
+        (read-your-writes)."""
+        seq = (await self._call(m.Msync())).seq
+        self.seen_seq = max(self.seen_seq, seq)
+        return seq
+
     # (end of keys and jobs)
 
 
@@ -441,7 +455,14 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
     NotEnoughReplicas is its answer too, retried only with `retry_not_enough`.
 
     `leader_changes` and `redirects` count moves to another address and NotLeader answers (Prometheus counters of
-    common/metrics.py too). One connection pool per address."""
+    common/metrics.py too). One connection pool per address.
+
+    Stale reads (HA observer reads): a request whose `stale` field is set (messages.StaleOk: the manifest,
+    stat_many, the mount's reads by inode) goes to a standby first, the standbys taken in turn; one that refuses
+    (TooStale) is left alone for STALE_REFUSED_S, one out of reach (or slower than STALE_TIMEOUT_S) for
+    STALE_DOWN_S, and the read goes to the next standby, at most STALE_TRIES, then to the active NameNode as any
+    call; so does a read a standby answers NotLeader (it needs the active one). After `msync()` such reads carry
+    its log position (StaleOk.min_seq): read-your-writes."""
 
     MAX_ADDRS = 16  # addresses learnt from NotLeader answers are added up to this many
     # the longest wait between two rounds: a failover is seen at most this long after the new leader serves (a
@@ -451,6 +472,10 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
     # fails within about this long (RpcClient liveness_s), so a call in flight moves on to the new leader instead of
     # waiting its own timeout (the gateway's 30 s); a slow NameNode's kernel still answers, so a long call is not cut
     LIVENESS_S = 1.5
+    STALE_TIMEOUT_S = 1.0  # a stale read a standby has not answered by then goes to the active NameNode
+    STALE_REFUSED_S = 1.0  # a standby that answered TooStale gets no stale read for this long
+    STALE_DOWN_S = 5.0     # nor one out of reach (or too slow) for this long
+    STALE_TRIES = 2        # standbys tried per stale read before the active NameNode
 
     def __init__(self, rpc: RpcClient | Sequence[RpcClient], *, retry_s: float = 0.0, follow: bool = True) -> None:
         """`follow` False: the client stays with the addresses it was given (a NotLeader naming another one is raised,
@@ -469,6 +494,11 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
         self.retry_s = retry_s
         self.leader_changes = 0
         self.redirects = 0
+        self.seen_seq = 0  # the active NameNode's log position at this client's last msync
+        self._stale_turn = 0
+        self._stale_skip: dict[str, float] = {}  # standby address -> monotonic time it may get stale reads again
+        self.stale_reads = 0  # stale reads answered by a standby / by the active one after all
+        self.stale_fallbacks = 0
 
     @classmethod
     def connect(cls, addrs: str, secret: str, *, timeout: float = 30.0, retry_s: float = 0.0) -> "NameNodeClient":
@@ -540,10 +570,45 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
         for pool in self._pools.values():
             await pool.close()
 
+    async def _stale_call(self, req: m.Request, timeout: float | None):
+        """A stale read at a standby: its reply, or None if no standby answered it (see the class doc)."""
+        if self.seen_seq > req.stale.min_seq:
+            req = msgspec.structs.replace(req, stale=m.StaleOk(min_seq=self.seen_seq))
+        pools = list(self._pools.values())
+        for _ in range(min(self.STALE_TRIES, len(pools) - 1)):
+            now = time.monotonic()
+            ring = [pools[(self._stale_turn + i) % len(pools)] for i in range(len(pools))]
+            rpc = next((p for p in ring if p is not self.rpc
+                        and self._stale_skip.get(f"{p.host}:{p.port}", 0.0) <= now), None)
+            if rpc is None:
+                break
+            self._stale_turn = (pools.index(rpc) + 1) % len(pools)
+            addr = f"{rpc.host}:{rpc.port}"
+            try:
+                reply, _ = await rpc.request(req, timeout=min(timeout or rpc.timeout, self.STALE_TIMEOUT_S))
+            except errors.TooStale:  # not sure to be fresh enough (or no longer a standby: deposed, rebuilding)
+                self._stale_skip[addr] = time.monotonic() + self.STALE_REFUSED_S
+                continue
+            except errors.NotLeader:  # this read needs the active NameNode (it writes on the way, say)
+                break
+            except errors.Unavailable:
+                self._stale_skip[addr] = time.monotonic() + self.STALE_DOWN_S
+                continue
+            self.stale_reads += 1
+            NN_STALE_READS.labels("standby").inc()
+            return reply
+        self.stale_fallbacks += 1
+        NN_STALE_READS.labels("active").inc()
+        return None
+
     async def _call(self, req: m.Request, payload=b"", *, timeout: float | None = None,
                     retry_not_enough: bool = False):
-        """Send `req` to the active NameNode; its typed reply (the reply payload is dropped: NameNode replies carry
-        none)."""
+        """Send `req` to the active NameNode (a stale read to a standby first); its typed reply (the reply payload is
+        dropped: NameNode replies carry none)."""
+        if len(self._pools) > 1 and getattr(req, "stale", None) is not None:
+            reply = await self._stale_call(req, timeout)
+            if reply is not None:
+                return reply
         deadline = time.monotonic() + self.retry_s
         delay = 0.05
         failed = 0  # addresses that failed in a row

@@ -114,6 +114,12 @@ class NotLeader(Unavailable):
     active NameNode's RPC address ("host:port") when known, else ""; clients go there (common/clients.py)."""
 
 
+class TooStale(NotLeader):
+    """A standby NameNode asked for a stale read (messages.StaleOk) cannot vouch for its freshness: it has not
+    confirmed being at the metadata log's end within NN_STALE_READ_MAX_S, it has not applied the caller's `min_seq`
+    yet, or the read needs what only the active one has. Clients ask the active NameNode instead."""
+
+
 class CorruptBlock(DomainError):
     """A stored block failed its checksum."""
 

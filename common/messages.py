@@ -46,6 +46,27 @@ class Done(Msg):
     """The reply of a request that answers nothing but success."""
 
 
+class StaleOk(Msg, array_like=True):
+    """Sent as the `stale` field of a read that a standby NameNode may answer from its own store (HA observer reads,
+    as HDFS's observer NameNodes): the answer may miss the last NN_STALE_READ_MAX_S of writes, never more (a standby
+    not sure of that answers TooStale and the client asks the active NameNode). Only the reads whose request has a
+    `stale` field can be sent so (namenode/app.py STALE_READS): the manifest, stat_many, the mount's reads by inode;
+    never S3's HEAD, GET or LIST, whose requests have no such field. `min_seq` > 0: read-your-writes, the standby
+    answers only once it applied command `min_seq` (the log position the active NameNode returned from `msync`)."""
+    min_seq: Nat = 0
+
+
+class LogPosition(Msg):
+    """The sequence number of the last command the active NameNode applied and made durable."""
+    seq: int
+
+
+class Msync(Request, tag="msync"):
+    """The active NameNode's log position (HDFS's msync): a client passes it as StaleOk.min_seq so standbys answer
+    only once they applied everything up to it (read-your-writes, or reads after another client's writes)."""
+    Reply = LogPosition
+
+
 class BlockRef(Msg, array_like=True):
     """A block of a file: on the wire and on disk the list [id, size, crc, nodes] (nodes[0] is the primary)."""
     id: int
@@ -1017,6 +1038,7 @@ class ReadStats(Msg):
 class StatMany(Request, tag="stat_many"):
     """The records of many objects ([bucket, key] each) for one batch read."""
     items: list[tuple[str, str]]
+    stale: StaleOk | None = None  # a standby may answer (StaleOk)
     Reply = ReadStats
 
 
@@ -1039,6 +1061,7 @@ class Manifest(Request, tag="manifest"):
     prefix: str = ""
     after: str = ""
     limit: I64 = 10_000
+    stale: StaleOk | None = None  # a standby may answer (StaleOk)
     Reply = ManifestPage
 
 
@@ -1145,11 +1168,13 @@ class FsRequest(Request, kw_only=True):
 class FsLookup(FsRequest, tag="fs_lookup"):
     parent: Nat
     name: str
+    stale: StaleOk | None = None  # a standby may answer (StaleOk)
     Reply = InodeAttr
 
 
 class FsGetattr(FsRequest, tag="fs_getattr"):
     ino: Nat
+    stale: StaleOk | None = None  # a standby may answer (StaleOk)
     Reply = InodeAttr
 
 
@@ -1157,11 +1182,13 @@ class FsReaddir(FsRequest, tag="fs_readdir"):
     ino: Nat
     after: str = ""
     limit: Nat = 1000
+    stale: StaleOk | None = None  # a standby may answer (StaleOk)
     Reply = DirPage
 
 
 class FsReadlink(FsRequest, tag="fs_readlink"):
     ino: Nat
+    stale: StaleOk | None = None  # a standby may answer (StaleOk)
     Reply = LinkTarget
 
 
@@ -1243,11 +1270,13 @@ class FsSetattr(FsRequest, tag="fs_setattr"):
 class FsGetxattr(FsRequest, tag="fs_getxattr"):
     ino: Nat
     name: str
+    stale: StaleOk | None = None  # a standby may answer (StaleOk)
     Reply = XattrValue
 
 
 class FsListxattr(FsRequest, tag="fs_listxattr"):
     ino: Nat
+    stale: StaleOk | None = None  # a standby may answer (StaleOk)
     Reply = XattrNames
 
 
@@ -1273,6 +1302,7 @@ class FsStatfs(Request, tag="fs_statfs"):
 class FsBlocks(FsRequest, tag="fs_blocks"):
     """A file's blocks, for the gateway's reads of it."""
     ino: Nat
+    stale: StaleOk | None = None  # a standby may answer (StaleOk)
     Reply = FileBlocks
 
 
@@ -1361,6 +1391,10 @@ FsCreateFiles.Reply = FilesCreated
 FS_OPS = (FsLookup, FsGetattr, FsReaddir, FsReadlink, FsLayout, FsMkdir, FsMknod, FsSymlink, FsLink, FsUnlink,
           FsRmdir, FsRename, FsSetattr, FsGetxattr, FsListxattr, FsSetxattr, FsRemovexattr, FsStatfs,
           FsReserveInodes)
+
+# the reads a standby NameNode may answer when the request accepts a stale answer (its `stale` field, StaleOk): the
+# loaders' batch stats and manifests, and the mount's reads by inode (a dataset-mode mount asks for it)
+STALE_READS = (StatMany, Manifest, FsLookup, FsGetattr, FsReaddir, FsReadlink, FsGetxattr, FsListxattr, FsBlocks)
 
 # (end of POSIX)
 
@@ -1642,6 +1676,8 @@ class HaState(Msg):
     log_first: int = 0         # the first command still in etcd (older ones were truncated after a checkpoint)
     members: list[HaMember] = []
     etcd: list[dict[str, Any]] = []  # per endpoint: {"endpoint", "healthy", "leader", "db_size", "revision", "error"}
+    stale_served: int = 0      # stale reads (StaleOk) the answering NameNode served as a standby since it started
+    stale_refused: int = 0     # and those it refused as TooStale (the client asked the active one)
 
 
 class HaStatus(Request, tag="ha_status"):

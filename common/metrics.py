@@ -22,6 +22,10 @@ NN_LEADER_CHANGES = Counter("epochfs_namenode_client_moves_total",
                             "a NotLeader redirect, an address out of reach)")
 NN_REDIRECTS = Counter("epochfs_namenode_client_redirects_total",
                        "NotLeader answers this process got from a standby NameNode (each one redirects the call)")
+NN_STALE_READS = Counter("epochfs_namenode_client_stale_reads_total",
+                         "Reads this process sent as stale reads (messages.StaleOk): answered by a standby NameNode "
+                         "(standby), or by the active one after a standby refused or was out of reach (active)",
+                         ["by"])
 
 _SERIES: dict[tuple, object] = {}
 

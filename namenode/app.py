@@ -9,9 +9,11 @@ from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI, HTTPException, Request
+from prometheus_client import Counter
 from starlette.background import BackgroundTask
 from starlette.responses import FileResponse
 
+from epochfs.common import errors
 from epochfs.common import messages as m
 from epochfs.common.kv import RocksKV
 from epochfs.common.metrics import gauge, mount_metrics
@@ -29,6 +31,11 @@ from .lifecycle import LifecycleWorker
 from .membership import Membership
 from .metastore import MetaStore
 from .repair import RepairWorker
+
+
+STALE_READS = Counter("epochfs_nn_stale_reads", "Reads that accept a stale answer (messages.StaleOk) at this "
+                      "NameNode as a standby: served from its store, refused as too stale (too_stale), or answered "
+                      "NotLeader because they need the active NameNode (needs_active)", ["result"])
 
 
 class PendingExpiry(Worker):
@@ -59,6 +66,34 @@ def _gated(handler, journal):
     async def gated(req, payload):
         journal.check_serving()
         return await handler(req, payload)
+    return gated
+
+
+def _stale_gated(handler, journal):
+    """A read a standby may answer when the request accepts a stale answer (its `stale` field, messages.StaleOk)
+    and the standby can vouch for its freshness (EtcdJournal.check_stale: else TooStale); else as _gated. A read
+    that needs the active NameNode is NotLeader, as any call to a standby: one that writes on the way (the first
+    lookup or listing of a directory through the mount stamps it with its bucket: the standby's store is written
+    only by the log, MetaStore.execute refuses) or an inode the standby does not know in the bucket yet (that stamp
+    may not have reached it)."""
+    async def gated(req, payload):
+        if req.stale is None or journal.is_active():
+            journal.check_serving()
+            return await handler(req, payload)
+        try:
+            await journal.check_stale(req.stale)
+        except errors.NotLeader:
+            journal.stale_refused += 1
+            STALE_READS.labels("too_stale").inc()
+            raise
+        try:
+            res = await handler(req, payload)
+        except (errors.NotLeader, errors.OutsideBucket) as e:
+            STALE_READS.labels("needs_active").inc()
+            raise errors.NotLeader(f"a standby cannot answer this read: {e.message}", leader=journal.leader) from None
+        journal.stale_served += 1
+        STALE_READS.labels("served").inc()
+        return res
     return gated
 
 
@@ -103,8 +138,9 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         metrics.register(meta, members, repair)
         _ha_metrics(journal, meta)
         handlers = make_handlers(meta, members, settings, repair, ops, journal, lc)
-        if ha:  # a standby answers NotLeader(leader) to everything but the HA status
-            handlers = {t: h if t is m.HaStatus else _gated(h, journal) for t, h in handlers.items()}
+        if ha:  # a standby answers NotLeader(leader) to everything but the HA status and the stale reads it may serve
+            handlers = {t: h if t is m.HaStatus else _stale_gated(h, journal) if t in m.STALE_READS else
+                        _gated(h, journal) for t, h in handlers.items()}
 
         async def durable(req) -> None:
             """Every reply waits until what it could reflect is durable; the HA status reflects no namespace state

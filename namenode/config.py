@@ -78,6 +78,11 @@ class NameNodeSettings(ServiceSettings):
     (EntityTooLarge) before it is applied, rather than failing in etcd and deposing the leader."""
     etcd_prefix: str = "/epochfs"
     """HA: the keys of this cluster in etcd (leader, log, members) start with it."""
+    stale_read_max_s: float = Field(0.5, ge=0.0, le=60.0)
+    """HA: a standby answers the reads that accept a stale answer (messages.StaleOk: manifests, stat_many, the
+    dataset mount's reads) only while it is sure to miss at most this many seconds of writes (it confirms being at
+    the log's end by an etcd read every half of it while such reads come); else it answers TooStale and the client
+    asks the active NameNode. 0: standbys serve no reads."""
 
     @property
     def addr(self) -> str:

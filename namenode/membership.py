@@ -123,4 +123,9 @@ class Membership:
             for n in self.nodes.values()), reserve_bytes=reserve_bytes)
 
     def addrs(self, ids) -> dict[str, str]:
-        return {str(i): self.nodes[i].addr for i in ids if i in self.nodes}
+        out = {str(i): self.nodes[i].addr for i in ids if i in self.nodes}
+        if len(out) < len(ids):  # a standby NameNode answering a stale read knows only the DataNodes registered
+            # before it started (heartbeats go to the active one); the store has every registration
+            recs = self.meta.load_nodes()
+            out |= {str(i): f"{recs[i]['host']}:{recs[i]['rpc_port']}" for i in ids if i in recs and str(i) not in out}
+        return out

@@ -107,10 +107,11 @@ def show_ha(c: AdminClient) -> Table:
     h = c.call("GET", "/ha")
     rows = [[n["name"], n["address"], n["role"] + (" (this gateway's)" if n["current"] else ""),
              n["applied"] if h["mode"] == "etcd" else "-", n["lag"] if h["mode"] == "etcd" else "-",
+             f"{n['stale_served']} / {n['stale_refused']}" if h["mode"] == "etcd" else "-",
              n["error"] or ""] for n in h["namenodes"]]
     title = (f"NameNodes: {h['mode']}" + (f", epoch {h['epoch']}, leader {h['leader'] or 'none'}, log "
                                           f"{h['log_first']}..{h['log_end']}" if h["mode"] == "etcd" else ""))
-    t = _table(title, ["name", "address", "role", "applied", "lag", "error"], rows)
+    t = _table(title, ["name", "address", "role", "applied", "lag", "stale reads served / refused", "error"], rows)
     if h["mode"] != "etcd":
         return t
     grid = Table.grid()

@@ -54,10 +54,12 @@ class EpochFileSystem(AsyncFileSystem):
 
     def __init__(self, endpoint_url: str | None = None, key: str | None = None, secret: str | None = None,
                  region: str | None = None, block_size: int = MIN_PART, direct_reads: bool = True,
-                 direct_writes: bool = True, **kwargs) -> None:
+                 direct_writes: bool = True, stale_reads: bool = False, **kwargs) -> None:
+        """`stale_reads`: find's manifest and the batch reads of cat_ranges may be answered by a standby NameNode
+        (HA observer reads, at most NN_STALE_READ_MAX_S old; for datasets written before the job starts)."""
         super().__init__(**kwargs)
         self._opts = dict(endpoint=endpoint_url, access_key=key, secret_key=secret, region=region,
-                          direct_reads=direct_reads, direct_writes=direct_writes)
+                          direct_reads=direct_reads, direct_writes=direct_writes, stale_reads=stale_reads)
         self.blocksize = max(block_size, MIN_PART)
         self._client: S3Client | None = None
         self._client_pid = None

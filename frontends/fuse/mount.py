@@ -94,7 +94,8 @@ def cmd_mount(args) -> int:
     opts = options(args)
     if opts.cache_dir is not None:
         opts.cache_dir.mkdir(parents=True, exist_ok=True)
-    client = S3Client(args.endpoint, args.access_key, args.secret_key, timeout=opts.timeout)
+    # dataset mode takes the tree as immutable: its namespace reads may come from a standby NameNode (HA)
+    client = S3Client(args.endpoint, args.access_key, args.secret_key, timeout=opts.timeout, stale_reads=opts.dataset)
     ops = EpochOperations(client, opts)
     try:
         trio.run(serve, ops, mp, fuse_options(opts, not args.no_allow_other))

@@ -46,14 +46,15 @@ def ha_view(answers: dict[str, m.HaState | errors.DomainError], current: str) ->
                                    lag=prev.lag if prev else 0, reachable=False, error=ans.message[:300],
                                    current=addr == current)
             continue
+        stale = {"stale_served": ans.stale_served, "stale_refused": ans.stale_refused}
         if addr in out:  # listed by the leader; it answered us too
-            out[addr] = out[addr].model_copy(update={"reachable": True})
+            out[addr] = out[addr].model_copy(update={"reachable": True, **stale})
             continue
         me = next((x for x in ans.members if x.addr == addr or x.name == ans.name), None)
         applied = me.applied if me else 0
         out[addr] = HaNameNode(name=ans.name or addr, address=addr, http=me.http if me else "", role=ans.role,
                                applied=applied, lag=(me.lag if me and me.lag else max(ans.log_end - applied, 0))
-                               if ans.mode == "etcd" else 0, reachable=True, current=addr == current)
+                               if ans.mode == "etcd" else 0, reachable=True, current=addr == current, **stale)
     etcd = [EtcdMember(endpoint=str(e.get("endpoint", "")), healthy=bool(e.get("healthy")), leader=e.get("leader"),
                        db_size=e.get("db_size"), revision=e.get("revision"), error=e.get("error") or None)
             for e in (best.etcd if best else [])]

@@ -281,6 +281,9 @@ class HaNameNode(Msg):
                                                "the gateway was given)")
     error: str | None = None
     current: bool = Field(description="whether this gateway's NameNode calls go to it now")
+    stale_served: int = Field(0, description="stale reads (manifests, batch stats, dataset mounts) it served as a "
+                                             "standby since it started")
+    stale_refused: int = Field(0, description="stale reads it refused as too stale (the client asked the active one)")
 
 
 class EtcdMember(Msg):

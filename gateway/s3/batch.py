@@ -11,6 +11,8 @@
   GET /_epochfs/manifest/<bucket>[/<prefix>]?after=
       every key under the prefix (no delimiter), streamed as lines, each a JSON array of [key, size, etag,
       mtime_ns] entries (one NameNode page per line, keys in S3 order, read from directory entries, no stat).
+  `?stale=1` on any of them: a standby NameNode may answer the namespace part (HA observer reads, messages.StaleOk;
+      the answer may miss the last NN_STALE_READ_MAX_S of writes).
 
 A batch costs one NameNode RPC for all its keys (stat_many) and one RPC per DataNode for all the blocks it serves
 (get_many), instead of a stat and a block read per object. Items are checked exactly as GetObject checks them
@@ -36,7 +38,7 @@ from . import sse
 from .access import bucket_access, check_object_read
 from .body import read_all
 from .errors import S3Error, from_domain, invalid_request
-from .ext import extension
+from .ext import extension, wants_stale
 from .http import Response
 from .objects import check_key
 
@@ -114,7 +116,7 @@ async def _stat_items(ctx, req, items: list[_Item]) -> dict:
         todo.append(it)
     if not todo:
         return {}
-    res = await ctx.cluster.namenode.stat_many([(it.bucket, it.key) for it in todo])
+    res = await ctx.cluster.namenode.stat_many([(it.bucket, it.key) for it in todo], stale=wants_stale(req))
     for it, obj in zip(todo, res.objs):
         info = infos[it.bucket]
         try:
@@ -256,7 +258,8 @@ async def manifest(ctx, req):
     await bucket_access(ctx, dataclasses.replace(req, key=None, query={**req.query, "prefix": req.key or ""}),
                         "read", action="s3:ListBucket")
     prefix, after = req.key or "", req.query.get("after", "")
-    first = await ctx.cluster.namenode.manifest(req.bucket, prefix, after, MANIFEST_PAGE)
+    stale = wants_stale(req)
+    first = await ctx.cluster.namenode.manifest(req.bucket, prefix, after, MANIFEST_PAGE, stale=stale)
 
     async def lines():
         page = first
@@ -264,6 +267,7 @@ async def manifest(ctx, req):
             yield orjson.dumps([[it.key, it.size, it.etag.strip('"'), it.mtime_ns] for it in page.items]) + b"\n"
             if not page.truncated or not page.items:
                 return
-            page = await ctx.cluster.namenode.manifest(req.bucket, prefix, page.items[-1].key, MANIFEST_PAGE)
+            page = await ctx.cluster.namenode.manifest(req.bucket, prefix, page.items[-1].key, MANIFEST_PAGE,
+                                                       stale=stale)
 
     return Response(200, [("content-type", "application/x-ndjson")], lines(), length=None)

@@ -26,6 +26,13 @@ def extension(method: str, name: str):
     return register
 
 
+def wants_stale(req) -> bool:
+    """`?stale=1`: the caller accepts an answer up to NN_STALE_READ_MAX_S old, which a standby NameNode may give
+    (messages.StaleOk). Only the dataset readers' calls honour it (the manifest, batch reads and locates, the mount's
+    reads by inode); S3's own calls are always answered by the active NameNode (read-after-write)."""
+    return req.query.get("stale") in ("1", "true")
+
+
 def resolve(req) -> Handler:
     """Pick the handler for /_epochfs/<name>/... and point req.bucket/req.key at the rest of the path."""
     if req.auth is None:

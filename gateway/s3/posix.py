@@ -15,6 +15,8 @@
                                      whole or not at all -> {"r": {"items": [{"a": attributes} | {"err", "msg"}]}}
   POST /_epochfs/fs with op "fs_statfs" -> capacity, used and inode counts
   POST /_epochfs/fs (no bucket) getattr and readdir of the root, the tree of the buckets the caller may list
+  A read by inode whose request has "stale" set (messages.StaleOk; a dataset-mode mount sends it), and a GET with
+  `stale=1`, may be answered by a standby NameNode (HA observer reads): up to NN_STALE_READ_MAX_S old.
 
 Namespace errors (the bucket's and the NameNode operation's) travel as JSON with their domain error's class name, a
 POSIX answer rather than an S3 failure: the mount turns the class into its errno with frontends/errmap.py, the one
@@ -46,7 +48,7 @@ from . import args, direct, sse
 from .access import bucket_access, check_object_read, may_list
 from .body import body_stream, raw_body, read_all
 from .errors import S3Error
-from .ext import extension
+from .ext import extension, wants_stale
 from .http import Response
 
 FS_REQUESTS = Counter("epochfs_fs_requests_total", "Mount API requests", ["op"])
@@ -123,9 +125,12 @@ async def fs_op(ctx, req):
         if req.bucket is not None:
             bi = await _bucket_ino(ctx, req, "read" if type(op) in READ_OPS else "write")
         # the scope is the gateway's to set, and so are the bucket charged for a change of its usage and the owner of
-        # reserved inode numbers (the caller's access key)
+        # reserved inode numbers (the caller's access key); a stale read carries no log position of the caller's (the
+        # mount has none: a made-up one would only send reads to the active NameNode, and keep this gateway's stale
+        # reads off the standbys that refused it)
         op = msgspec.structs.replace(op, bi=bi, **({"bucket": req.bucket} if hasattr(op, "bucket") else {}),
-                                     **({"owner": req.user.access_key} if hasattr(op, "owner") else {}))
+                                     **({"owner": req.user.access_key} if hasattr(op, "owner") else {}),
+                                     **({"stale": m.StaleOk()} if getattr(op, "stale", None) is not None else {}))
         res = await _FORWARD[type(op)](nn, op)
         if type(op) is m.FsLayout:  # the size new extents are cut into (fs_write), for the mount's writer
             res = msgspec.structs.replace(res, bs=await ctx.cluster.block_size(req.bucket))
@@ -146,7 +151,7 @@ async def fs_read(ctx, req):
     ino, off, n = _int_arg(req, "ino"), _int_arg(req, "off", 0), _int_arg(req, "len")
     info = await bucket_access(ctx, req, "read", action="s3:ListBucket")
     try:
-        res = await ctx.cluster.namenode.fs_blocks(ino, info.ino)
+        res = await ctx.cluster.namenode.fs_blocks(ino, info.ino, stale=wants_stale(req))
     except errors.OutsideBucket:  # an inode of another bucket: no more said than for any denied request
         raise errors.PermissionDenied("Access Denied") from None
     check_object_read(ctx, req, info, res, action="s3:GetObject", any_key=True)  # and the object's ACL

@@ -22,6 +22,14 @@ leader stops acknowledging (failed txn, lease gone, or its local lease deadline 
 lease to another), fails its waiting replies with NotLeader, rolls back what etcd never confirmed (undo.py) and
 follows the new leader. The leader truncates the log below what every live member applied, and compacts etcd, so
 etcd holds only the tail; a member behind the tail (or with no store) copies a checkpoint from a peer first.
+
+Stale reads (the observer reads of HDFS): a standby answers the reads that ask for it (messages.StaleOk: manifests,
+stat_many, the mount's reads by inode) from its own store, while it can vouch that it misses at most the last
+NN_STALE_READ_MAX_S of writes: `fresh_at` is the send time of the last linearizable etcd read after which it had
+applied every log group that read saw (check_stale), so every write acknowledged before fresh_at is in its store.
+While reads come, such a read is made every half bound (one etcd round trip, keys only, the log's last key); a
+standby that cannot confirm within the bound (frozen, cut off from etcd, its watch stalled, behind) answers TooStale
+and the client asks the active NameNode. `min_seq` (read-your-writes) waits a moment for that command to be applied.
 """
 from __future__ import annotations
 
@@ -57,6 +65,7 @@ MAX_GROUP_BYTES = 512 << 10  # a group of several commands stays well under etcd
 REQUEST_OVERHEAD = 16 << 10  # the append txn's key, guards and framing, next to its value, with room to spare
 PUBLISH_S = 0.5
 REPUBLISH_S = 10.0  # an unchanged member record is put again this often (_publish)
+STALE_WAIT_S = 0.1  # a stale read waits at most this long for the log position it needs (min_seq, a confirmation)
 LINGER_S = 0.005  # under load, an append waits at most this long for the commands of the callers it expects (_linger)
 TRUNCATE_S = 2.0
 
@@ -127,6 +136,13 @@ class EtcdJournal(Journal):
         self._filled: asyncio.Future | None = None
         self._deposed: asyncio.Event | None = None
         self._store_lock = asyncio.Lock()  # the store is being replaced (rebuild): no WAL flush meanwhile
+        # stale reads (check_stale): the freshness this standby can vouch for
+        self.stale_max_s = settings.stale_read_max_s
+        self.fresh_at = -1e18  # monotonic send time of the last etcd read showing the whole log applied
+        self._tailing = False  # following the leader with the log applied to where the watch stands
+        self._applied_rev = 0  # the etcd revision up to which the log is applied
+        self._advanced = asyncio.Event()  # set (and replaced) whenever the applied position moves
+        self._confirm: asyncio.Task | None = None
         meta.writable = self.check_serving
         meta.journal = self
 
@@ -321,6 +337,7 @@ class EtcdJournal(Journal):
         """Apply the log to its end (rebuilding from a peer first if the log no longer reaches back to us); the
         revision read at. False: we need a checkpoint and none could be had (do not campaign)."""
         for _ in range(3):
+            sent = time.monotonic()
             entries, rev = await self.etcd.range(self.k_log, self.k_log[:-1] + b"0")
             self._read_rev = rev
             if entries:
@@ -335,6 +352,7 @@ class EtcdJournal(Journal):
             except Gap:
                 continue
             self.log_end = max(self.log_end, self.meta.seq)
+            self._applied(rev, sent)
             return True
         return False
 
@@ -349,6 +367,13 @@ class EtcdJournal(Journal):
             return
         if await self.etcd.get(self.k_leader) is None:  # went before the revision we watch from
             return
+        self._tailing = True
+        try:
+            await self._tail(cur)
+        finally:
+            self._tailing = False
+
+    async def _tail(self, cur) -> None:
         while True:
             try:
                 events = await self.etcd.watch(self.k_leader, self.k_log[:-1] + b"0", self._read_rev + 1)
@@ -362,6 +387,7 @@ class EtcdJournal(Journal):
                         elif ev.put:
                             self._read_rev = ev.mod_revision
                             self._apply_group(ev.value)
+                            self._applied(ev.mod_revision)
                 finally:
                     events.close()
             except (Gap, Compacted, EtcdUnavailable) as e:
@@ -372,6 +398,67 @@ class EtcdJournal(Journal):
             self._set_leader(cur)
             if not await self._catch_up():
                 return
+
+    # ---------------------------------------------------------------- stale reads
+    def _applied(self, rev: int, sent: float | None = None) -> None:
+        """The log is applied up to etcd revision `rev` (`sent`: read by a range sent then, which saw the whole log)."""
+        self._applied_rev = max(self._applied_rev, rev)
+        if sent is not None:
+            self.fresh_at = max(self.fresh_at, sent)
+        self._advanced.set()
+        self._advanced = asyncio.Event()
+
+    async def _wait_applied(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Wait until done() (checked whenever the applied position moves), at most `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._tailing:
+                return False
+            try:
+                await asyncio.wait_for(self._advanced.wait(), left)
+            except asyncio.TimeoutError:
+                return done()
+        return True
+
+    async def _confirm_fresh(self) -> None:
+        """One linearizable read of the log's last key: once the group it names is applied, everything committed
+        before the read was sent is in the store (fresh_at moves to the send time)."""
+        sent = time.monotonic()
+        try:
+            last, _ = await self.etcd.range(self.k_log, self.k_log[:-1] + b"0", keys_only=True, descending=True,
+                                            limit=1)
+        except (EtcdUnavailable, Compacted, LeaseNotFound) as e:
+            log.info("stale reads: cannot confirm the log's end: %s", e)
+            return
+        target = last[0].mod_revision if last else 0
+        if await self._wait_applied(lambda: self._applied_rev >= target, STALE_WAIT_S):
+            self.fresh_at = max(self.fresh_at, sent)
+
+    async def check_stale(self, want: m.StaleOk) -> None:
+        """Return if this NameNode may answer a stale read now (see the module's doc), else raise TooStale."""
+        if self.is_active():
+            return  # the active one answers every read
+        try:
+            if self.stale_max_s <= 0:
+                raise errors.TooStale(f"NameNode {self.name} serves no stale reads (NN_STALE_READ_MAX_S 0)",
+                                      leader=self.leader)
+            if self.role != "standby" or not self._tailing:
+                raise errors.TooStale(f"NameNode {self.name} is {self.role}, not tailing the log", leader=self.leader)
+            age = time.monotonic() - self.fresh_at
+            if age > self.stale_max_s / 2 and (self._confirm is None or self._confirm.done()):
+                self._confirm = asyncio.create_task(self._confirm_fresh())  # one at a time, shared by every read
+            if age > self.stale_max_s:
+                await asyncio.wait_for(asyncio.shield(self._confirm), self.stale_max_s + STALE_WAIT_S)
+                if time.monotonic() - self.fresh_at > self.stale_max_s:
+                    raise errors.TooStale(f"NameNode {self.name} could not confirm it is within "
+                                          f"{self.stale_max_s:g} s of the log's end", leader=self.leader)
+            if want.min_seq > self.meta.seq and \
+                    not await self._wait_applied(lambda: self.meta.seq >= want.min_seq, STALE_WAIT_S):
+                raise errors.TooStale(f"NameNode {self.name} applied {self.meta.seq}, the read needs {want.min_seq}",
+                                      leader=self.leader)
+        except asyncio.TimeoutError:
+            raise errors.TooStale(f"NameNode {self.name}: etcd did not answer in time", leader=self.leader) from None
 
     def _set_leader(self, cur, value: bytes | None = None, rev: int = 0) -> None:
         if cur is not None:
@@ -608,7 +695,8 @@ class EtcdJournal(Journal):
         except (EtcdUnavailable, Compacted):
             pass
         return m.HaState(mode="etcd", name=self.name, role=self.role, epoch=self.epoch, leader=self.leader,
-                         log_end=log_end, log_first=log_first, members=members, etcd=await self.etcd.health())
+                         log_end=log_end, log_first=log_first, members=members, etcd=await self.etcd.health(),
+                         stale_served=self.stale_served, stale_refused=self.stale_refused)
 
 
 class Gap(Exception):

@@ -22,6 +22,17 @@ class Journal:
     """The interface. `seq` numbers are MetaStore's: the n-th command the store ever applied is command n."""
 
     epoch = 0  # the fencing epoch stamped on orders that leave the NameNode (HA: the leader key's revision)
+    stale_served = 0  # stale reads (messages.StaleOk) served as a standby, and refused as TooStale
+    stale_refused = 0
+
+    def is_active(self) -> bool:
+        """Whether this NameNode serves every call (embedded: always)."""
+        return True
+
+    async def check_stale(self, want: m.StaleOk) -> None:
+        """A standby: return if it may answer a stale read asking for `want` from its own store now, else raise
+        TooStale (or NotLeader). The embedded NameNode is the active one: it never gets here."""
+        raise NotImplementedError
 
     def admit(self, cmd: Command) -> bytes | None:
         """Called by MetaStore.execute before `cmd` is applied: raise a DomainError if this journal could never make

@@ -37,6 +37,9 @@ class Etcd:
     def endpoints(self) -> str:
         return ",".join(f"http://127.0.0.1:{c}" for c, _ in self.ports)
 
+    def endpoint(self, i: int) -> str:
+        return f"http://127.0.0.1:{self.ports[i][0]}"
+
     def start(self, i: int | None = None) -> "Etcd":
         for j in ([i] if i is not None else range(self.n)):
             c, p = self.ports[j]
@@ -73,12 +76,15 @@ class Etcd:
 class HaNameNodes:
     """NameNodes nn1..nnN in HA mode over one etcd cluster."""
 
-    def __init__(self, root: Path, etcd: Etcd, n: int = 3, *, ttl: float = 2.0, env: dict | None = None) -> None:
+    def __init__(self, root: Path, etcd: Etcd, n: int = 3, *, ttl: float = 2.0, env: dict | None = None,
+                 env_for: dict[int, dict] | None = None) -> None:
+        """`env_for`: NameNode number -> environment of that one only (NN_ETCD_ENDPOINTS of one etcd member, say)."""
         self.root, self.etcd, self.n, self.ttl = root, etcd, n, ttl
         self.ports = {i: (free_port(), free_port()) for i in range(1, n + 1)}
         self.procs: dict[int, subprocess.Popen] = {}
         self.prefix = f"/t{os.getpid()}-{free_port()}"
         self.env = env or {}
+        self.env_for = env_for or {}
 
     def start(self, i: int | None = None) -> "HaNameNodes":
         for j in ([i] if i is not None else range(1, self.n + 1)):
@@ -89,7 +95,7 @@ class HaNameNodes:
                 env={**os.environ, "NN_HOST": "127.0.0.1", "NN_PORT": str(http), "NN_RPC_PORT": str(rpc),
                      "NN_DATA_DIR": str(self.root / f"nn{j}"), "NN_CLUSTER_SECRET": SECRET, "NN_NAME": f"nn{j}",
                      "NN_ETCD_ENDPOINTS": self.etcd.endpoints, "NN_ETCD_PREFIX": self.prefix,
-                     "NN_LEASE_TTL_S": str(self.ttl), "NN_FREE_GRACE_S": "0", **self.env})
+                     "NN_LEASE_TTL_S": str(self.ttl), "NN_FREE_GRACE_S": "0", **self.env, **self.env_for.get(j, {})})
         for j in ([i] if i is not None else range(1, self.n + 1)):
             self.wait(lambda: self._healthy(j), 30, f"nn{j} up")
         return self
