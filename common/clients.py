@@ -547,6 +547,7 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
         deadline = time.monotonic() + self.retry_s
         delay = 0.05
         failed = 0  # addresses that failed in a row
+        tried_again = False
         while True:
             rpc = self.rpc
             try:
@@ -564,6 +565,11 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
                         raise
                     failed = len(self._pools)  # the NameNode's answer: wait before asking again
                 else:
+                    if not tried_again:  # once per call: the NameNode may have carried it out, and gets it again
+                        log.warning("%s%s to %s failed (%s): sending it again", m.op_name(type(req)),
+                                    f" of {req.key!r}" if isinstance(getattr(req, "key", None), str) else "",
+                                    rpc.host + ":" + str(rpc.port), e)
+                        tried_again = True
                     failed += 1
                     self._down[f"{rpc.host}:{rpc.port}"] = time.monotonic()
                     self._move(rpc)
