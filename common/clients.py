@@ -565,7 +565,9 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
                         raise
                     failed = len(self._pools)  # the NameNode's answer: wait before asking again
                 else:
-                    if not tried_again:  # once per call: the NameNode may have carried it out, and gets it again
+                    if not tried_again and (self.retry_s > 0 or len(self._pools) > 1):
+                        # once per call: the NameNode may have carried it out before the connection broke, and gets
+                        # it again (a commit sent again answers as it did: NameNode's fresh commits)
                         log.warning("%s%s to %s failed (%s): sending it again", m.op_name(type(req)),
                                     f" of {req.key!r}" if isinstance(getattr(req, "key", None), str) else "",
                                     rpc.host + ":" + str(rpc.port), e)

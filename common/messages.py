@@ -918,6 +918,9 @@ class Allocation(Msg):
     blocks: list[Placed]
     addrs: dict[str, str]  # str(node id) -> "host:port"
     acks: int = 1  # copies the primary waits for (the bucket's write policy)
+    # seconds the NameNode keeps these blocks pending before it expires them (NN_PENDING_GRACE_S; 0: not said):
+    # a commit naming an expired block is refused, so a gateway lets go of leased blocks well before
+    grace_s: float = 0.0
 
 
 class Allocate(Request, tag="allocate"):
