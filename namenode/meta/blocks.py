@@ -58,7 +58,8 @@ class BlockMap(StoreBase):
     def same_blocks(rec: dict | None, blk: list) -> bool:
         """Whether the stored record `rec` (an object version, a part) has exactly the blocks `blk`: a commit
         naming blocks that are no longer pending is then the one that stored `rec`, sent again."""
-        return rec is not None and bool(blk) and [block_id(x) for x in rec.get("blk", [])] == [block_id(x) for x in blk]
+        return rec is not None and bool(blk) and \
+            [block_id(x) for x in rec.get("blk", [])] == [block_id(x) for x in blk]
 
     def abandon(self, block_ids: list[int]) -> None:
         """Blocks allocated for an upload that failed: delete them from their nodes now."""

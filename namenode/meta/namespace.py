@@ -205,8 +205,8 @@ class Namespace(StoreBase):
                    if_none_match: str | None = None, fresh: bool = False) -> dict:
         """Commit an object: `obj` holds size, etag, blocks ("blk") and headers. Atomic replace of any old version.
         `fresh` (every commit over RPC): only pending blocks are taken (`not_fresh`); the same commit sent again
-        after its answer was lost answers as the first did (`_replayed`) instead of replacing the object by itself,
-        which would free the very blocks it names."""
+        after its answer was lost answers as the first did (`_fresh_or_replayed`) instead of replacing the object
+        by itself, which would free the very blocks it names."""
         return self.execute(cmds.PutObject(bucket=bucket, key=key, obj=obj, t=obj.get("mt") or now_ns(),
                                            vid=self._new_vid(), if_match=if_match, if_none_match=if_none_match,
                                            fresh=fresh))
