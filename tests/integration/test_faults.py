@@ -175,7 +175,7 @@ def test_a_commit_whose_reply_is_lost_and_is_sent_again_keeps_its_blocks(tmp_pat
     connection): the gateway's client sends the same commit again. That second commit must not let go of the blocks
     the first one committed, as a commit replacing an object lets go of the old object's blocks: the object would be
     listed with its blocks deleted (a GET answering 503). This is how a NameNode killed mid-upload left such objects
-    (test_namenode_killed_mid_upload_leaves_no_partial_objects, about one run in six). The same for an uploaded part,
+    (test_namenode_killed_mid_upload_leaves_no_partial_objects, 4 runs of 32). The same for an uploaded part,
     and for a commit sent again after another writer replaced the object (its blocks are garbage by then)."""
     c = Cluster(tmp_path, block_size=MiB)
     c.start_namenode()
