@@ -612,6 +612,7 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
         deadline = time.monotonic() + self.retry_s
         delay = 0.05
         failed = 0  # addresses that failed in a row
+        tried_again = False
         while True:
             rpc = self.rpc
             try:
@@ -629,6 +630,13 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
                         raise
                     failed = len(self._pools)  # the NameNode's answer: wait before asking again
                 else:
+                    if not tried_again and (self.retry_s > 0 or len(self._pools) > 1):
+                        # once per call: the NameNode may have carried it out before the connection broke, and gets
+                        # it again (a commit sent again answers as it did: NameNode's fresh commits)
+                        log.warning("%s%s to %s failed (%s): sending it again", m.op_name(type(req)),
+                                    f" of {req.key!r}" if isinstance(getattr(req, "key", None), str) else "",
+                                    rpc.host + ":" + str(rpc.port), e)
+                        tried_again = True
                     failed += 1
                     self._down[f"{rpc.host}:{rpc.port}"] = time.monotonic()
                     self._move(rpc)

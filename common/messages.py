@@ -606,7 +606,8 @@ class Committed(Msg):
 class PutObject(Request, tag="put_object"):
     """Commit an object: `obj` has its attributes (content type, metadata, owner, ACL, size, ETag, checksum; the
     NameNode sets inode, time and version id) and `blocks` its content; it replaces the key's current version
-    atomically, if the conditions hold."""
+    atomically, if the conditions hold. The blocks must be pending (allocated and never committed): the same commit
+    sent again (its answer was lost) answers as the first did and changes nothing; any other is InvalidInput."""
     bucket: str
     key: str
     obj: ObjectRecord
@@ -635,9 +636,10 @@ class CommittedMany(Msg):
 class PutObjects(Request, tag="put_objects"):
     """Commit many new objects of one bucket in one NameNode command: each is committed as PutObject would (whole or
     not at all, its own ETag, version and conditions), in one write batch; an item that fails a check (quota,
-    condition, write policy) is that item's error and the others still commit. `fresh`: every block must be one
-    allocated and not yet committed (a direct write's, whose block list a client sent): an item naming another is
-    refused (InvalidInput), so a block is never committed twice nor taken from another object."""
+    condition, write policy) is that item's error and the others still commit. Every block must be one allocated
+    and not yet committed, as PutObject's: an item naming another is refused (InvalidInput), so a block is never
+    committed twice nor taken from another object; an item committed before (the batch sent again) answers as it
+    did. `fresh`: no longer needed (the NameNode checks every batch so); kept so that callers sending it decode."""
     bucket: str
     items: list[PutItem]
     fresh: bool = False
@@ -851,7 +853,8 @@ class MpuGet(Request, tag="mpu_get"):
 
 
 class MpuPutPart(Request, tag="mpu_put_part"):
-    """Store part `number` (replacing any earlier upload of it): `part` has its size, ETag and checksums."""
+    """Store part `number` (replacing any earlier upload of it): `part` has its size, ETag and checksums. The
+    blocks must be pending, as PutObject's (the same part sent again changes nothing)."""
     bucket: str
     key: str
     upload_id: str
@@ -936,6 +939,9 @@ class Allocation(Msg):
     blocks: list[Placed]
     addrs: dict[str, str]  # str(node id) -> "host:port"
     acks: int = 1  # copies the primary waits for (the bucket's write policy)
+    # seconds the NameNode keeps these blocks pending before it expires them (NN_PENDING_GRACE_S; 0: not said):
+    # a commit naming an expired block is refused, so a gateway lets go of leased blocks well before
+    grace_s: float = 0.0
 
 
 class Allocate(Request, tag="allocate"):

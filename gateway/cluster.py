@@ -22,8 +22,9 @@ log = logging.getLogger("epochfs.gateway")
 # serving while a 4 MiB block is hashed; below it the thread hand-off costs more than the hashing.
 THREAD_HASH_BYTES = 512 << 10
 # The first block of every upload comes from a pool of allocations leased from the NameNode in batches: a small PUT
-# then costs the NameNode one commit instead of an allocation and a commit. Leases older than LEASE_TTL_S are given
-# back (placement may have changed); leases never used are collected by the NameNode's pending-block expiry.
+# then costs the NameNode one commit instead of an allocation and a commit. Leases older than LEASE_TTL_S, or than
+# a quarter of the NameNode's pending grace (after which it expires them and refuses a commit naming them), are
+# given back (placement may have changed); leases never used are collected by the NameNode's pending-block expiry.
 LEASE_BATCH = 32
 LEASE_TTL_S = 30.0
 
@@ -95,15 +96,15 @@ class Cluster:
         pool = self._leases.setdefault(bucket, collections.deque())
         now = time.monotonic()
         stale = []
-        while pool and now - pool[0][3] > LEASE_TTL_S:
+        while pool and now > pool[0][3]:
             stale.append(pool.popleft()[0])
         if stale:
             self._background(self.abandon(stale))
         if not pool:
             res = await self.namenode.allocate(bucket, count=LEASE_BATCH)
             self._told_block_size(bucket, res)
-            t = time.monotonic()
-            pool.extend((p.id, p.nodes, res.addrs, t, res.acks) for p in res.blocks)
+            until = time.monotonic() + min(LEASE_TTL_S, res.grace_s / 4 if res.grace_s > 0 else LEASE_TTL_S)
+            pool.extend((p.id, p.nodes, res.addrs, until, res.acks) for p in res.blocks)
         bid, nodes, addrs, _, acks = pool.popleft()
         return bid, nodes, addrs, acks
 

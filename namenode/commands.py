@@ -71,7 +71,9 @@ class SetBucketLifecycle(Command, frozen=True):
 
 # ------------------------------------------------------------------ objects and versions
 class PutObject(Command, frozen=True):
-    """Commit an object; `vid` is its version id if the bucket turns out to have versioning enabled."""
+    """Commit an object; `vid` is its version id if the bucket turns out to have versioning enabled. `fresh`: its
+    blocks must be pending (allocated, never committed) when it is applied; the same commit applied before (sent
+    again after its answer was lost) answers as it did and writes nothing; any other is refused."""
     bucket: str
     key: str
     obj: Record
@@ -79,6 +81,7 @@ class PutObject(Command, frozen=True):
     vid: str
     if_match: str | None = None
     if_none_match: str | None = None
+    fresh: bool = False
 
 
 class PutItem(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -93,7 +96,7 @@ class PutItem(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class PutObjects(Command, frozen=True):
     """Commit many objects of one bucket in one write batch, each as PutObject would: an item that fails a check
     (quota, condition) writes nothing and is that item's error; the others commit. `fresh`: each item's blocks must
-    be pending (allocated, never committed) when it is applied, else it is refused (a direct write's commit)."""
+    be pending (allocated, never committed) when it is applied, as PutObject's."""
     bucket: str
     items: list[PutItem]
     t: int
@@ -160,12 +163,14 @@ class CreateUpload(Command, frozen=True):
 
 
 class PutPart(Command, frozen=True):
+    """Store part `number` of an upload (replacing one stored before); `fresh` as PutObject's."""
     bucket: str
     key: str
     upload_id: str
     number: int
     part: Record
     t: int
+    fresh: bool = False
 
 
 class CompleteUpload(Command, frozen=True):

@@ -26,7 +26,8 @@ def handlers(s: Services) -> dict:
         ids = {n for _, nodes in placed for n in nodes}
         return m.Allocation(block_size=bs, blocks=[m.Placed(bid, tuple(nodes)) for bid, nodes in placed],
                             addrs=members.addrs(ids),
-                            acks=write_policy.parse(info.get("wp") or settings.default_write_policy))
+                            acks=write_policy.parse(info.get("wp") or settings.default_write_policy),
+                            grace_s=meta.pending_grace_s)
 
     async def abandon(req: m.Abandon, _) -> m.Done:
         meta.abandon(req.blocks)

@@ -25,7 +25,7 @@ def handlers(s: Services) -> dict:
     async def mpu_put_part(req: m.MpuPutPart, _) -> m.Done:
         part = {k: v for k, v in fields(req.part).items() if k not in ("n", "mt")}
         part["blk"] = s.admit(req.bucket, list(req.blocks))
-        meta.put_part(req.bucket, req.key, req.upload_id, req.number, part)
+        meta.put_part(req.bucket, req.key, req.upload_id, req.number, part, fresh=True)
         repair.check_commit(part["blk"])
         return m.Done()
 

@@ -21,7 +21,8 @@ def handlers(s: Services) -> dict:
         if tags:
             obj["tg"] = tags  # as checked: sorted by key
         obj["blk"] = s.admit(req.bucket, list(req.blocks))
-        res = meta.put_object(req.bucket, req.key, obj, if_match=req.if_match, if_none_match=req.if_none_match)
+        res = meta.put_object(req.bucket, req.key, obj, if_match=req.if_match, if_none_match=req.if_none_match,
+                              fresh=True)
         repair.check_commit(obj["blk"])
         return record(res, m.Committed)
 
@@ -45,7 +46,7 @@ def handlers(s: Services) -> dict:
             todo.append((it.key, obj, it.if_match, it.if_none_match))
             where.append(i)
         done: list[m.Committed | None] = [None] * len(req.items)
-        made = meta.put_objects(req.bucket, todo, fresh=req.fresh) if todo else ()
+        made = meta.put_objects(req.bucket, todo, fresh=True) if todo else ()
         for i, (_, obj, _, _), res in zip(where, todo, made):
             if isinstance(res, errors.DomainError):
                 errs[i] = m.PieceError(type(res).__name__, res.message)

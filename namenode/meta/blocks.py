@@ -41,6 +41,26 @@ class BlockMap(StoreBase):
         for i, nodes in enumerate(c.nodes):
             b.put(keys.pending(first + i), self._enc({"t": c.t, "n": nodes}))
 
+    def not_fresh(self, blk: list, taken: set[int] = frozenset()) -> int | None:
+        """The first block of a commit's `blk` that it may not take, or None: a commit over RPC takes only blocks
+        still pending (allocated for it, never committed), each once; not one committed already (to this object by
+        the same commit, applied before its answer was lost; or to another), nor one given back or expired (its
+        copies deleted). `taken`: blocks an earlier item of the same batch took (the batch is not readable yet)."""
+        seen = set()
+        for x in blk:
+            bid = block_id(x)
+            if bid in seen or bid in taken or self.kv.get(keys.pending(bid)) is None:
+                return bid
+            seen.add(bid)
+        return None
+
+    @staticmethod
+    def same_blocks(rec: dict | None, blk: list) -> bool:
+        """Whether the stored record `rec` (an object version, a part) has exactly the blocks `blk`: a commit
+        naming blocks that are no longer pending is then the one that stored `rec`, sent again."""
+        return rec is not None and bool(blk) and \
+            [block_id(x) for x in rec.get("blk", [])] == [block_id(x) for x in blk]
+
     def abandon(self, block_ids: list[int]) -> None:
         """Blocks allocated for an upload that failed: delete them from their nodes now."""
         self.execute(cmds.Abandon(block_ids=[int(x) for x in block_ids]))

@@ -45,15 +45,24 @@ class Multipart(StoreBase):
             raise errors.NoSuchUpload("The specified multipart upload does not exist.")
         return up
 
-    def put_part(self, bucket: str, key: str, upload_id: str, number: int, part: dict) -> None:
+    def put_part(self, bucket: str, key: str, upload_id: str, number: int, part: dict, *,
+                 fresh: bool = False) -> None:
+        """Store part `number` (replacing one stored before). `fresh` as put_object's: only pending blocks, and the
+        same part sent again after its answer was lost writes nothing (stored again, it would free its own blocks)."""
         self.execute(cmds.PutPart(bucket=bucket, key=key, upload_id=upload_id, number=int(number), part=part,
-                                  t=now_ns()))
+                                  t=now_ns(), fresh=fresh))
 
     def _apply_put_part(self, b, c: cmds.PutPart) -> None:
         self.get_upload(c.bucket, c.key, c.upload_id)
         old = self.kv.get(keys.part(c.upload_id, c.number))
+        old = None if old is None else self._dec(old)
+        new = c.part.get("blk", [])
+        if c.fresh and (bad := self.not_fresh(new)) is not None:
+            if self.same_blocks(old, new):
+                return
+            raise errors.InvalidInput(f"block {bad} was not allocated for this write, or is committed already")
         if old is not None:
-            self.free_blocks(b, self._dec(old).get("blk", []), c.t)
+            self.free_blocks(b, old.get("blk", []), c.t)
         for blk in c.part.get("blk", []):
             b.delete(keys.pending(block_id(blk)))
         b.put(keys.part(c.upload_id, c.number), self._enc({**c.part, "mt": c.t}))

@@ -202,13 +202,35 @@ class Namespace(StoreBase):
                                                 condition="If-Match")
 
     def put_object(self, bucket: str, key: str, obj: dict, *, if_match: str | None = None,
-                   if_none_match: str | None = None) -> dict:
-        """Commit an object: `obj` holds size, etag, blocks ("blk") and headers. Atomic replace of any old version."""
+                   if_none_match: str | None = None, fresh: bool = False) -> dict:
+        """Commit an object: `obj` holds size, etag, blocks ("blk") and headers. Atomic replace of any old version.
+        `fresh` (every commit over RPC): only pending blocks are taken (`not_fresh`); the same commit sent again
+        after its answer was lost answers as the first did (`_fresh_or_replayed`) instead of replacing the object
+        by itself, which would free the very blocks it names."""
         return self.execute(cmds.PutObject(bucket=bucket, key=key, obj=obj, t=obj.get("mt") or now_ns(),
-                                           vid=self._new_vid(), if_match=if_match, if_none_match=if_none_match))
+                                           vid=self._new_vid(), if_match=if_match, if_none_match=if_none_match,
+                                           fresh=fresh))
 
     def _apply_put_object(self, b, c: cmds.PutObject) -> dict:
+        if c.fresh:
+            replayed = self._fresh_or_replayed(c.bucket, c.key, c.obj.get("blk", []))
+            if replayed is not None:
+                return replayed
         return self._put(b, c.bucket, c.key, c.obj, c.t, c.vid, c.if_match, c.if_none_match)
+
+    def _fresh_or_replayed(self, bucket: str, key: str, blk: list, taken: set[int] = frozenset()) -> dict | None:
+        """None if a fresh commit of `blk` to the key may go ahead; the result of the commit that stored the key's
+        current version if that one named the same blocks (this is it again: nothing to write). Else InvalidInput."""
+        bad = self.not_fresh(blk, taken)
+        if bad is None:
+            return None
+        try:
+            cur = self.stat(bucket, key)
+        except errors.DomainError:
+            cur = None
+        if not taken.intersection(block_id(x) for x in blk) and self.same_blocks(cur, blk):
+            return {"ino": cur["ino"], "etag": cur.get("etag"), "mt": cur["mt"], "vid": cur.get("vid")}
+        raise errors.InvalidInput(f"block {bad} was not allocated for this write, or is committed already")
 
     def put_objects(self, bucket: str, items: list[tuple[str, dict, str | None, str | None]], *,
                     fresh: bool = False) -> list:
@@ -237,12 +259,10 @@ class Namespace(StoreBase):
             try:
                 if it.key.endswith("/"):
                     raise errors.InvalidInput("A directory marker can't be a batch item.")
-                if c.fresh:
-                    ids = [block_id(x) for x in it.obj.get("blk", [])]
-                    bad = [x for x in ids if x in taken or self.kv.get(keys.pending(x)) is None]
-                    if bad or len(set(ids)) != len(ids):
-                        raise errors.InvalidInput(f"block {(bad or ids)[0]} was not allocated for this write, or "
-                                                  "is committed already")
+                res = self._fresh_or_replayed(c.bucket, it.key, it.obj.get("blk", []), taken) if c.fresh else None
+                if res is not None:  # this item was committed before (the batch sent again): as it was
+                    out.append(res)
+                    continue
                 res = self._put(staged, c.bucket, it.key, it.obj, c.t, it.vid, it.if_match, it.if_none_match, mine)
             except errors.DomainError as e:
                 self._usage.clear()

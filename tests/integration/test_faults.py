@@ -10,6 +10,7 @@ import time
 import botocore.exceptions
 import pytest
 from cluster import Cluster, upload_until
+from lostreply import LostReplies
 from epochfs.common.blocks import crc32c
 from test_recovery import fully_replicated, wait_for
 
@@ -167,6 +168,48 @@ def test_namenode_killed_mid_upload_leaves_no_partial_objects(tmp_path):
             assert read_or_none(s3, "bkt", k) == bodies[k], k
     finally:
         c.close()
+
+
+def test_a_commit_whose_reply_is_lost_and_is_sent_again_keeps_its_blocks(tmp_path):
+    """The NameNode commits an object and its answer is lost (killed before the reply went out, a dropped
+    connection): the gateway's client sends the same commit again. That second commit must not let go of the blocks
+    the first one committed, as a commit replacing an object lets go of the old object's blocks: the object would be
+    listed with its blocks deleted (a GET answering 503). This is how a NameNode killed mid-upload left such objects
+    (test_namenode_killed_mid_upload_leaves_no_partial_objects, 4 runs of 32). The same for an uploaded part,
+    and for a commit sent again after another writer replaced the object (its blocks are garbage by then)."""
+    c = Cluster(tmp_path, block_size=MiB)
+    c.start_namenode()
+    relay = LostReplies("127.0.0.1", c.ports["nn"][1])
+    c.extra["gw"]["GW_NAMENODE"] = f"127.0.0.1:{relay.port}"
+    for i in range(1, c.n_dn + 1):
+        c.start_datanode(i)
+    c.start_gateway()
+    try:
+        s3 = c.s3(read_timeout=60)
+        s3.create_bucket(Bucket="bkt")
+        body = os.urandom(2 * MiB + 1001)  # three blocks
+        relay.lose("put_object")
+        s3.put_object(Bucket="bkt", Key="k", Body=body)
+        assert relay.dropped == ["put_object"] and relay.calls["put_object"] == 2  # committed, then sent again
+
+        up = s3.create_multipart_upload(Bucket="bkt", Key="mp")["UploadId"]
+        part = os.urandom(5 * MiB + 7)
+        relay.lose("mpu_put_part")
+        etag = s3.upload_part(Bucket="bkt", Key="mp", UploadId=up, PartNumber=1, Body=part)["ETag"]
+        assert relay.dropped[-1] == "mpu_put_part" and relay.calls["mpu_put_part"] == 2
+        s3.complete_multipart_upload(Bucket="bkt", Key="mp", UploadId=up,
+                                     MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+
+        c.collect_garbage()
+        assert read_or_none(s3, "bkt", "k") == body
+        assert read_or_none(s3, "bkt", "mp") == part
+        stored = c.datanode_blocks()
+        by_id = {nid: stored[name] for name, nid in c.node_ids().items()}
+        for b in block_lists(c, "bkt", ["k", "mp"]):
+            assert b.id in by_id[b.nodes[0]], b  # the primary's copy is there (the others may still be on the way)
+    finally:
+        c.close()
+        relay.close()
 
 
 def test_full_datanodes_take_no_more_and_writes_fail_cleanly(tmp_path):

@@ -3,6 +3,7 @@ bucket's block size (what the NameNode said last, in bucket info or an allocate 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pydantic
 import pytest
@@ -77,8 +78,9 @@ class FakeNameNode:
     """The NameNode's RPC as the gateway's NameNodeClient sees it: bucket info and allocations, with a block size to
     change."""
 
-    def __init__(self, bs: int) -> None:
-        self.bs, self.calls, self.next_id = bs, [], 1
+    def __init__(self, bs: int, grace_s: float = 0.0) -> None:
+        self.bs, self.calls, self.next_id, self.grace_s = bs, [], 1, grace_s
+        self.abandoned: list[int] = []
 
     async def request(self, req, payload=b"", *, timeout=None):
         self.calls.append(op_name(type(req)))
@@ -87,8 +89,10 @@ class FakeNameNode:
         if isinstance(req, m.Allocate):
             ids = range(self.next_id, self.next_id + req.count)
             self.next_id += len(ids)
-            return m.Allocation(block_size=self.bs, blocks=[m.Placed(i, (1,)) for i in ids], addrs={"1": "x:1"}), b""
+            return m.Allocation(block_size=self.bs, blocks=[m.Placed(i, (1,)) for i in ids], addrs={"1": "x:1"},
+                                grace_s=self.grace_s), b""
         if isinstance(req, m.Abandon):
+            self.abandoned += req.blocks
             return m.Done(), b""
         raise AssertionError(req)
 
@@ -112,6 +116,27 @@ def test_gateway_block_size_follows_the_namenode():
         bs, told = c._block_size["b"]
         c._block_size["b"] = (bs, told - gw_cluster.LEASE_TTL_S - 1)  # as if told LEASE_TTL_S ago
         assert await c.block_size("b") == 8 * MiB and nn.calls[-1] == "bucket_info"
+        await c.close()
+
+    asyncio.run(main())
+
+
+def test_gateway_leases_end_well_before_the_namenode_expires_them():
+    """A leased block unused for a quarter of the NameNode's pending grace is given back, not used: the NameNode
+    expires allocations after the grace and refuses a commit naming one (its copies are being deleted)."""
+    async def main():
+        c = gw_cluster.Cluster("127.0.0.1:1", "s")
+        nn = c.namenode.rpc = FakeNameNode(MiB, grace_s=0.4)
+        first, *_ = await c._lease("b")
+        assert (await c._lease("b"))[0] == first + 1 and nn.calls == ["allocate"]  # from the pool
+        await asyncio.sleep(0.15)  # over a quarter of the grace
+        assert (await c._lease("b"))[0] == first + gw_cluster.LEASE_BATCH and nn.calls[-1] == "allocate"
+        await asyncio.sleep(0.01)  # the stale ones were given back in the background
+        assert nn.abandoned == list(range(first + 2, first + gw_cluster.LEASE_BATCH))
+        nn.grace_s = 3600.0  # a long grace: LEASE_TTL_S is the bound
+        c._drop_leases("b")
+        await c._lease("b")
+        assert c._leases["b"][0][3] - time.monotonic() == pytest.approx(gw_cluster.LEASE_TTL_S, abs=1)
         await c.close()
 
     asyncio.run(main())
