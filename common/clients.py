@@ -162,10 +162,10 @@ class _BucketObjectCalls:
         return await self._call(m.PutObject(bucket=bucket, key=key, obj=obj, blocks=tuple(blocks),
                                             if_match=if_match, if_none_match=if_none_match))
 
-    async def put_objects(self, bucket: str, items: list[m.PutItem], *, fresh: bool = False) -> m.CommittedMany:
-        """Commit many objects of one bucket in one command; each item's Committed or its own error. `fresh`: only
-        blocks allocated and not committed yet (a direct write's)."""
-        return await self._call(m.PutObjects(bucket=bucket, items=items, fresh=fresh))
+    async def put_objects(self, bucket: str, items: list[m.PutItem]) -> m.CommittedMany:
+        """Commit many objects of one bucket in one command; each item's Committed or its own error (only blocks
+        allocated and not committed yet are taken, as put_object's)."""
+        return await self._call(m.PutObjects(bucket=bucket, items=items))
 
     async def stat(self, bucket: str, key: str, version_id: str | None = None,
                    range: tuple[int, int | None] | None = None) -> m.Located:

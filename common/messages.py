@@ -639,10 +639,9 @@ class PutObjects(Request, tag="put_objects"):
     condition, write policy) is that item's error and the others still commit. Every block must be one allocated
     and not yet committed, as PutObject's: an item naming another is refused (InvalidInput), so a block is never
     committed twice nor taken from another object; an item committed before (the batch sent again) answers as it
-    did. `fresh`: no longer needed (the NameNode checks every batch so); kept so that callers sending it decode."""
+    did."""
     bucket: str
     items: list[PutItem]
-    fresh: bool = False
     Reply = CommittedMany
 
 

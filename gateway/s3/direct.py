@@ -17,7 +17,7 @@ The commit makes each item an object exactly as a PutObject of its bytes would, 
 receipt must be a DataNode's (its MAC: size, CRC32C and MD5 as stored and checked there), name a block of one of the
 caller's grants for this bucket (a grant is bound to an access key and a bucket), and every block but the last be
 full-size; an x-amz-checksum-crc32c given is checked against the CRC32C combined from the blocks'. The NameNode
-commits only blocks still pending (PutObjects with fresh=True): a block committed once, or collected, can't be
+commits only blocks still pending (as every commit over RPC): a block committed once, or collected, can't be
 committed again. Quota, write policy (each receipt's acks), conditions (If-None-Match: *, If-Match) and versioning
 apply per item as for a PutObject; an item refused is its own error and its blocks are given back.
 
@@ -205,7 +205,7 @@ async def commit(ctx, req):
             results[i] = failed(e)
     lost = [r.id for i, it in enumerate(items) if results[i] is not None for r in it.blocks if r.id in allowed]
     if todo:
-        lost += await commit_items(ctx, req.bucket, todo, results, fresh=True)
+        lost += await commit_items(ctx, req.bucket, todo, results)
     if lost:  # only pending blocks are given back: one committed (another item's, an earlier commit's) stays
         await ctx.cluster.abandon(lost)
     return Response(200, [("content-type", "application/json")], msgspec.json.encode(m.PutResults(items=results)))

@@ -124,13 +124,11 @@ def failed(e: Exception) -> m.PutResult:
     return m.PutResult(err=s3e.code, msg=s3e.message)
 
 
-async def commit_items(ctx, bucket: str, todo: list[tuple[int, dict, m.PutItem]], results: list,
-                       *, fresh: bool = False) -> list[int]:
+async def commit_items(ctx, bucket: str, todo: list[tuple[int, dict, m.PutItem]], results: list) -> list[int]:
     """Commit a batch's items (index in `results`, checksum fields, item) in one PutObjects; fills `results` with
     each item's PutResult or error; returns the blocks of the items the NameNode refused (the caller gives them
-    back). `fresh`: only blocks still pending may be committed (directly written blocks)."""
-    res = await ctx.cluster.commit(bucket, ctx.cluster.namenode.put_objects(bucket, [p for _, _, p in todo],
-                                                                            fresh=fresh))
+    back)."""
+    res = await ctx.cluster.commit(bucket, ctx.cluster.namenode.put_objects(bucket, [p for _, _, p in todo]))
     lost = []
     for k, (i, cs, p) in enumerate(todo):
         done = res.done[k]
