@@ -105,6 +105,7 @@ class EpochOperations(pyfuse3.Operations):
         self.dir_changed: dict[int, float] = {}          # write-back: when this mount last changed each directory
         self.using: set[int] = set()                     # write-back: directories used since the last renewal
         self._renewing = False
+        self._inflight: dict[int, trio.Event] = {}       # write-back: directories being renewed, until answered
         self._fh = itertools.count(1)
 
     @property
@@ -176,6 +177,8 @@ class EpochOperations(pyfuse3.Operations):
             if s not in k.names:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             sub = k.names[s]
+            if sub is not None and time.monotonic() - self.dir_seen.get(sub, -1e9) > self.o.attr_timeout:
+                await self._wait_renewal(sub)
             a = self.dir_attrs.get(sub) if sub is not None else None
             if a is not None and time.monotonic() - self.dir_seen.get(sub, -1e9) <= self.o.attr_timeout:
                 self._use(sub)  # a directory: its attributes as last renewed
@@ -191,9 +194,17 @@ class EpochOperations(pyfuse3.Operations):
         missed). While the directory is in use its listing is renewed in the background (_renewer), and here if it
         is older. A name kept here that is gone only costs a lookup."""
         self._use(p)
-        if time.monotonic() - self.known[p].at > self.o.entry_timeout:
-            await self._renew([p])
+        k = self.known[p]
+        if time.monotonic() - k.at > self.o.entry_timeout:
+            await self._wait_renewal(p)  # one under way: its answer (a loaded machine's are slow)
+            if self.known.get(p) is k:
+                await self._renew([p])
         return self.known.get(p) or Listed(time.monotonic(), {})
+
+    async def _wait_renewal(self, ino: int) -> None:
+        ev = self._inflight.get(ino)
+        if ev is not None:
+            await ev.wait()
 
     def _use(self, ino: int) -> None:
         """Write-back: directory `ino` (its names or attributes) is in use: renew them in the background."""
@@ -208,7 +219,7 @@ class EpochOperations(pyfuse3.Operations):
         an unpack into many directories); ends after a round with none in use."""
         try:
             while True:
-                await trio.sleep(min(self.o.entry_timeout, self.o.attr_timeout) / 2)
+                await trio.sleep_until(trio.current_time() + min(self.o.entry_timeout, self.o.attr_timeout) / 2)
                 todo, self.using = self.using, set()
                 if not todo:
                     return
@@ -232,9 +243,17 @@ class EpochOperations(pyfuse3.Operations):
             for i in range(0, len(group), 256):
                 part = group[i:i + 256]
                 before = {p: set(self.known[p].names) for p in part if p in self.known}
-                at = time.monotonic()
-                for d in await self.c.fs_dirs(bucket, part):
-                    self._renewed(d, at, before.get(d.ino))
+                at, ev = time.monotonic(), trio.Event()
+                for p in part:
+                    self._inflight[p] = ev
+                try:
+                    for d in await self.c.fs_dirs(bucket, part):
+                        self._renewed(d, at, before.get(d.ino))
+                finally:
+                    for p in part:
+                        if self._inflight.get(p) is ev:
+                            del self._inflight[p]
+                    ev.set()
 
     def _renewed(self, d, at: float, before: set[str] | None) -> None:
         p = d.ino
@@ -286,6 +305,11 @@ class EpochOperations(pyfuse3.Operations):
         try:
             a = self.dir_attrs.get(ino)
             cached = a is not None and time.monotonic() - self.dir_seen.get(ino, 0.0) <= self.o.attr_timeout
+            if not cached and ino in self._inflight:  # being renewed: its answer, sent since they went stale
+                seen = self.dir_seen.get(ino)
+                await self._wait_renewal(ino)
+                a = self.dir_attrs.get(ino)
+                cached = a is not None and self.dir_seen.get(ino) != seen
             if not cached:
                 a = await self.inodes.getattr(ino)
             if self.o.writeback and stat.S_ISDIR(a["mode"]):
