@@ -314,7 +314,8 @@ class EpochOperations(pyfuse3.Operations):
                 a = await self.inodes.getattr(ino)
             if self.o.writeback and stat.S_ISDIR(a["mode"]):
                 self._use(ino)
-            t = self.writes.made_in(ino) if self.writes.made_here and stat.S_ISDIR(a["mode"]) else 0
+            t = self.writes.made_in(ino, self.dir_seen.get(ino)) \
+                if (self.writes.made_here or self.writes.created_in) and stat.S_ISDIR(a["mode"]) else 0
             if t > a["mt"]:  # files made here since: the directory changed then (the NameNode stamps their create)
                 a, cached = {**a, "mt": t, "ct": max(t, a["ct"])}, True
             return self._entry(a, cached)

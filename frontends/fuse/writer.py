@@ -239,6 +239,7 @@ class Writes:
         self.made_here: dict[int, Writer] = {}  # write-back: files not yet on the NameNode, by inode
         self.names: dict[tuple[int, str], int] = {}  # and by (directory, name)
         self._made_in: dict[int, tuple[int, int]] = {}  # directory -> (files made in it not yet created, last made_at)
+        self.created_in: dict[int, tuple[int, float]] = {}  # directory -> (last made_at, monotonic time of its create)
         self.queue: collections.deque[Writer] = collections.deque()  # closed, to be created
         self.queued_bytes = 0
         self._more = trio.Event()
@@ -255,10 +256,19 @@ class Writes:
     # batches in flight). fsync, and anything else that needs the file on the NameNode (a rename, an unlink, a link,
     # a listing of its directory, a stat of the directory, a second open, xattrs, a truncate, a stream once it
     # outgrows STREAM_AFTER) waits for its create first: `settle` one file, `settle_all` every one.
-    def made_in(self, parent: int) -> int:
-        """When the last file made here in `parent` was made, while some made there are not yet on the NameNode
-        (0: none)."""
-        return self._made_in.get(parent, (0, 0))[1]
+    def made_in(self, parent: int, seen: float | None) -> int:
+        """When the last file made here in `parent` was made, while some made there are not yet on the NameNode or
+        the directory's attributes were last seen (`seen`, monotonic) before their create (0: none)."""
+        n, t = self._made_in.get(parent, (0, 0))
+        if n:
+            return t
+        c = self.created_in.get(parent)
+        if c is None:
+            return 0
+        if seen is not None and seen > c[1]:  # seen since: the NameNode's times include it
+            del self.created_in[parent]
+            return 0
+        return c[0]
 
     def named(self, parent: int, name: str) -> Writer | None:
         """The file this mount made as `name` in `parent` and has not created on the NameNode yet."""
@@ -370,6 +380,10 @@ class Writes:
                 n, t = self._made_in.pop(w.new[0], (1, 0))
                 if n > 1:
                     self._made_in[w.new[0]] = (n - 1, t)
+                else:
+                    if len(self.created_in) > 100_000:
+                        self.created_in.clear()
+                    self.created_in[w.new[0]] = (t, time.monotonic())
                 w.new, w.queued = None, False
                 if isinstance(r, errors.DomainError):
                     log.error("inode %s (%r): not saved: %s", ino, f.name, r)
