@@ -17,6 +17,7 @@ How to run (needs root and /dev/fuse; starts its own cluster and mount, and tear
     python bench/mount_write_bench.py                    # 1 GiB dd, 5,000 files
     python bench/mount_write_bench.py --quick            # 256 MiB dd, 1,000 files
     python bench/mount_write_bench.py --writeback        # and again on a --writeback mount
+    python bench/mount_write_bench.py --writeback-only   # on the --writeback mount only
     python bench/mount_write_bench.py --profile out.txt  # the same with py-spy recording the mount (needs py-spy)
 """
 from __future__ import annotations
@@ -116,9 +117,11 @@ def main() -> None:
     ap.add_argument("--profile", help="record the mount (its CPU) with py-spy into this file (collapsed stacks)")
     ap.add_argument("--only", choices=("dd", "tar"))
     ap.add_argument("--writeback", action="store_true", help="also on a second mount with --writeback")
+    ap.add_argument("--writeback-only", action="store_true", help="only on the mount with --writeback")
     a = ap.parse_args()
     if a.quick:
         a.count, a.files = 64, 1_000
+    a.writeback = a.writeback or a.writeback_only
     tmp = Path(tempfile.mkdtemp(prefix="mount-wbench-"))
     cluster, env = start_cluster(tmp)
     mnt = spy = wb = None
@@ -142,6 +145,8 @@ def main() -> None:
             wb = mount(env, "bench", tmp / "wb", ["--writeback", *shlex.split(a.mount_args)], tmp / "wb.log")
             targets.append((" writeback", wb, tmp / "wb" / "w"))
             (tmp / "wb" / "w").mkdir()
+            if a.writeback_only:
+                del targets[0]
         rows = []
         if a.only in (None, "dd"):
             nbytes = a.count * (4 << 20)

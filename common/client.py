@@ -413,6 +413,10 @@ class S3Client:
         page = await self._fs(bucket, m.FsReaddir(ino=ino, after=after, limit=limit, stale=self._stale))
         return {"entries": m.to_builtins(page.entries), "next": page.next}
 
+    async def fs_dirs(self, bucket: str, inos: list[int]) -> list[m.DirNames]:
+        """The attributes and names (not their attributes) of up to 256 directories in one request."""
+        return (await self._fs(bucket, m.FsDirs(inos=inos))).dirs
+
     async def fs_readlink(self, bucket: str | None, *, ino: int) -> str:
         return (await self._fs(bucket, m.FsReadlink(ino=ino, stale=self._stale))).target
 

@@ -303,6 +303,9 @@ class _PosixCalls:
     async def fs_readdir(self, req: m.FsReaddir) -> m.DirPage:
         return await self._call(req)
 
+    async def fs_dirs(self, req: m.FsDirs) -> m.DirsNames:
+        return await self._call(req)
+
     async def fs_readlink(self, req: m.FsReadlink) -> m.LinkTarget:
         return await self._call(req)
 

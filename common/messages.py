@@ -1392,10 +1392,32 @@ class FilesCreated(Msg):
 
 FsCreateFiles.Reply = FilesCreated
 
+class DirNames(Msg, array_like=True):
+    """[ino, attributes, names, inodes] of one directory: the names in it ("/" ended: a subdirectory) and their
+    inodes, without their attributes. attr None: gone, not a directory or outside the bucket; names None: more
+    than FsDirs.MAX_NAMES (ask with FsReaddir)."""
+    ino: int
+    attr: InodeAttr | None
+    names: list[str] | None
+    inos: list[int] | None
+
+
+class DirsNames(Msg):
+    dirs: list[DirNames]
+
+
+class FsDirs(FsRequest, tag="fs_dirs"):
+    """The attributes and names of several directories at once: how a write-back mount renews what it knows of
+    the directories it is writing into (which names are free, their attributes) in one request a period."""
+    inos: Annotated[list[Nat], msgspec.Meta(max_length=256)]
+    MAX_NAMES: ClassVar[int] = 20_000
+    Reply = DirsNames
+
+
 # the operations the mount sends to the gateway's /_epochfs/fs (the gateway decodes one of them, never another op)
 FS_OPS = (FsLookup, FsGetattr, FsReaddir, FsReadlink, FsLayout, FsMkdir, FsMknod, FsSymlink, FsLink, FsUnlink,
           FsRmdir, FsRename, FsSetattr, FsGetxattr, FsListxattr, FsSetxattr, FsRemovexattr, FsStatfs,
-          FsReserveInodes)
+          FsReserveInodes, FsDirs)
 
 # the reads a standby NameNode may answer when the request accepts a stale answer (its `stale` field, StaleOk): the
 # loaders' batch stats and manifests, and the mount's reads by inode (a dataset-mode mount asks for it)

@@ -163,10 +163,11 @@ class Posix:
             n += k.endswith(b"/")
         return n
 
-    def attr(self, ino: int, rec: dict) -> dict:
+    def attr(self, ino: int, rec: dict, nlink: int | None = None) -> dict:
+        """Its attributes; `nlink`: a directory's, if counted already."""
         t = rec.get("t")
         if t == "d":
-            mode, size, nlink = rec.get("mode", S_IFDIR | 0o755), 0, self._dir_nlink(ino)
+            mode, size, nlink = rec.get("mode", S_IFDIR | 0o755), 0, nlink or self._dir_nlink(ino)
         elif t == "l":
             mode, size, nlink = rec.get("mode", S_IFLNK | 0o777), len(rec.get("tg", "")), len(rec.get("ln", [1]))
         else:
@@ -216,6 +217,31 @@ class Posix:
         if stamp:
             self.meta.execute(cmds.StampDirs(bi=self.bi, inos=stamp))
         return {"entries": out, "next": nxt}
+
+    def dirs(self, inos: list[int], max_names: int) -> list[tuple[int, dict | None, list | None, list | None]]:
+        """(ino, attributes, names, their inodes) of each directory of `inos` in the scope's bucket: the names in key
+        order, a subdirectory's ending in "/", read from the entries alone (no child's inode). attr None: not a
+        directory of the bucket (gone, say); names None: more than `max_names`."""
+        out = []
+        for ino in inos:
+            try:
+                self.in_bucket(ino)
+                rec = self._dir(ino)
+            except errors.DomainError:
+                out.append((ino, None, None, None))
+                continue
+            p = keys.entries(ino)
+            names, kids, subdirs = [], [], 0
+            for k, v in self.kv.scan(p, prefix_end(p)):
+                if len(names) >= max_names:
+                    names = kids = None
+                    break
+                names.append(k[9:].decode())
+                kids.append(int.from_bytes(v[:8], "big"))
+                subdirs += k.endswith(b"/")
+            a = self.attr(ino, rec, nlink=None if names is None else 2 + subdirs if len(names) <= DIR_NLINK_SCAN else 1)
+            out.append((ino, a, names, kids))
+        return out
 
     def _apply_stamp_dirs(self, b, c: cmds.StampDirs) -> None:
         for ino in c.inos:

@@ -25,6 +25,7 @@ import pyfuse3
 import trio
 
 from epochfs.common import errors
+from epochfs.common import messages as m
 from epochfs.common.client import S3Client
 
 from .. import errmap
@@ -75,12 +76,12 @@ def _name(raw: bytes) -> str:
 
 
 class Listed:
-    """Write-back: the names in a directory this mount made, from its making or a listing at `at` (monotonic), with
-    the attributes listed (None: a name made or changed here since)."""
-    __slots__ = ("at", "names", "renewing")
+    """Write-back: the names in a directory this mount made, from its making or a listing at `at` (monotonic), each
+    with its inode if it is a subdirectory (None: a file, or a name made or changed here since)."""
+    __slots__ = ("at", "names")
 
-    def __init__(self, at: float, names: dict[str, dict | None]) -> None:
-        self.at, self.names, self.renewing = at, names, False
+    def __init__(self, at: float, names: dict[str, int | None]) -> None:
+        self.at, self.names = at, names
 
 
 def _version(a: dict) -> tuple:
@@ -101,6 +102,10 @@ class EpochOperations(pyfuse3.Operations):
         self.dir_attrs: dict[int, dict] = {}             # write-back: the last attributes seen of each directory
         self.dir_seen: dict[int, float] = {}             # write-back: when (monotonic), trusted for attr_timeout
         self.known: dict[int, Listed] = {}               # write-back: the names in each directory made here
+        self.dir_changed: dict[int, float] = {}          # write-back: when this mount last changed each directory
+        self.using: set[int] = set()                     # write-back: directories used since the last renewal
+        self._renewing = False
+        self._inflight: dict[int, trio.Event] = {}       # write-back: directories being renewed, until answered
         self._fh = itertools.count(1)
 
     @property
@@ -171,14 +176,14 @@ class EpochOperations(pyfuse3.Operations):
             k = await self._listed(p)
             if s not in k.names:
                 raise pyfuse3.FUSEError(errno.ENOENT)
-            a = k.names[s]
-            if a is not None and stat.S_ISDIR(a["mode"]):  # a directory: its attributes as listed, if still fresh
-                at = k.at
-                if self.dir_seen.get(a["ino"], -1.0) > at:
-                    a, at = self.dir_attrs[a["ino"]], self.dir_seen[a["ino"]]
-                if time.monotonic() - at <= self.o.attr_timeout:
-                    self.inodes.remember(p, s, a)
-                    return self._entry(a, cached=True)
+            sub = k.names[s]
+            if sub is not None and time.monotonic() - self.dir_seen.get(sub, -1e9) > self.o.attr_timeout:
+                await self._wait_renewal(sub)
+            a = self.dir_attrs.get(sub) if sub is not None else None
+            if a is not None and time.monotonic() - self.dir_seen.get(sub, -1e9) <= self.o.attr_timeout:
+                self._use(sub)  # a directory: its attributes as last renewed
+                self.inodes.remember(p, s, a)
+                return self._entry(a, cached=True)
         a = await self.c.fs_lookup(s if p == NN_ROOT else self.inodes.bucket(p), parent=p, name=s)
         self.inodes.remember(p, s, a)
         return self._entry(a)
@@ -186,44 +191,103 @@ class EpochOperations(pyfuse3.Operations):
     async def _listed(self, p: int) -> Listed:
         """Write-back: the names in directory `p` (one this mount made). They answer lookups for entry_timeout after
         the listing they come from, as the kernel's own entries would (a name made elsewhere in that time may be
-        missed); the listing is renewed in the background once it is half that old while the directory is in use,
-        and here if it is older. A name kept here that is gone only costs a lookup."""
+        missed). While the directory is in use its listing is renewed in the background (_renewer), and here if it
+        is older. A name kept here that is gone only costs a lookup."""
+        self._use(p)
         k = self.known[p]
-        age = time.monotonic() - k.at
-        if age > self.o.entry_timeout:
-            await self._relist(p)
-        elif age > self.o.entry_timeout / 2 and not k.renewing and self.nursery is not None:
-            k.renewing = True
-            self.nursery.start_soon(self._renew, p)
+        if time.monotonic() - k.at > self.o.entry_timeout:
+            await self._wait_renewal(p)  # one under way: its answer (a loaded machine's are slow)
+            if self.known.get(p) is k:
+                await self._renew([p])
         return self.known.get(p) or Listed(time.monotonic(), {})
 
-    async def _renew(self, p: int) -> None:
-        try:
-            await self._relist(p)
-        except Exception as e:  # noqa: BLE001 -- gone, or the gateway away: the next lookup lists it, or fails
-            log.debug("directory %s: listing not renewed: %r", p, e)
-            self.known.pop(p, None)
+    async def _wait_renewal(self, ino: int) -> None:
+        ev = self._inflight.get(ino)
+        if ev is not None:
+            await ev.wait()
 
-    async def _relist(self, p: int) -> None:
-        k = self.known[p]
-        before, at = set(k.names), time.monotonic()
-        made = {n for (pp, n) in self.writes.names if pp == p}
-        entries = await self.inodes.listing(p)
-        names: dict[str, dict | None] = {n: a for n, a in entries}
-        for n, a in entries:
-            self.inodes.remember(p, n, a)
-            if stat.S_ISDIR(a["mode"]):
-                self._saw_dir(a, at)
-        for n in made:
-            names.setdefault(n, None)
+    def _use(self, ino: int) -> None:
+        """Write-back: directory `ino` (its names or attributes) is in use: renew them in the background."""
+        self.using.add(ino)
+        if not self._renewing and self.nursery is not None:
+            self._renewing = True
+            self.nursery.start_soon(self._renewer)
+
+    async def _renewer(self) -> None:
+        """Write-back: every half timeout, the names and attributes of the directories used since the last round,
+        in one request per FsDirs' 256 (a request per directory and period was most of the cluster's work during
+        an unpack into many directories); ends after a round with none in use."""
+        try:
+            while True:
+                await trio.sleep_until(trio.current_time() + min(self.o.entry_timeout, self.o.attr_timeout) / 2)
+                todo, self.using = self.using, set()
+                if not todo:
+                    return
+                try:
+                    await self._renew(sorted(todo))
+                except Exception as e:  # noqa: BLE001 -- the gateway away: lookups renew (or fail) themselves
+                    log.debug("directories not renewed: %r", e)
+        finally:
+            self._renewing = False
+
+    async def _renew(self, inos: list[int]) -> None:
+        """The names and attributes of directories `inos` (of one bucket or more) from the NameNode."""
+        by_bucket: dict[str, list[int]] = {}
+        for ino in inos:
+            bucket = self.inodes.bucket(ino)
+            if bucket is not None:
+                by_bucket.setdefault(bucket, []).append(ino)
+            else:
+                self.known.pop(ino, None)
+        for bucket, group in by_bucket.items():
+            for i in range(0, len(group), 256):
+                part = group[i:i + 256]
+                before = {p: set(self.known[p].names) for p in part if p in self.known}
+                at, ev = time.monotonic(), trio.Event()
+                for p in part:
+                    self._inflight[p] = ev
+                try:
+                    for d in await self.c.fs_dirs(bucket, part):
+                        self._renewed(d, at, before.get(d.ino))
+                finally:
+                    for p in part:
+                        if self._inflight.get(p) is ev:
+                            del self._inflight[p]
+                    ev.set()
+
+    def _renewed(self, d, at: float, before: set[str] | None) -> None:
+        p = d.ino
+        if d.attr is None:  # gone, or no longer a directory of the bucket
+            self.known.pop(p, None)
+            self.dir_attrs.pop(p, None)
+            self.dir_seen.pop(p, None)
+            return
+        if self.dir_changed.get(p, -1.0) < at:  # (not changed here while the answer was on its way)
+            self._saw_dir(m.to_builtins(d.attr), at)
         k = self.known.get(p)
-        if k is not None:  # names made here meanwhile
-            names.update({n: k.names[n] for n in set(k.names) - before})
-            self.known[p] = Listed(at, names)
+        if k is None or before is None:
+            return
+        if d.names is None:  # too many to keep: lookups ask the NameNode
+            del self.known[p]
+            return
+        names: dict[str, int | None] = {}
+        for n, ino in zip(d.names, d.inos):
+            if n.endswith("/"):
+                names[n[:-1]] = ino
+            else:
+                names[n] = None
+        for (pp, n) in self.writes.names:
+            if pp == p:
+                names.setdefault(n, None)
+        names.update({n: k.names[n] for n in set(k.names) - before})  # made here meanwhile
+        self.known[p] = Listed(at, names)
 
     def _changed_dir(self, p: int, add: str | None = None, drop: str | None = None) -> None:
         """Write-back: directory `p` changed through this mount: its attributes are fetched again, its names kept."""
         self.dir_seen.pop(p, None)
+        if len(self.dir_changed) > 100_000:
+            self.dir_changed.clear()
+        self.dir_changed[p] = time.monotonic()
         k = self.known.get(p)
         if k is not None:
             if add is not None:
@@ -241,9 +305,17 @@ class EpochOperations(pyfuse3.Operations):
         try:
             a = self.dir_attrs.get(ino)
             cached = a is not None and time.monotonic() - self.dir_seen.get(ino, 0.0) <= self.o.attr_timeout
+            if not cached and ino in self._inflight:  # being renewed: its answer, sent since they went stale
+                seen = self.dir_seen.get(ino)
+                await self._wait_renewal(ino)
+                a = self.dir_attrs.get(ino)
+                cached = a is not None and self.dir_seen.get(ino) != seen
             if not cached:
                 a = await self.inodes.getattr(ino)
-            t = self.writes.made_in(ino) if self.writes.made_here and stat.S_ISDIR(a["mode"]) else 0
+            if self.o.writeback and stat.S_ISDIR(a["mode"]):
+                self._use(ino)
+            t = self.writes.made_in(ino, self.dir_seen.get(ino)) \
+                if (self.writes.made_here or self.writes.created_in) and stat.S_ISDIR(a["mode"]) else 0
             if t > a["mt"]:  # files made here since: the directory changed then (the NameNode stamps their create)
                 a, cached = {**a, "mt": t, "ct": max(t, a["ct"])}, True
             return self._entry(a, cached)
@@ -328,6 +400,8 @@ class EpochOperations(pyfuse3.Operations):
         self.inodes.remember(p, s, a)
         if self.o.writeback:
             self._changed_dir(p, add=s)
+            if p in self.known:
+                self.known[p].names[s] = a["ino"]
             if len(self.known) > 100_000:
                 self.known.clear()
             self.known[a["ino"]] = Listed(time.monotonic(), {})

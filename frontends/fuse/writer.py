@@ -74,13 +74,14 @@ class Writer:
 
     def __init__(self, tmpdir: Path | None, layout: dict, memory: bool = False) -> None:
         # a file made in write-back mode starts in memory (a memfd: cheaper to make and drop than a temporary
-        # file), and moves to one once it outgrows STREAM_AFTER (spill)
-        self.file = os.fdopen(os.memfd_create("epochfs-new"), "r+b", buffering=0) if memory \
-            else tempfile.TemporaryFile(dir=tmpdir)
-        self.fd = self.file.fileno()
+        # file), and moves to one once it outgrows STREAM_AFTER (spill); a memfd is kept as a bare descriptor (a
+        # file object around it cost as much as making it)
+        self.file = tempfile.TemporaryFile(dir=tmpdir) if not memory else None
+        self.fd = self.file.fileno() if self.file is not None else os.memfd_create("epochfs-new")
         self.memory = memory
         self.size = layout["size"]
-        os.ftruncate(self.fd, self.size)
+        if self.size:
+            os.ftruncate(self.fd, self.size)
         self.dirty = False
         self.refs = 0
         self.mtime_ns = 0
@@ -103,12 +104,24 @@ class Writer:
         os.ftruncate(f.fileno(), self.size)
         for pos in range(0, self.size, UPLOAD_PIECE):  # (copy_file_range can't cross file systems on older kernels)
             os.pwrite(f.fileno(), os.pread(self.fd, min(UPLOAD_PIECE, self.size - pos), pos), pos)
-        self.file.close()
+        self.close()
         self.file, self.fd, self.memory = f, f.fileno(), False
+
+    def close(self) -> None:
+        """Drop the local copy."""
+        if self.file is not None:
+            self.file.close()
+        elif self.fd >= 0:
+            os.close(self.fd)
+        self.fd = -1
+
+    def __del__(self) -> None:
+        if self.file is None and getattr(self, "fd", -1) >= 0:
+            os.close(self.fd)
 
     def _rebase(self, etag: str, blk: list, known: dict[int, int], new: int, bs: int) -> None:
         """Start from version `etag` made of `blk` (the layout's [id, size] spans, in order)."""
-        spans = msgspec.convert(blk, list[BlockSpan])
+        spans = msgspec.convert(blk, list[BlockSpan]) if blk else []
         self.base, self.bs = etag, bs
         self.ids = [s.id for s in spans]
         # block i is bytes [starts[i], starts[i+1]) of the file
@@ -225,6 +238,8 @@ class Writes:
         self.streams = 0  # under way
         self.made_here: dict[int, Writer] = {}  # write-back: files not yet on the NameNode, by inode
         self.names: dict[tuple[int, str], int] = {}  # and by (directory, name)
+        self._made_in: dict[int, tuple[int, int]] = {}  # directory -> (files made in it not yet created, last made_at)
+        self.created_in: dict[int, tuple[int, float]] = {}  # directory -> (last made_at, monotonic time of its create)
         self.queue: collections.deque[Writer] = collections.deque()  # closed, to be created
         self.queued_bytes = 0
         self._more = trio.Event()
@@ -241,10 +256,19 @@ class Writes:
     # batches in flight). fsync, and anything else that needs the file on the NameNode (a rename, an unlink, a link,
     # a listing of its directory, a stat of the directory, a second open, xattrs, a truncate, a stream once it
     # outgrows STREAM_AFTER) waits for its create first: `settle` one file, `settle_all` every one.
-    def made_in(self, parent: int) -> int:
-        """When the last file made here in `parent` and not yet on the NameNode was made (0: none)."""
-        return max((w.made_at for w in self.made_here.values() if w.new is not None and w.new[0] == parent),
-                   default=0)
+    def made_in(self, parent: int, seen: float | None) -> int:
+        """When the last file made here in `parent` was made, while some made there are not yet on the NameNode or
+        the directory's attributes were last seen (`seen`, monotonic) before their create (0: none)."""
+        n, t = self._made_in.get(parent, (0, 0))
+        if n:
+            return t
+        c = self.created_in.get(parent)
+        if c is None:
+            return 0
+        if seen is not None and seen > c[1]:  # seen since: the NameNode's times include it
+            del self.created_in[parent]
+            return 0
+        return c[0]
 
     def named(self, parent: int, name: str) -> Writer | None:
         """The file this mount made as `name` in `parent` and has not created on the NameNode yet."""
@@ -267,6 +291,8 @@ class Writes:
         w.new, w.made, w.dirty, w.mtime_ns, w.made_at = (parent, name), trio.Event(), True, attr["mt"], attr["ct"]
         self.made_here[ino] = w
         self.names[(parent, name)] = ino
+        n, _ = self._made_in.get(parent, (0, 0))
+        self._made_in[parent] = (n + 1, w.made_at)
         return w
 
     def later(self, w: Writer) -> None:
@@ -351,6 +377,13 @@ class Writes:
                 ino = w.attr["ino"]
                 self.names.pop(w.new, None)
                 self.made_here.pop(ino, None)
+                n, t = self._made_in.pop(w.new[0], (1, 0))
+                if n > 1:
+                    self._made_in[w.new[0]] = (n - 1, t)
+                else:
+                    if len(self.created_in) > 100_000:
+                        self.created_in.clear()
+                    self.created_in[w.new[0]] = (t, time.monotonic())
                 w.new, w.queued = None, False
                 if isinstance(r, errors.DomainError):
                     log.error("inode %s (%r): not saved: %s", ino, f.name, r)
@@ -428,7 +461,7 @@ class Writes:
         if w.stream is not None:  # not committed (an upload failed before it): abandoned
             w.stream.scope.cancel()
             w.stream = None
-        w.file.close()
+        w.close()
 
     async def read(self, ino: int, w: Writer, off: int, size: int) -> bytes:
         """Bytes [off, off + size) of the file, from its local copy (fetching the base blocks they need first)."""

@@ -53,12 +53,12 @@ from .http import Response
 
 FS_REQUESTS = Counter("epochfs_fs_requests_total", "Mount API requests", ["op"])
 JSON = [("content-type", "application/json")]
-READ_OPS = frozenset((m.FsGetattr, m.FsLookup, m.FsReaddir, m.FsReadlink, m.FsLayout, m.FsGetxattr, m.FsListxattr))
+READ_OPS = frozenset((m.FsGetattr, m.FsLookup, m.FsReaddir, m.FsDirs, m.FsReadlink, m.FsLayout, m.FsGetxattr, m.FsListxattr))
 _decode_op = msgspec.json.Decoder(Union[m.FS_OPS]).decode  # one of the mount's operations, never another request
 _decode_layout = msgspec.json.Decoder(m.FileWrite).decode   # the layout ahead of a file write's new bytes
 _FORWARD = {  # the NameNodeClient method each goes to
     m.FsLookup: NameNodeClient.fs_lookup, m.FsGetattr: NameNodeClient.fs_getattr,
-    m.FsReaddir: NameNodeClient.fs_readdir, m.FsReadlink: NameNodeClient.fs_readlink,
+    m.FsReaddir: NameNodeClient.fs_readdir, m.FsDirs: NameNodeClient.fs_dirs, m.FsReadlink: NameNodeClient.fs_readlink,
     m.FsLayout: NameNodeClient.fs_layout, m.FsMkdir: NameNodeClient.fs_mkdir, m.FsMknod: NameNodeClient.fs_mknod,
     m.FsSymlink: NameNodeClient.fs_symlink, m.FsLink: NameNodeClient.fs_link, m.FsUnlink: NameNodeClient.fs_unlink,
     m.FsRmdir: NameNodeClient.fs_rmdir, m.FsRename: NameNodeClient.fs_rename,

@@ -41,6 +41,11 @@ def handlers(meta: MetaStore, members: Membership, admit) -> dict:
         page = posix.readdir(req.ino, req.after, req.limit)
         return m.DirPage(entries=[m.DirEntry(name, attr(a)) for name, a in page["entries"]], next=page["next"])
 
+    async def dirs(req: m.FsDirs, _) -> m.DirsNames:
+        scope(req)
+        return m.DirsNames(dirs=[m.DirNames(ino, a and attr(a), names, inos)
+                                 for ino, a, names, inos in posix.dirs(req.inos, req.MAX_NAMES)])
+
     async def readlink(req: m.FsReadlink, _) -> m.LinkTarget:
         scope(req)
         return m.LinkTarget(target=posix.readlink(req.ino))
@@ -140,7 +145,7 @@ def handlers(meta: MetaStore, members: Membership, admit) -> dict:
         return m.FsUsage(capacity=sum(n.capacity for n in nodes), used=sum(n.used for n in nodes),
                          files=int.from_bytes(meta.kv.get(keys.counter(b"ino")) or b"", "big"))  # inodes ever made
 
-    return {m.FsLookup: lookup, m.FsGetattr: getattr_, m.FsReaddir: readdir, m.FsReadlink: readlink,
+    return {m.FsLookup: lookup, m.FsGetattr: getattr_, m.FsReaddir: readdir, m.FsDirs: dirs, m.FsReadlink: readlink,
             m.FsLayout: layout, m.FsMkdir: mkdir, m.FsMknod: mknod, m.FsSymlink: symlink, m.FsLink: link,
             m.FsUnlink: unlink, m.FsRmdir: rmdir, m.FsRename: rename, m.FsSetattr: setattr_,
             m.FsGetxattr: getxattr, m.FsListxattr: listxattr, m.FsSetxattr: setxattr, m.FsRemovexattr: removexattr,

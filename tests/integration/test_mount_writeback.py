@@ -86,6 +86,42 @@ def test_batch_creates_keep_content_mtime_and_attributes(cluster, s3, bucket, tm
         other.close()
 
 
+def test_directories_in_use_are_renewed_together_and_see_names_made_elsewhere(cluster, s3, bucket, tmp_path):
+    """An unpack into many directories: the names (and attributes) of the directories the mount writes into are
+    renewed in one request per half timeout for all of them, no listing per directory; a name made elsewhere in one
+    of them (an S3 PUT, a directory) is seen within the timeout, and a name taken elsewhere meanwhile can't be
+    created again (O_EXCL)."""
+    m = _wb(cluster, bucket, tmp_path)
+    try:
+        dirs = [m.path / "t" / f"d{i}" for i in range(10)]
+        for d in dirs:
+            d.mkdir(parents=True)
+        before = fs_requests(cluster)
+        t0, i = time.monotonic(), 0
+        while time.monotonic() - t0 < 3.0:
+            _untar_like(dirs[i % 10] / f"f{i:04d}", b"x" * 100, 1_500_000_000_000_000_000)
+            i += 1
+            if i == 50:  # made elsewhere, in directories the mount is writing into
+                s3.put_object(Bucket=bucket, Key="t/d3/from-s3", Body=b"s3")
+                s3.put_object(Bucket=bucket, Key="t/d4/sub/obj", Body=b"deep")
+                made = time.monotonic()
+            if i > 50 and (dirs[3] / "from-s3").exists() and (dirs[4] / "sub").exists():
+                break
+        assert time.monotonic() - made < 2.0  # within the 0.5 s timeout, give or take a loaded machine
+        assert (dirs[3] / "from-s3").read_bytes() == b"s3"
+        assert (dirs[4] / "sub" / "obj").read_bytes() == b"deep"
+        with pytest.raises(FileExistsError):
+            os.open(dirs[3] / "from-s3", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        after = fs_requests(cluster)
+        assert after.get("readdir", 0) == before.get("readdir", 0)
+        renewals = after.get("dirs", 0) - before.get("dirs", 0)
+        assert 1 <= renewals <= 4 * (time.monotonic() - t0) + 10, renewals  # not one per directory and period
+        names = {f"t/d{j % 10}/f{j:04d}" for j in range(i)}
+        _until(lambda: names <= _keys(s3, bucket, "t/"))
+    finally:
+        m.close()
+
+
 def test_operations_on_a_file_not_yet_created_wait_for_it(cluster, s3, bucket, tmp_path):
     """A rename, link, unlink, listing, second open or xattr of a file made in the mount first creates it on the
     NameNode, so each sees (and S3 sees) the file as the mount does."""

@@ -16,6 +16,7 @@ from epochfs.namenode.ha.journal import LocalJournal
 from epochfs.namenode.jobs import OperatorJobs
 from epochfs.namenode.membership import Membership
 from epochfs.namenode.metastore import MetaStore
+from epochfs.namenode.posix import Posix
 from epochfs.namenode.repair import RepairWorker
 
 SECRET = "s3cret"
@@ -112,4 +113,33 @@ def test_stat_many_answers_each_key_or_why_not_and_manifest_pages():
         assert [i.key for i in page.items] == ["k0", "k1"] and page.truncated
         page = await nn.manifest("a", after="k1")
         assert page.items == [m.ManifestItem("k2", 1, '"e2"', 5)] and not page.truncated
+    run(t)
+
+
+def test_dirs_answer_names_and_attributes_of_many_directories_in_one_call():
+    """FsDirs (a write-back mount's renewal): each directory's attributes as getattr gives them and its names from
+    the entries ("/" ended: a subdirectory, with its inode); a directory gone, a file or an inode of another bucket
+    is an entry without attributes, not a failed call; more names than asked for come back as None."""
+    async def t(nn: NameNodeClient, meta: MetaStore):
+        a, b = meta.bucket_ino("a"), meta.bucket_ino("b")
+        d = await nn.fs_mkdir(m.FsMkdir(parent=a, name="d", mode=0o750, uid=7, gid=8, bi=a))
+        sub = await nn.fs_mkdir(m.FsMkdir(parent=d.ino, name="s", mode=0o755, uid=7, gid=8, bi=a))
+        f = await nn.fs_mknod(m.FsMknod(parent=d.ino, name="f", mode=stat.S_IFREG | 0o600, uid=7, gid=8, bi=a,
+                                        bucket="a"))
+        other = await nn.fs_mkdir(m.FsMkdir(parent=b, name="o", mode=0o755, uid=0, gid=0, bi=b))
+        got = (await nn.fs_dirs(m.FsDirs(inos=[d.ino, sub.ino, f.ino, other.ino, 10**9], bi=a))).dirs
+        assert [x.ino for x in got] == [d.ino, sub.ino, f.ino, other.ino, 10**9]
+        assert got[0].attr == await nn.fs_getattr(m.FsGetattr(ino=d.ino, bi=a))  # nlink 3: one subdirectory
+        assert got[0].attr.nlink == 3
+        assert (got[0].names, got[0].inos) == (["f", "s/"], [f.ino, sub.ino])
+        assert (got[1].names, got[1].inos) == ([], [])
+        assert [x.attr for x in got[2:]] == [None, None, None]
+        fs = Posix(meta)
+        fs.scope(a, "dirs", {})
+        (ino, attr, names, inos), = fs.dirs([d.ino], max_names=1)  # more than that: no names, the attributes
+        assert (names, inos) == (None, None) and attr["nlink"] == 3
+        with pytest.raises(errors.Unauthorized):  # the tree of buckets has no directories to renew
+            await nn.fs_dirs(m.FsDirs(inos=[d.ino], bi=None))
+        with pytest.raises(errors.InvalidInput):  # at most 256 at once
+            await nn.fs_dirs(m.FsDirs(inos=list(range(257)), bi=a))
     run(t)
