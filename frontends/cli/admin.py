@@ -76,10 +76,11 @@ def _size(n) -> str:
     return ""
 
 
-def _table(title: str, columns: list[str], rows: list[list]) -> Table:
+def _table(title: str, columns: list[str], rows: list[list], keep: tuple[int, ...] = ()) -> Table:
+    """`keep`: columns besides the first never folded either (an address that scripts grep for)."""
     t = Table(title=title)
     for i, c in enumerate(columns):
-        t.add_column(c, no_wrap=i == 0)  # the first column names the row (a bucket, a key): never folded
+        t.add_column(c, no_wrap=i == 0 or i in keep)  # the first column names the row (a bucket, a key): never folded
     for r in rows:
         t.add_row(*("-" if v is None else str(v) for v in r))
     return t
@@ -107,11 +108,12 @@ def show_ha(c: AdminClient) -> Table:
     h = c.call("GET", "/ha")
     rows = [[n["name"], n["address"], n["role"] + (" (this gateway's)" if n["current"] else ""),
              n["applied"] if h["mode"] == "etcd" else "-", n["lag"] if h["mode"] == "etcd" else "-",
-             f"{n['stale_served']} / {n['stale_refused']}" if h["mode"] == "etcd" else "-",
+             f"{n['stale_served']}/{n['stale_refused']}" if h["mode"] == "etcd" else "-",
              n["error"] or ""] for n in h["namenodes"]]
     title = (f"NameNodes: {h['mode']}" + (f", epoch {h['epoch']}, leader {h['leader'] or 'none'}, log "
                                           f"{h['log_first']}..{h['log_end']}" if h["mode"] == "etcd" else ""))
-    t = _table(title, ["name", "address", "role", "applied", "lag", "stale reads served / refused", "error"], rows)
+    # stale ok/no: the stale reads this NameNode served as a standby / refused as too stale
+    t = _table(title, ["name", "address", "role", "applied", "lag", "stale ok/no", "error"], rows, keep=(1,))
     if h["mode"] != "etcd":
         return t
     grid = Table.grid()
