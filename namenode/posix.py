@@ -405,10 +405,25 @@ class Posix:
         item refused (a name taken, a number not reserved, the quota) is its error, and the others are made."""
         return self.meta.execute(cmds.CreateFiles(bi=self.bi, items=items, bucket=bucket, t=now_ns(), owner=owner))
 
+    def _made_by(self, item: dict, parent: int, name: str, ino: int) -> dict | None:
+        """The record of file `ino` if the create `item` made it already, as it made it (number, name, content,
+        mode, owner and mtime all equal): the same create sent again after its answer was lost. (Inode numbers are
+        reserved for one access key, so only its own creates can have made `ino`.)"""
+        rec = self.meta.get_inode(ino)
+        f = item["f"]
+        if rec is None or rec.get("t") != "f" or [parent, name] not in rec.get("ln", ()) or \
+                self._child(parent, name) != (ino, False):
+            return None
+        same = (rec.get("etag") == item["etag"] and rec.get("size") == int(f["size"]) and
+                rec.get("mt") == int(f["mt"]) and rec.get("mode", 0) & 0o7777 == int(f["mode"]) & 0o7777 and
+                rec.get("uid") == int(f["uid"]))
+        return rec if same else None
+
     def _apply_create_files(self, b, c: cmds.CreateFiles) -> list[dict | errors.DomainError]:
         out: list = []
         names: set[tuple[int, str]] = set()
         inos: set[int] = set()
+        taken: set[int] = set()  # blocks an earlier file of the batch took
         held: dict[int, dict] = {}  # the reserved ranges this command uses: their records, written back at the end
         for item in c.items:
             f, blk = item["f"], item["blk"]
@@ -416,8 +431,19 @@ class Posix:
                 parent, name, ino = int(f["parent"]), f["name"], int(f["ino"])
                 if (parent, name) in names:
                     raise errors.AlreadyExists(f"{name!r} exists")
+                if ino not in inos and (made := self._made_by(item, parent, name, ino)) is not None:
+                    # this very create sent again (its answer was lost): answered as the first time, and the
+                    # blocks it brought again (if new: a mount's resend) are given back
+                    self.meta.give_back(b, [block_id(x) for x in blk])
+                    taken.update(block_id(x) for x in blk)
+                    names.add((parent, name))
+                    inos.add(ino)
+                    out.append({**self.attr(ino, made), "layout": [[block_id(x), block_size(x)] for x in made["blk"]]})
+                    continue
                 if ino in inos or self.meta.get_inode(ino) is not None:
                     raise errors.InvalidInput(f"inode {ino} was not reserved, or is taken")
+                if (bad := self.meta.not_fresh(blk, taken)) is not None:
+                    raise errors.InvalidInput(f"block {bad} of {name!r} was not allocated for it, or is committed")
                 reservation = self._reservation(ino, c.owner, held)
                 self.in_bucket(parent)
                 prec = self._check_new(parent, name)
@@ -433,6 +459,7 @@ class Posix:
                    "mt": int(f["mt"]), "at": int(f["at"])}
             for x in blk:
                 b.delete(keys.pending(block_id(x)))
+                taken.add(block_id(x))
             names.add((parent, name))
             inos.add(ino)
             reservation["used"] += 1

@@ -49,6 +49,7 @@ BATCH_BYTES = 16 << 20   # and their bytes (the gateway takes 32 MiB)
 CREATORS = 2             # batches in flight
 INO_RESERVE = 1024       # inode numbers reserved at once
 QUEUE_BYTES = 256 << 20  # write-back: bytes of closed files waiting for their create, at most
+CREATE_RETRY_S = (0.2, 0.5, 1.0, 2.0, 4.0)  # write-back: a batch create left unanswered is sent again after these
 # what a writer knows of a block of the version it started from
 KEPT, CLEAN, DIRTY, GONE = range(4)  # only on DataNodes; also in the local copy, unchanged; changed; cut off
 
@@ -366,13 +367,23 @@ class Writes:
                                       gid=a["gid"], at=a["at"], mt=w.mtime_ns, size=size, ct=a["ct"],
                                       dt=w.made_at),
                               os.pread(w.fd, size, 0) if size else b""))
-            try:
-                res = await self.c.fs_create_files(self._bucket(batch[0].attr["ino"]), files)
-            except errors.DomainError as e:
-                res = [e] * len(batch)
-            except Exception as e:  # noqa: BLE001 -- a bug: the files' calls report EIO, the log says why
-                log.exception("write-back create failed")
-                res = [errors.DomainError(repr(e))] * len(batch)
+            for wait in (*CREATE_RETRY_S, None):
+                try:
+                    res = await self.c.fs_create_files(self._bucket(batch[0].attr["ino"]), files)
+                    break
+                except errors.Unavailable as e:  # no answer (it may have been made): the same batch again; the
+                    if wait is None:             # NameNode answers files it made already as it did the first time
+                        res = [e] * len(batch)
+                        break
+                    log.warning("write-back create of %d files: %s; sending them again in %.1f s", len(batch), e, wait)
+                    await trio.sleep(wait)
+                except errors.DomainError as e:
+                    res = [e] * len(batch)
+                    break
+                except Exception as e:  # noqa: BLE001 -- a bug: the files' calls report EIO, the log says why
+                    log.exception("write-back create failed")
+                    res = [errors.DomainError(repr(e))] * len(batch)
+                    break
             for w, (f, _), r in zip(batch, files, res):
                 ino = w.attr["ino"]
                 self.names.pop(w.new, None)

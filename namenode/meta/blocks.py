@@ -66,7 +66,11 @@ class BlockMap(StoreBase):
         self.execute(cmds.Abandon(block_ids=[int(x) for x in block_ids]))
 
     def _apply_abandon(self, b, c: cmds.Abandon) -> None:
-        for bid in c.block_ids:
+        self.give_back(b, c.block_ids)
+
+    def give_back(self, b, block_ids) -> None:
+        """In batch `b`: those of `block_ids` still pending (allocated, never committed) become garbage."""
+        for bid in block_ids:
             raw = self.kv.get(keys.pending(bid))
             if raw is None:
                 continue
@@ -88,7 +92,7 @@ class BlockMap(StoreBase):
 
     def _apply_expire_pending(self, b, c: cmds.ExpirePending) -> int:
         expired = self._expired(c.cutoff)
-        self._apply_abandon(b, cmds.Abandon(block_ids=expired))
+        self.give_back(b, expired)
         return len(expired)
 
     def _due_freed(self, cutoff: int, limit: int) -> list[bytes]:

@@ -98,3 +98,46 @@ class LostReplies:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+
+class LostHttpReplies(LostReplies):
+    """The same in front of an HTTP/1.1 server (the gateway): `lose(marker)` loses the answers to the next requests
+    whose head holds `marker` (e.g. "files=1", a query string). Bytes are relayed as they come; a request is known
+    by its head's bytes, which arrive in one piece from a client that sends one request at a time per connection
+    (httpx, boto3), and its answer is the next bytes the server sends on that connection."""
+
+    async def _relay(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        try:
+            ur, uw = await asyncio.open_connection(*self.target)
+        except OSError:
+            cw.close()
+            return
+        doomed: list[str] = []  # the marker of a request whose answer is to be lost
+
+        async def up() -> None:
+            while data := await cr.read(1 << 16):
+                for marker, n in self.drop.items():
+                    if n and marker.encode() in data:
+                        self.drop[marker] -= 1
+                        self.calls[marker] = self.calls.get(marker, 0) + 1
+                        doomed.append(marker)
+                uw.write(data)
+                await uw.drain()
+
+        async def down() -> None:
+            while data := await ur.read(1 << 16):
+                if doomed:
+                    self.dropped.append(doomed.pop())
+                    return  # the server acted; its caller never hears of it
+                cw.write(data)
+                await cw.drain()
+
+        tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            cw.close()
+            uw.close()

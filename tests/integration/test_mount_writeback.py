@@ -11,10 +11,12 @@ import signal
 import stat
 import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from cluster import ALT, MAIN
+from cluster import ALT, MAIN, Cluster
+from lostreply import LostHttpReplies, LostReplies
 from mounting import FUSERMOUNT, Mount, fs_requests, needs_fuse
 
 from epochfs.common import errors
@@ -254,3 +256,52 @@ def test_reserved_inode_numbers_belong_to_the_access_key_that_reserved_them(clus
     assert isinstance(stolen[0], errors.InvalidInput) and "another access key" in stolen[0].message
     assert isinstance(made[0], dict) and isinstance(kept[0], dict)
     assert _keys(s3, bucket) == {"alts", "mains"}
+
+
+def test_a_batch_create_whose_answer_is_lost_is_sent_again_and_made_once(tmp_path):
+    """A batch create is carried out and its answer lost: between the gateway and the NameNode (the gateway's client
+    sends it again, the same blocks), and between the mount and the gateway (the mount sends the batch again, its
+    content stored anew). Either way fsync succeeds and every file is there once with its bytes, mode and mtime;
+    before, the second sending was refused (its inode numbers taken) and the files were reported unsaved (EIO)."""
+    c = Cluster(tmp_path / "c")
+    c.start_namenode()
+    nn = LostReplies("127.0.0.1", c.ports["nn"][1])
+    c.extra["gw"]["GW_NAMENODE"] = f"127.0.0.1:{nn.port}"
+    for i in range(1, c.n_dn + 1):
+        c.start_datanode(i)
+    c.start_gateway()
+    gw = LostHttpReplies("127.0.0.1", c.ports["gw"])
+    m = None
+    try:
+        s3 = c.s3()
+        s3.create_bucket(Bucket="wback")
+        m = _wb(SimpleNamespace(endpoint=f"http://127.0.0.1:{gw.port}"), "wback", tmp_path)
+        files = {}
+        for d, relay, marker in (("a", nn, "fs_create_files"), ("b", gw, "files=1")):
+            (m.path / d).mkdir()
+            relay.lose(marker)
+            for i in range(10):
+                files[f"{d}/f{i}"] = data = os.urandom(3000 + i)
+                fd = os.open(m.path / d / f"f{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                try:
+                    os.write(fd, data)
+                    os.utime(fd, ns=(1_600_000_000_000_000_000 + i, 1_600_000_000_000_000_000 + i))
+                    os.fchmod(fd, 0o640)
+                    os.fsync(fd)  # waits for its create: EIO if the mount holds it unsaved
+                finally:
+                    os.close(fd)
+            assert relay.dropped == [marker]
+        assert nn.calls["fs_create_files"] >= 2
+        _until(lambda: _keys(s3, "wback") == set(files))
+        for key, data in files.items():
+            assert s3.get_object(Bucket="wback", Key=key)["Body"].read() == data
+            st = os.stat(m.path / key)
+            assert (stat.S_IMODE(st.st_mode), st.st_size) == (0o640, len(data))
+        assert os.stat(m.path / "b/f3").st_mtime_ns == 1_600_000_000_000_000_003
+        assert "not saved" not in (tmp_path / "mnt.log").read_text()
+    finally:
+        if m is not None:
+            m.close()
+        c.close()
+        nn.close()
+        gw.close()

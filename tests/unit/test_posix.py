@@ -231,10 +231,12 @@ def test_commit_keeps_blocks_of_the_version_it_started_from(fs):
     assert fs.meta.garbage_for(1) == [2]  # only the replaced block is freed
 
 
-def _new_file(ino, parent, name, size=0, mode=0o640, mt=1_500_000_000_000_000_000):
+def _new_file(ino, parent, name, size=0, mode=0o640, mt=1_500_000_000_000_000_000, fs=None):
+    """A batch create's item; with `size`, one block allocated in `fs` (pending, as a gateway's would be)."""
+    blk = [[fs.meta.allocate(1, lambda bid, i: [1])[0][0], size, 0, [1]]] if size else []
     return {"f": {"ino": ino, "parent": parent, "name": name, "mode": mode, "uid": 7, "gid": 8, "at": mt, "mt": mt,
                   "size": size},
-            "blk": [[100 + ino, size, 0, [1]]] if size else [], "etag": f'"e{ino}"'}
+            "blk": blk, "etag": f'"e{ino}"'}
 
 
 def test_create_files_makes_each_file_whole_or_not_at_all(fs):
@@ -245,9 +247,10 @@ def test_create_files_makes_each_file_whole_or_not_at_all(fs):
     fs.mknod(fs.b, "taken", stat.S_IFREG | 0o644, 0, 0, bucket="bkt")
     first = fs.reserve_inodes(4)
     assert fs.reserve_inodes(1) == first + 4  # never handed out twice, nor by mknod
-    bad_size = _new_file(first + 3, fs.b, "bad", 5)
+    bad_size = _new_file(first + 3, fs.b, "bad", 5, fs=fs)
     bad_size["f"]["size"] = 6
-    res = fs.create_files([_new_file(first, fs.b, "a", 10), _new_file(first + 1, fs.b, "taken"),
+    a10 = _new_file(first, fs.b, "a", 10, fs=fs)
+    res = fs.create_files([a10, _new_file(first + 1, fs.b, "taken"),
                            _new_file(first + 1, fs.b, "a"), _new_file(first + 100, fs.b, "unreserved"),
                            _new_file(first, fs.b, "again"), bad_size, _new_file(first + 2, fs.b, "b")],
                           bucket="bkt")
@@ -256,14 +259,46 @@ def test_create_files_makes_each_file_whole_or_not_at_all(fs):
     a = fs.getattr(first)
     assert (a["size"], stat.S_IMODE(a["mode"]), a["uid"], a["gid"], a["mt"]) == (10, 0o640, 7, 8,
                                                                                  1_500_000_000_000_000_000)
-    assert res[0]["layout"] == [[100 + first, 10]]
+    assert res[0]["layout"] == [[a10["blk"][0][0], 10]]
     assert sorted(keys(fs)) == ["a", "b", "taken"]
     assert fs.meta.usage(fs.b) == [10, 3]
     fs.meta.update_bucket("bkt", {"qb": 15})
     more = fs.reserve_inodes(2)
-    res = fs.create_files([_new_file(more, fs.b, "c", 5), _new_file(more + 1, fs.b, "d", 1)], bucket="bkt")
+    res = fs.create_files([_new_file(more, fs.b, "c", 5, fs=fs), _new_file(more + 1, fs.b, "d", 1, fs=fs)],
+                          bucket="bkt")
     assert res[0]["size"] == 5 and errmap.to_errno(res[1]) == errno.EDQUOT
     assert sorted(keys(fs)) == ["a", "b", "c", "taken"] and fs.meta.usage(fs.b) == [15, 4]
+
+
+def test_a_create_sent_again_answers_as_the_first_time_and_gives_its_new_blocks_back(fs):
+    """A batch create whose answer was lost is sent again: by the gateway's NameNode client with the same blocks,
+    or by the mount with its content stored again (new blocks). Each file it made already is answered as the first
+    time (its attributes and first layout), nothing is made twice and the first blocks stay; the new blocks become
+    garbage. Once the file changed (here a chmod) it is no longer that create: refused, as a taken number is."""
+    fs.scope(fs.b, "create", {})
+    first = fs.reserve_inodes(3, owner="AK")
+    (b1, _), (b2, _), (b3, _) = fs.meta.allocate(3, lambda bid, i: [1])
+
+    def item(ino, name, bid):
+        it = _new_file(ino, fs.b, name)
+        it["f"]["size"], it["blk"] = 10, [[bid, 10, 0, [1]]]
+        return it
+    made = fs.create_files([item(first, "a", b1), item(first + 1, "b", b2)], bucket="bkt", owner="AK")
+    assert [r["ino"] for r in made] == [first, first + 1]
+    same = fs.create_files([item(first, "a", b1), item(first + 1, "b", b2)], bucket="bkt", owner="AK")
+    assert same == made and fs.meta.garbage_for(1) == []
+    anew = fs.create_files([item(first, "a", b3), item(first + 2, "c", b3)], bucket="bkt", owner="AK")
+    assert anew[0] == made[0] and anew[0]["layout"] == [[b1, 10]]
+    assert type(anew[1]).__name__ == "InvalidInput"  # b3 was taken back by the first item, not stored twice
+    assert fs.meta.garbage_for(1) == [b3] and sorted(keys(fs)) == ["a", "b"]
+    assert fs.meta.usage(fs.b) == [20, 2]
+    (b4, _), = fs.meta.allocate(1, lambda bid, i: [1])
+    fs.meta.abandon([b4])  # given back (or expired): its copies are garbage, no file may take it
+    late = fs.create_files([item(first + 2, "d", b4)], bucket="bkt", owner="AK")
+    assert type(late[0]).__name__ == "InvalidInput" and sorted(keys(fs)) == ["a", "b"]
+    fs.setattr(first, {"mode": 0o600})
+    changed = fs.create_files([item(first, "a", b1)], bucket="bkt", owner="AK")
+    assert type(changed[0]).__name__ == "InvalidInput" and stat.S_IMODE(fs.getattr(first)["mode"]) == 0o600
 
 
 def test_reserved_inode_numbers_are_their_owners_alone(fs):
