@@ -362,6 +362,7 @@ class Commit(Command, frozen=True):
     mt: int | None
     t: int
     fresh: bool = False
+    held: Record | None = None  # mode, uid, gid, at set with the commit (FileWrite.held)
 
 
 class ReserveInodes(Command, frozen=True):

@@ -764,7 +764,8 @@ class Posix:
                 "etag": rec.get("etag", "")}
 
     def commit(self, ino: int, blk: list, size: int, etag: str, bucket: str | None = None,
-               base: str | None = None, mt: int | None = None, fresh: bool = False) -> dict:
+               base: str | None = None, mt: int | None = None, fresh: bool = False,
+               held: dict | None = None) -> dict:
         """New content of file `ino` (new blocks already durable on DataNodes): replaces the block list at once,
         frees the blocks no longer used, and refreshes every name's listing summary.
 
@@ -774,10 +775,14 @@ class Posix:
 
         The mtime becomes now, or `mt`: a time set explicitly (utimens) after the last write of these changes, as
         `tar x` and `cp -p` do before they close the file. `fresh`: every new block must be pending (allocated,
-        never committed), as blocks a client stored directly with a write token must."""
+        never committed), as blocks a client stored directly with a write token must. `held`: a chmod, chown or
+        atime (mode, uid, gid, at) set with the new content, as setattr would."""
+        if held and set(held) - {"mode", "uid", "gid", "at"}:
+            raise errors.InvalidInput(f"a commit sets only mode, uid, gid and at, not {sorted(set(held))}")
         return self.meta.execute(cmds.Commit(bi=self.bi, ino=int(ino), blk=blk, size=int(size), etag=etag,
                                              bucket=bucket, base=base, mt=None if mt is None else int(mt),
-                                             t=now_ns(), fresh=fresh))
+                                             t=now_ns(), fresh=fresh,
+                                             held={k: int(v) for k, v in held.items()} if held else None))
 
     def _apply_commit(self, b, c: cmds.Commit) -> dict:
         ino, blk, size, etag, bucket, base, mt, t = c.ino, c.blk, c.size, c.etag, c.bucket, c.base, c.mt, c.t
@@ -810,6 +815,10 @@ class Posix:
         rec.pop("mpu", None)
         rec.pop("ps", None)
         rec.update(blk=blk, size=size, etag=etag, mt=t if mt is None else int(mt), ct=t)
+        if c.held:
+            if "mode" in c.held:
+                rec["mode"] = st.S_IFMT(rec.get("mode", 0)) | (c.held["mode"] & 0o7777)
+            rec.update({k: c.held[k] for k in ("uid", "gid", "at") if k in c.held})
         for x in blk:
             b.delete(keys.pending(block_id(x)))
         self._put_links(b, ino, rec)

@@ -31,8 +31,8 @@ import trio
 from epochfs.common import defaults, errors
 from epochfs.common.client import S3Client
 from epochfs.common.directwrite import DIRECT_RETRY_S, ROUND_MAX, WINDOW, DirectUnavailable, DirectWriter
-from epochfs.common.messages import (BlockSpan, FileWrite, FileWriteDirect, KeepBlock, NewExtent, NewFile,
-                                     RestOfBody)
+from epochfs.common.messages import (AttrChanges, BlockSpan, FileWrite, FileWriteDirect, KeepBlock, NewExtent,
+                                     NewFile, RestOfBody)
 
 from .cache import BlockCache
 from .inodes import InodeTable
@@ -196,8 +196,8 @@ class Writer:
         if self.size > pos:
             segs.append(NewExtent(length=self.size - pos))
             extents.append((pos, self.size - pos))
-        return FileWrite(base=self.base, size=self.size, segs=segs,
-                         mt=self.mtime_ns if self.mtime_set else None), extents
+        return FileWrite(base=self.base, size=self.size, segs=segs, mt=self.mtime_ns if self.mtime_set else None,
+                         held=AttrChanges(**self.pending) if self.pending else None), extents
 
     def fresh(self) -> bool:
         """All of the content is new (the version it started from is empty): it can be streamed as it grows."""
@@ -646,6 +646,8 @@ class Writes:
 
             try:
                 a = await self.c.fs_write(self._bucket(ino), ino, layout, pieces())
+                if layout.held is not None:  # set with the commit
+                    w.pending = {}
             except errors.PreconditionFailed:  # the NameNode refused the base version (namenode/posix.py commit)
                 # a stream whose answer was lost (a timeout after the gateway committed) did replace it: with
                 # our very bytes, then this upload is done

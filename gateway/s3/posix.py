@@ -397,7 +397,7 @@ async def fs_write(ctx, req):
         committing = True
         attr = await ctx.cluster.namenode.fs_commit(m.FsCommit(ino=ino, blk=blk, size=size, etag=etag,
                                                                bucket=req.bucket, bi=bi, base=layout.base,
-                                                               mt=layout.mt))
+                                                               mt=layout.mt, held=layout.held))
     except errors.DomainError as e:
         await ctx.abandon(written)
         if isinstance(e, errors.NotEnoughReplicas):  # blocks leased before the bucket's write policy changed

@@ -116,8 +116,9 @@ def handlers(meta: MetaStore, members: Membership, admit) -> dict:
     async def commit(req: m.FsCommit, _) -> m.FsCommitted:
         scope(req, "commit")
         new = admit(req.bucket, req.blk)
+        held = {k: v for k, v in msgspec.to_builtins(req.held).items() if v is not None} if req.held else None
         return msgspec.convert(posix.commit(req.ino, new, req.size, req.etag, req.bucket, req.base, req.mt,
-                                            req.fresh), m.FsCommitted)
+                                            req.fresh, held), m.FsCommitted)
 
     async def reserve_inodes(req: m.FsReserveInodes, _) -> m.InodeRange:
         scope(req)

@@ -319,3 +319,16 @@ def test_reserved_inode_numbers_are_their_owners_alone(fs):
     assert list(fs.meta.kv.scan(b"R", b"S")) == []  # all used: the record is gone
     again = fs.create_files([_new_file(mine + 1, fs.b, "c")], bucket="bkt", owner="AK-MINE")
     assert type(again[0]).__name__ == "InvalidInput" and sorted(keys(fs)) == ["a", "b"]
+
+
+def test_a_commit_sets_the_attributes_held_with_it(fs):
+    """chmod/chown/atime held by the mount until the commit (an archiver's per-file fchown+fchmod) are set by the
+    commit itself, as a setattr would (the file type kept, ctime the commit's); only those fields."""
+    f = fs.mknod(fs.b, "held", stat.S_IFREG | 0o600, 0, 0)["ino"]
+    a = fs.commit(f, [[7, 10, 0, [1]]], 10, '"x"', mt=1_400_000_000_000_000_000,
+                  held={"mode": 0o640, "uid": 1234, "gid": 5678, "at": 1_300_000_000_000_000_000})
+    assert (a["mode"], a["uid"], a["gid"], a["at"], a["mt"]) == (stat.S_IFREG | 0o640, 1234, 5678,
+                                                                 1_300_000_000_000_000_000, 1_400_000_000_000_000_000)
+    assert fs.getattr(f) == {k: v for k, v in a.items() if k != "layout"}
+    assert errno_of(fs.commit, f, [[8, 10, 0, [1]]], 10, '"y"', held={"size": 0}) == errno.EINVAL
+    assert fs.getattr(f)["etag"] == '"x"'
