@@ -34,10 +34,15 @@ class NodeState:
         return f"{self.host}:{self.rpc_port}"
 
 
+STORED_ADDRS_S = 10.0
+
+
 class Membership:
     def __init__(self, meta: MetaStore, timeout_s: float) -> None:
         self.meta = meta
         self.timeout_s = timeout_s
+        self._stored: dict[int, str] = {}  # addresses of registered DataNodes not in `nodes` (see addrs)
+        self._stored_at = float("-inf")
         self.reload()
 
     def reload(self) -> None:
@@ -125,7 +130,12 @@ class Membership:
     def addrs(self, ids) -> dict[str, str]:
         out = {str(i): self.nodes[i].addr for i in ids if i in self.nodes}
         if len(out) < len(ids):  # a standby NameNode answering a stale read knows only the DataNodes registered
-            # before it started (heartbeats go to the active one); the store has every registration
-            recs = self.meta.load_nodes()
-            out |= {str(i): f"{recs[i]['host']}:{recs[i]['rpc_port']}" for i in ids if i in recs and str(i) not in out}
+            # before it started (heartbeats go to the active one); the store has every registration, read again
+            # when a node is missing or the copy is older than STORED_ADDRS_S (a node re-registered elsewhere)
+            now = time.monotonic()
+            if now - self._stored_at > STORED_ADDRS_S or any(i not in self.nodes and i not in self._stored
+                                                             for i in ids):
+                self._stored = {nid: f"{r['host']}:{r['rpc_port']}" for nid, r in self.meta.load_nodes().items()}
+                self._stored_at = now
+            out |= {str(i): self._stored[i] for i in ids if i in self._stored and str(i) not in out}
         return out
