@@ -5,6 +5,7 @@ and carries its msync position. Real RpcServers on loopback play the NameNodes."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 import msgspec
@@ -72,19 +73,21 @@ class Fake:
         return m.LogPosition(seq=42)
 
 
-async def cluster(*modes: str) -> tuple[list[Fake], NameNodeClient]:
+@contextlib.asynccontextmanager
+async def cluster(*modes: str):
+    """(fake NameNodes in these modes, a client of all of them that found the active one), stopped after."""
     fakes = [Fake(f"nn{i}", mode) for i, mode in enumerate(modes)]
     for f in fakes:
         await f.server.start("127.0.0.1", f.port)
     c = NameNodeClient([RpcClient("127.0.0.1", f.port, SECRET, timeout=5.0) for f in fakes], retry_s=2.0)
-    await c.msync()  # finds the active one (a strong call), as the gateway's first calls do
-    return fakes, c
-
-
-async def close(fakes, c) -> None:
-    await c.close()
-    for f in fakes:
-        await f.server.stop()
+    try:
+        if len(fakes) > 1:
+            await c.msync()  # finds the active one (a strong call), as the gateway's first calls do
+        yield fakes, c
+    finally:
+        await c.close()
+        for f in fakes:
+            await f.server.stop()
 
 
 async def who(c: NameNodeClient, stale: bool = True) -> tuple[str, int]:
@@ -94,67 +97,49 @@ async def who(c: NameNodeClient, stale: bool = True) -> tuple[str, int]:
 
 def test_stale_reads_go_to_the_standbys_in_turn_and_the_rest_to_the_active():
     async def go():
-        fakes, c = await cluster("active", "standby", "standby")
-        try:
+        async with cluster("active", "standby", "standby") as (fakes, c):
             got = [(await who(c))[0] for _ in range(6)]
             assert sorted(got) == ["nn1"] * 3 + ["nn2"] * 3 and got[0] != got[1]
             assert fakes[0].calls == 0
             assert await who(c, stale=False) == ("nn0", -1)  # not stale: the active one
             assert c.stale_reads == 6 and c.stale_fallbacks == 0
-        finally:
-            await close(fakes, c)
     asyncio.run(go())
 
 
 def test_msync_position_travels_with_stale_reads():
     async def go():
-        fakes, c = await cluster("active", "standby")
-        try:
+        async with cluster("active", "standby") as (fakes, c):
             assert c.seen_seq == 42
             assert await who(c) == ("nn1", 42)
-        finally:
-            await close(fakes, c)
     asyncio.run(go())
 
 
 def test_a_refusing_standby_is_skipped_and_with_none_serving_the_active_answers():
     async def go():
-        fakes, c = await cluster("active", "stale", "standby")
-        try:
+        async with cluster("active", "stale", "standby") as (fakes, c):
             got = [(await who(c))[0] for _ in range(4)]
             assert got == ["nn2"] * 4
             assert fakes[1].calls == 1  # refused once, then left alone for STALE_REFUSED_S
             fakes[2].mode = "stale"
             c._stale_skip.clear()
             assert (await who(c))[0] == "nn0" and c.stale_fallbacks == 1
-        finally:
-            await close(fakes, c)
     asyncio.run(go())
 
 
 def test_a_standby_that_does_not_answer_costs_one_short_timeout():
     async def go():
-        fakes, c = await cluster("active", "frozen", "standby")
-        c.STALE_TIMEOUT_S = 0.2
-        try:
+        async with cluster("active", "frozen", "standby") as (fakes, c):
+            c.STALE_TIMEOUT_S = 0.2
             loop = asyncio.get_running_loop()
             t0 = loop.time()
             got = [(await who(c))[0] for _ in range(5)]
             assert got == ["nn2"] * 5 and fakes[1].calls == 1
             assert loop.time() - t0 < 1.5
-        finally:
-            await close(fakes, c)
     asyncio.run(go())
 
 
 def test_one_namenode_gets_stale_reads_as_any_read():
     async def go():
-        f = Fake("solo", "active")
-        await f.server.start("127.0.0.1", f.port)
-        c = NameNodeClient(RpcClient("127.0.0.1", f.port, SECRET))
-        try:
-            assert await who(c) == ("solo", 0) and c.stale_reads == 0
-        finally:
-            await c.close()
-            await f.server.stop()
+        async with cluster("active") as (_, c):
+            assert await who(c) == ("nn0", 0) and c.stale_reads == 0
     asyncio.run(go())
