@@ -13,6 +13,8 @@ What it measures (one phase after the other, against each target):
     HEAD         HEAD of the same objects, concurrency 16
     PUT tiny     PUT of K tiny (15 B) objects (default 10,000) in a second bucket, concurrency 16 (set-up for LIST,
                  reported too; same replication settling as PUT 128K)
+    PUT 0        PUT of K empty objects (no block: the gateway and the NameNode alone) in a third bucket,
+                 concurrency 16: metadata throughput (issue 16's 0-byte PUTs, with --target ha)
     LIST/1000    ListObjectsV2 of those K keys, 1,000 keys per page, following continuation tokens; the full listing
                  is repeated R times (4 at once); one op = one page of 1,000 keys
     MPU PUT      one object of B bytes (default 512 MiB) uploaded by multipart: 16 MiB parts, 4 in flight; one op = one
@@ -314,6 +316,14 @@ def _op_head(bucket, size):
     return op
 
 
+def _op_put_zero(bucket):
+    async def op(c, i):
+        st, _, b = await c.request("PUT", f"/{bucket}/zero-{i:07d}", body=b"")
+        expect(st, 200, b, "PUT 0")
+        return 0
+    return op
+
+
 def _op_put_tiny(bucket):
     async def op(c, i):
         st, _, b = await c.request("PUT", f"/{bucket}/key-{i:07d}", body=b"tiny-%010d" % i)
@@ -456,6 +466,8 @@ def run_task(task: dict) -> dict:
         res = loop_new(_run_ops(tgt, task["conc"], task["items"], _op_head(task["bucket"], task["size"])))
     elif kind == "put_tiny":
         res = loop_new(_run_ops(tgt, task["conc"], task["items"], _op_put_tiny(task["bucket"])))
+    elif kind == "put_zero":
+        res = loop_new(_run_ops(tgt, task["conc"], task["items"], _op_put_zero(task["bucket"])))
     elif kind == "list":
         pages: list[int] = []
 
@@ -977,7 +989,7 @@ def bench_target(target: Target, workers: Workers, a, sizes: dict) -> list[dict]
     P = len(workers.procs)
     meter = CpuMeter(target.pids) if target.pids else None
     results: list[dict] = []
-    for b in ("bench-obj", "bench-list", "bench-big") + (("bench-sse",) if a.sse else ()):
+    for b in ("bench-obj", "bench-list", "bench-zero", "bench-big") + (("bench-sse",) if a.sse else ()):
         workers.run([{"kind": "bucket", "tgt": tgt, "bucket": b}])
     idle_ticks, idle_rate = 1.0, 0.0
     if meter:
@@ -1036,6 +1048,8 @@ def bench_target(target: Target, workers: Workers, a, sizes: dict) -> list[dict]
     k = sizes["keys"]
     phase("PUT tiny", [{"kind": "put_tiny", "tgt": tgt, "conc": conc, "items": s, "bucket": "bench-list"}
                        for s in split(list(range(k)), P)], settle=True)
+    phase("PUT 0", [{"kind": "put_zero", "tgt": tgt, "conc": conc, "items": s, "bucket": "bench-zero"}
+                    for s in split(list(range(k)), P)], settle=True)
     reps = sizes["list_reps"]
     per = [reps // P + (1 if i < reps % P else 0) for i in range(P)]
     phase("LIST/1000", [{"kind": "list", "tgt": tgt, "bucket": "bench-list", "want": k, "reps": r}

@@ -78,6 +78,9 @@ class NameNodeSettings(ServiceSettings):
     (EntityTooLarge) before it is applied, rather than failing in etcd and deposing the leader."""
     etcd_prefix: str = "/epochfs"
     """HA: the keys of this cluster in etcd (leader, log, members) start with it."""
+    group_linger_s: float = Field(0.015, ge=0.0, le=0.5)
+    """HA: under load, a log append waits at most this long for the commands of the callers the last one released
+    (group commit; namenode/ha/etcd_journal.py _linger). Idle or one caller at a time it waits for nothing."""
     stale_read_max_s: float = Field(0.5, ge=0.0, le=60.0)
     """HA: a standby answers the reads that accept a stale answer (messages.StaleOk: manifests, stat_many, the
     dataset mount's reads) only while it is sure to miss at most this many seconds of writes (it confirms being at
