@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from cluster import SECRET, free_port
+from cluster import SECRET, Cluster, free_port
 from epochfs.common import errors
 from epochfs.common import messages as m
 from epochfs.common.clients import NameNodeClient
@@ -187,3 +187,17 @@ class HaNameNodes:
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             time.sleep(0.1)
         return res
+
+
+class HaCluster(Cluster):
+    """DataNodes and a gateway over an HA trio of NameNodes (started by the test), each given all three."""
+
+    def __init__(self, root: Path, nns: HaNameNodes) -> None:
+        addrs = ",".join(nns.addr(i) for i in sorted(nns.ports))
+        super().__init__(root, dn_env={"DN_NAMENODE": addrs}, gw_env={"GW_NAMENODE": addrs})
+
+    def start(self) -> "HaCluster":
+        for i in range(1, self.n_dn + 1):
+            self.start_datanode(i)
+        self.start_gateway()
+        return self

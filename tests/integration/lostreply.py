@@ -46,11 +46,25 @@ class LostReplies:
             self._conns.discard(me)
 
     async def _relay(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        """Relay one connection: the caller's side `cr`/`cw` to a new one to the service, until either side ends or
+        `down` loses a reply (then the caller's connection is closed)."""
         try:
             ur, uw = await asyncio.open_connection(*self.target)
         except OSError:
             cw.close()
             return
+        tasks = [asyncio.ensure_future(t) for t in self._pumps(cr, cw, ur, uw)]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            cw.close()
+            uw.close()
+
+    def _pumps(self, cr, cw, ur, uw):
+        """The coroutines carrying requests up (cr -> uw) and replies down (ur -> cw): RPC frames."""
         ops: list[str] = []
 
         async def frames(r: asyncio.StreamReader):
@@ -78,15 +92,7 @@ class LostReplies:
                 cw.write(frame)
                 await cw.drain()
 
-        tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            cw.close()
-            uw.close()
+        return up(), down()
 
     def close(self) -> None:
         async def stop() -> None:
@@ -106,12 +112,7 @@ class LostHttpReplies(LostReplies):
     by its head's bytes, which arrive in one piece from a client that sends one request at a time per connection
     (httpx, boto3), and its answer is the next bytes the server sends on that connection."""
 
-    async def _relay(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
-        try:
-            ur, uw = await asyncio.open_connection(*self.target)
-        except OSError:
-            cw.close()
-            return
+    def _pumps(self, cr, cw, ur, uw):
         doomed: list[str] = []  # the marker of a request whose answer is to be lost
 
         async def up() -> None:
@@ -132,12 +133,16 @@ class LostHttpReplies(LostReplies):
                 cw.write(data)
                 await cw.drain()
 
-        tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            cw.close()
-            uw.close()
+        return up(), down()
+
+
+def start_behind_relay(c) -> LostReplies:
+    """Start cluster `c` (tests/integration/cluster.py, not started) with its gateway calling the NameNode through a
+    LostReplies relay; the relay (close it after the cluster)."""
+    c.start_namenode()
+    relay = LostReplies("127.0.0.1", c.ports["nn"][1])
+    c.extra["gw"]["GW_NAMENODE"] = f"127.0.0.1:{relay.port}"
+    for i in range(1, c.n_dn + 1):
+        c.start_datanode(i)
+    c.start_gateway()
+    return relay

@@ -10,7 +10,7 @@ import time
 import botocore.exceptions
 import pytest
 from cluster import Cluster, upload_until
-from lostreply import LostReplies
+from lostreply import start_behind_relay
 from epochfs.common.blocks import crc32c
 from test_recovery import fully_replicated, wait_for
 
@@ -178,12 +178,7 @@ def test_a_commit_whose_reply_is_lost_and_is_sent_again_keeps_its_blocks(tmp_pat
     (test_namenode_killed_mid_upload_leaves_no_partial_objects, 4 runs of 32). The same for an uploaded part,
     and for a commit sent again after another writer replaced the object (its blocks are garbage by then)."""
     c = Cluster(tmp_path, block_size=MiB)
-    c.start_namenode()
-    relay = LostReplies("127.0.0.1", c.ports["nn"][1])
-    c.extra["gw"]["GW_NAMENODE"] = f"127.0.0.1:{relay.port}"
-    for i in range(1, c.n_dn + 1):
-        c.start_datanode(i)
-    c.start_gateway()
+    relay = start_behind_relay(c)
     try:
         s3 = c.s3(read_timeout=60)
         s3.create_bucket(Bucket="bkt")

@@ -15,26 +15,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cluster import Cluster  # noqa: E402
-from ha import Etcd, HaNameNodes  # noqa: E402
+from ha import Etcd, HaCluster, HaNameNodes  # noqa: E402
 from mounting import Mount, needs_fuse  # noqa: E402
 
 pytestmark = [pytest.mark.integration, needs_fuse,
               pytest.mark.skipif(shutil.which("etcd") is None, reason="no etcd binary")]
-
-
-class HaCluster(Cluster):
-    """DataNodes and a gateway over an HA trio of NameNodes (started by the test), each given all three."""
-
-    def __init__(self, root: Path, nns: HaNameNodes) -> None:
-        addrs = ",".join(nns.addr(i) for i in sorted(nns.ports))
-        super().__init__(root, dn_env={"DN_NAMENODE": addrs}, gw_env={"GW_NAMENODE": addrs})
-
-    def start(self) -> "HaCluster":
-        for i in range(1, self.n_dn + 1):
-            self.start_datanode(i)
-        self.start_gateway()
-        return self
 
 
 def test_write_back_creates_survive_a_kill_9_of_the_active_namenode(tmp_path):

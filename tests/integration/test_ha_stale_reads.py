@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cluster import MAIN, SECRET, Cluster, wait_until  # noqa: E402
-from ha import Etcd, HaNameNodes  # noqa: E402
+from cluster import MAIN, SECRET, wait_until  # noqa: E402
+from ha import Etcd, HaCluster, HaNameNodes  # noqa: E402
 from mounting import Mount, needs_fuse  # noqa: E402
 
 from epochfs.common import errors  # noqa: E402
@@ -31,20 +31,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("etcd") i
 
 BOUND_S = 0.5  # NN_STALE_READ_MAX_S of these NameNodes
 OBJ = m.ObjectRecord(size=0, etag='"d41d8cd98f00b204e9800998ecf8427e"', owner="alice")
-
-
-class HaCluster(Cluster):
-    """DataNodes and a gateway over an HA trio of NameNodes (started by the test), each given all three."""
-
-    def __init__(self, root: Path, nns: HaNameNodes) -> None:
-        addrs = ",".join(nns.addr(i) for i in sorted(nns.ports))
-        super().__init__(root, dn_env={"DN_NAMENODE": addrs}, gw_env={"GW_NAMENODE": addrs})
-
-    def start(self) -> "HaCluster":
-        for i in range(1, self.n_dn + 1):
-            self.start_datanode(i)
-        self.start_gateway()
-        return self
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from cluster import ALT, MAIN, Cluster
-from lostreply import LostHttpReplies, LostReplies
+from lostreply import LostHttpReplies, start_behind_relay
 from mounting import FUSERMOUNT, Mount, fs_requests, needs_fuse
 
 from epochfs.common import errors
@@ -264,12 +264,7 @@ def test_a_batch_create_whose_answer_is_lost_is_sent_again_and_made_once(tmp_pat
     content stored anew). Either way fsync succeeds and every file is there once with its bytes, mode and mtime;
     before, the second sending was refused (its inode numbers taken) and the files were reported unsaved (EIO)."""
     c = Cluster(tmp_path / "c")
-    c.start_namenode()
-    nn = LostReplies("127.0.0.1", c.ports["nn"][1])
-    c.extra["gw"]["GW_NAMENODE"] = f"127.0.0.1:{nn.port}"
-    for i in range(1, c.n_dn + 1):
-        c.start_datanode(i)
-    c.start_gateway()
+    nn = start_behind_relay(c)
     gw = LostHttpReplies("127.0.0.1", c.ports["gw"])
     m = None
     try:
