@@ -375,7 +375,8 @@ class Writes:
                     if wait is None:             # NameNode answers files it made already as it did the first time
                         res = [e] * len(batch)
                         break
-                    log.warning("write-back create of %d files: %s; sending them again in %.1f s", len(batch), e, wait)
+                    log.warning("write-back create of %d files: %s; sending them again in %.1f s", len(batch), e,
+                                wait)
                     await trio.sleep(wait)
                 except errors.DomainError as e:
                     res = [e] * len(batch)
