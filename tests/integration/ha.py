@@ -100,6 +100,14 @@ class HaNameNodes:
             self.wait(lambda: self._healthy(j), 30, f"nn{j} up")
         return self
 
+    def start_led_by_first(self) -> "HaNameNodes":
+        """nn1 alone until it leads, then the others: a known active one."""
+        self.start(1)
+        assert self.active(among=[1]) == 1
+        for j in range(2, self.n + 1):
+            self.start(j)
+        return self
+
     def _healthy(self, j: int) -> bool:
         if self.procs[j].poll() is not None:
             raise RuntimeError(f"nn{j} exited: {(self.root / 'logs' / f'nn{j}.log').read_text()[-3000:]}")

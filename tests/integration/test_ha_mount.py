@@ -27,10 +27,7 @@ def test_write_back_creates_survive_a_kill_9_of_the_active_namenode(tmp_path):
     nns = HaNameNodes(tmp_path, etcd)
     c = m = None
     try:
-        nns.start(1)
-        assert nns.active(among=[1]) == 1
-        nns.start(2)
-        nns.start(3)
+        nns.start_led_by_first()
         c = HaCluster(tmp_path, nns).start()
         s3 = c.s3()
         s3.create_bucket(Bucket="wback")

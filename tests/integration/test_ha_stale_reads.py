@@ -43,10 +43,7 @@ def ha(tmp_path_factory):
                       env_for={3: {"NN_ETCD_ENDPOINTS": etcd.endpoint(2)}})
     c = None
     try:
-        nns.start(1)
-        assert nns.active(among=[1]) == 1
-        nns.start(2)
-        nns.start(3)
+        nns.start_led_by_first()
         c = HaCluster(root, nns).start()
         yield nns, c
     finally:
