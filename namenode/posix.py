@@ -729,11 +729,7 @@ class Posix:
     def _apply_set_attr(self, b, c: cmds.SetAttr) -> dict:
         ino, fields, bucket, t = c.ino, c.fields, c.bucket, c.t
         rec = self._inode(ino)
-        if "mode" in fields:
-            rec["mode"] = st.S_IFMT(rec.get("mode", 0)) | (int(fields["mode"]) & 0o7777)
-        for k in ("uid", "gid", "at", "mt"):
-            if k in fields:
-                rec[k] = int(fields[k])
+        self._set_attrs(rec, fields)
         if "size" in fields:
             if rec.get("t") != "f":
                 raise errors.NotARegularFile("only regular files have a size to set")
@@ -754,6 +750,15 @@ class Posix:
         rec["ct"] = t
         self._put_links(b, ino, rec)
         return self.attr(ino, rec)
+
+    @staticmethod
+    def _set_attrs(rec: dict, fields: dict) -> None:
+        """chmod, chown, utimens of inode record `rec` (fields mode, uid, gid, at, mt; the file type kept)."""
+        if "mode" in fields:
+            rec["mode"] = st.S_IFMT(rec.get("mode", 0)) | (int(fields["mode"]) & 0o7777)
+        for k in ("uid", "gid", "at", "mt"):
+            if k in fields:
+                rec[k] = int(fields[k])
 
     def layout(self, ino: int) -> dict:
         """What a writer needs to change part of a file: its blocks' ids and sizes, in order, and its version."""
@@ -816,9 +821,7 @@ class Posix:
         rec.pop("ps", None)
         rec.update(blk=blk, size=size, etag=etag, mt=t if mt is None else int(mt), ct=t)
         if c.held:
-            if "mode" in c.held:
-                rec["mode"] = st.S_IFMT(rec.get("mode", 0)) | (c.held["mode"] & 0o7777)
-            rec.update({k: c.held[k] for k in ("uid", "gid", "at") if k in c.held})
+            self._set_attrs(rec, c.held)  # (mode, uid, gid, at: commit checked)
         for x in blk:
             b.delete(keys.pending(block_id(x)))
         self._put_links(b, ino, rec)
