@@ -46,13 +46,14 @@ async def fill(t: Target, keys: int) -> None:
 async def epoch(c: NameNodeClient, stale: bool) -> int:
     keys, after = [], ""
     while True:
-        page = await c.manifest("data", "train/", after, PAGE, stale=stale)
+        page = await c.manifest("data", "train/", after, PAGE, stale=m.StaleOk() if stale else None)
         keys += [it.key for it in page.items]
         if not page.truncated:
             break
         after = keys[-1]
     for lo in range(0, len(keys), BATCH):
-        res = await c.stat_many([("data", k) for k in keys[lo:lo + BATCH]], stale=stale)
+        res = await c.stat_many([("data", k) for k in keys[lo:lo + BATCH]],
+                                 stale=m.StaleOk() if stale else None)
         assert not any(o.error for o in res.objs)
     return len(keys)
 

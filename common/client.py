@@ -118,7 +118,8 @@ class S3Client:
                  direct_writes: bool = True, stale_reads: bool = False) -> None:
         """`stale_reads`: the dataset readers' namespace reads (manifest, batch reads and locates, the mount's reads
         by inode) may be answered by a standby NameNode (HA observer reads: at most NN_STALE_READ_MAX_S old; the
-        S3 calls stay read-after-write consistent whatever this says)."""
+        S3 calls stay read-after-write consistent whatever this says). They still see this client's own writes:
+        the first such read after a write asks the active NameNode's log position first (`msync`)."""
         self.endpoint = (endpoint or os.environ.get("AWS_ENDPOINT_URL") or "http://127.0.0.1:9000").rstrip("/")
         self.access_key = access_key or os.environ.get("AWS_ACCESS_KEY_ID", "")
         self.secret_key = secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY", "")
@@ -137,13 +138,36 @@ class S3Client:
         self.direct = DirectWriter(self)
         self.direct_writes = 0  # objects written directly / through the gateway, for tests and benchmarks
         self.gateway_writes = 0
-        self._stale = m.StaleOk() if stale_reads else None  # the `stale` field of the mount's reads by inode
-        self._stale_q = [("stale", "1")] if stale_reads else []  # the query of the other dataset reads
+        self.stale_reads = stale_reads
+        self.stale_pos = 0   # the log position its stale reads ask for (msync): they see the writes before it
+        self._wrote = False  # a write answered since then
 
     async def close(self) -> None:
         await self._http.aclose()
         for dn in self._datanodes.values():
             await dn.close()
+
+    @property
+    def _stale(self) -> m.StaleOk | None:
+        """The `stale` field of the mount's reads by inode (a dataset mount is read-only: no msync to make)."""
+        return m.StaleOk(min_seq=self.stale_pos) if self.stale_reads else None
+
+    async def _stale_q(self) -> list[tuple[str, str]]:
+        """The query of the other dataset reads: a standby may answer, once it has this client's writes."""
+        if not self.stale_reads:
+            return []
+        if self._wrote:
+            await self.msync()
+        return [("stale", "1"), *([("min_seq", str(self.stale_pos))] if self.stale_pos else [])]
+
+    async def msync(self) -> int:
+        """The active NameNode's log position (HDFS's msync, GET /_epochfs/msync): from now on this client's stale
+        reads are answered only by standbys that applied at least that far, so they see every write answered
+        before this call (done by the first stale read after a write)."""
+        self._wrote = False  # (a write answered from now on is after it: the next stale read asks again)
+        r = await self._fs_send("GET", "msync")
+        self.stale_pos = max(self.stale_pos, orjson.loads(r.content)["seq"])
+        return self.stale_pos
 
     async def __aenter__(self) -> "S3Client":
         return self
@@ -175,12 +199,15 @@ class S3Client:
         return "/" + bucket + ("/" + key if key else "") if bucket else "/"
 
     async def _send(self, method: str, bucket: str = "", key: str = "", *, query=(), headers=None,
-                    content: bytes | None = None, stream: bool = False) -> httpx.Response:
+                    content: bytes | None = None, stream: bool = False, read: bool = False) -> httpx.Response:
+        """`read`: a POST that changes nothing (every PUT, POST and DELETE else counts as a write for msync)."""
         headers = {k.lower(): v for k, v in (headers or {}).items()}
         q = [(k, str(v)) for k, v in query]
         url = self._sign(method, self._path(bucket, key), q, headers)
         req = self._http.build_request(method, httpx.URL(url), headers=headers, content=content)
         resp = await self._http.send(req, stream=True)
+        if not read and method not in ("GET", "HEAD"):
+            self._wrote = True
         if resp.status_code >= 300:
             body = await resp.aread()
             await resp.aclose()
@@ -394,7 +421,8 @@ class S3Client:
     async def _fs(self, bucket: str | None, req: m.Request):
         """One namespace operation by inode in `bucket` (None: on the root, the tree of buckets): its typed reply. A
         POSIX failure raises its domain error (frontends/errmap.py gives its errno)."""
-        r = await self._fs_send("POST", f"fs/{bucket}" if bucket else "fs", content=msgspec.json.encode(req))
+        r = await self._fs_send("POST", f"fs/{bucket}" if bucket else "fs", content=msgspec.json.encode(req),
+                                read=hasattr(req, "stale"))
         res = orjson.loads(r.content)
         if "err" in res:
             raise errors.by_name(res["err"])(res.get("msg", ""))
@@ -473,14 +501,14 @@ class S3Client:
     async def fs_read(self, bucket: str, ino: int, offset: int, length: int) -> bytes:
         """Bytes [offset, offset + length) of file `ino` (in `bucket`), short at its end."""
         r = await self._fs_send("GET", f"fs/{bucket}", query=[("ino", ino), ("off", offset), ("len", length),
-                                                             *self._stale_q])
+                                                             *await self._stale_q()])
         return r.content
 
     async def fs_locate(self, bucket: str, ino: int, offset: int, length: int) -> m.FileLocated:
         """Where bytes [offset, offset + length) of file `ino` are: the file's version and size, the pieces to give
         read_pieces with the holders' addresses and the read token (gateway/s3/posix.py)."""
         r = await self._fs_send("GET", f"fs/{bucket}", query=[("ino", ino), ("off", offset), ("len", length),
-                                                             ("locate", 1), *self._stale_q])
+                                                             ("locate", 1), *await self._stale_q()])
         return _reply(_decode_file_located, r.content, "locate")
 
     async def fs_write(self, bucket: str, ino: int, layout: m.FileWrite, chunks: AsyncIterator[bytes]) -> dict:
@@ -671,7 +699,7 @@ class S3Client:
         return await self._locate(_batch_body(items))
 
     async def _locate(self, body: bytes) -> m.BatchLocated:
-        r = await self._fs_send("POST", "locate", content=body, query=self._stale_q)
+        r = await self._fs_send("POST", "locate", content=body, query=await self._stale_q(), read=True)
         return _reply(_decode_batch_located, r.content, "locate")
 
     async def _batch_direct(self, items: list, body: bytes) -> list[bytes | errors.DomainError]:
@@ -693,7 +721,7 @@ class S3Client:
         return out
 
     async def _batch_proxy(self, items: list, body: bytes) -> list[bytes | errors.DomainError]:
-        content = (await self._fs_send("POST", "batch", content=body, query=self._stale_q)).content
+        content = (await self._fs_send("POST", "batch", content=body, query=await self._stale_q(), read=True)).content
         n = int.from_bytes(content[:4], "big")
         pos = 4 + n
         out: list[bytes | errors.DomainError] = []
@@ -711,7 +739,7 @@ class S3Client:
     async def manifest(self, bucket: str, prefix: str = "") -> AsyncIterator[list[list]]:
         """Every key under prefix as pages of [key, size, etag, mtime_ns], streamed in S3 order."""
         path = f"manifest/{bucket}" + (f"/{prefix}" if prefix else "")
-        resp = await self._fs_send("GET", path, stream=True, query=self._stale_q)
+        resp = await self._fs_send("GET", path, stream=True, query=await self._stale_q())
         try:
             buf = bytearray()
             async for chunk in resp.aiter_bytes():

@@ -282,16 +282,15 @@ class _PosixCalls:
     """The POSIX namespace, batch reads and manifests."""
     _call = None
 
-    async def stat_many(self, items: list[tuple[str, str]], *, stale: bool = False) -> m.ReadStats:
+    async def stat_many(self, items: list[tuple[str, str]], *, stale: m.StaleOk | None = None) -> m.ReadStats:
         """What reading each (bucket, key) needs, or why it can't be read, in one call. `stale`: a standby may answer
         (messages.StaleOk)."""
-        return await self._call(m.StatMany(items=items, stale=m.StaleOk() if stale else None))
+        return await self._call(m.StatMany(items=items, stale=stale))
 
     async def manifest(self, bucket: str, prefix: str = "", after: str = "", limit: int = 10_000, *,
-                       stale: bool = False) -> m.ManifestPage:
+                       stale: m.StaleOk | None = None) -> m.ManifestPage:
         """A page of the keys under `prefix` after `after`. `stale`: a standby may answer (messages.StaleOk)."""
-        return await self._call(m.Manifest(bucket=bucket, prefix=prefix, after=after, limit=limit,
-                                           stale=m.StaleOk() if stale else None))
+        return await self._call(m.Manifest(bucket=bucket, prefix=prefix, after=after, limit=limit, stale=stale))
 
     # The namespace by inode: each takes its request as the mount sent it (the gateway has set its scope, `bi`).
     async def fs_lookup(self, req: m.FsLookup) -> m.InodeAttr:
@@ -351,10 +350,10 @@ class _PosixCalls:
     async def fs_statfs(self) -> m.FsUsage:
         return await self._call(m.FsStatfs())
 
-    async def fs_blocks(self, ino: int, bi: int, *, stale: bool = False) -> m.FileBlocks:
+    async def fs_blocks(self, ino: int, bi: int, *, stale: m.StaleOk | None = None) -> m.FileBlocks:
         """File `ino`'s blocks (it must lie in the bucket of directory inode `bi`) and their holders' addresses.
         `stale`: a standby may answer (messages.StaleOk)."""
-        return await self._call(m.FsBlocks(ino=ino, bi=bi, stale=m.StaleOk() if stale else None))
+        return await self._call(m.FsBlocks(ino=ino, bi=bi, stale=stale))
 
     async def fs_reserve_inodes(self, req: m.FsReserveInodes) -> m.InodeRange:
         return await self._call(req)
@@ -423,11 +422,16 @@ class _KeyJobCalls:
             return m.HaState(mode="embedded", name=addr, role="embedded", leader=addr,
                              members=[m.HaMember(name=addr, addr=addr, role="embedded")])
 
+    async def log_position(self) -> int:
+        """The active NameNode's log position: a stale read carrying it (StaleOk.min_seq) sees every write
+        acknowledged before this call (the gateway's `msync` for its callers)."""
+        return (await self._call(m.Msync())).seq
+
     async def msync(self) -> int:
         """The active NameNode's log position (HDFS's msync); from now on this client's stale reads are answered
         only by standbys that applied at least that far, so they see every write acknowledged before this call
         (read-your-writes)."""
-        seq = (await self._call(m.Msync())).seq
+        seq = await self.log_position()
         self.seen_seq = max(self.seen_seq, seq)
         return seq
 
@@ -462,7 +466,8 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
 
     Stale reads (HA observer reads): a request whose `stale` field is set (messages.StaleOk: the manifest,
     stat_many, the mount's reads by inode) goes to a standby first, the standbys taken in turn; one that refuses
-    (TooStale) is left alone for STALE_REFUSED_S, one out of reach (or slower than STALE_TIMEOUT_S) for
+    (TooStale) is left alone for STALE_REFUSED_S (unless the read asked for a log position of its own caller's
+    beyond this client's: a gateway's caller after its writes), one out of reach (or slower than STALE_TIMEOUT_S) for
     STALE_DOWN_S, and the read goes to the next standby, at most STALE_TRIES, then to the active NameNode as any
     call; so does a read a standby answers NotLeader (it needs the active one). After `msync()` such reads carry
     its log position (StaleOk.min_seq): read-your-writes."""
@@ -590,7 +595,8 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
             try:
                 reply, _ = await rpc.request(req, timeout=min(timeout or rpc.timeout, self.STALE_TIMEOUT_S))
             except errors.TooStale:  # not sure to be fresh enough (or no longer a standby: deposed, rebuilding)
-                self._stale_skip[addr] = time.monotonic() + self.STALE_REFUSED_S
+                if req.stale.min_seq <= self.seen_seq:  # (one caller's position, further on, says nothing of others')
+                    self._stale_skip[addr] = time.monotonic() + self.STALE_REFUSED_S
                 continue
             except errors.NotLeader:  # this read needs the active NameNode (it writes on the way, say)
                 break

@@ -56,7 +56,8 @@ class EpochFileSystem(AsyncFileSystem):
                  region: str | None = None, block_size: int = MIN_PART, direct_reads: bool = True,
                  direct_writes: bool = True, stale_reads: bool = False, **kwargs) -> None:
         """`stale_reads`: find's manifest and the batch reads of cat_ranges may be answered by a standby NameNode
-        (HA observer reads, at most NN_STALE_READ_MAX_S old; for datasets written before the job starts)."""
+        (HA observer reads, at most NN_STALE_READ_MAX_S old), which still see this filesystem's own writes (after a
+        write, the next such read asks the active NameNode's log position first: msync)."""
         super().__init__(**kwargs)
         self._opts = dict(endpoint=endpoint_url, access_key=key, secret_key=secret, region=region,
                           direct_reads=direct_reads, direct_writes=direct_writes, stale_reads=stale_reads)

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
-from epochfs.common import errors
+import msgspec
 
+from epochfs.common import errors
+from epochfs.common import messages as m
+
+from . import args
 from .errors import S3Error
+from .http import Response
 
 EXT_BUCKET = "_epochfs"
 
@@ -26,11 +31,24 @@ def extension(method: str, name: str):
     return register
 
 
-def wants_stale(req) -> bool:
+def wants_stale(req) -> m.StaleOk | None:
     """`?stale=1`: the caller accepts an answer up to NN_STALE_READ_MAX_S old, which a standby NameNode may give
-    (messages.StaleOk). Only the dataset readers' calls honour it (the manifest, batch reads and locates, the mount's
-    reads by inode); S3's own calls are always answered by the active NameNode (read-after-write)."""
-    return req.query.get("stale") in ("1", "true")
+    (messages.StaleOk); with `&min_seq=N` (a log position from GET /_epochfs/msync) only one that applied at least
+    that far: the caller's own writes before it are seen (read-your-writes). Only the dataset readers' calls honour
+    it (the manifest, batch reads and locates, the mount's reads by inode); S3's own calls are always answered by
+    the active NameNode (read-after-write)."""
+    if req.query.get("stale") not in ("1", "true"):
+        return None
+    return m.StaleOk(min_seq=args.int_arg(req.query.get("min_seq"), "min_seq", 0, hi=args.MAX_INT,
+                                          msg="min_seq must be an integer from 0 to 2^63-1"))
+
+
+@extension("GET", "msync")
+async def msync(ctx, req):
+    """The active NameNode's log position (HDFS's msync), {"seq": N}: a client's stale reads sent with
+    `min_seq=N` see every write acknowledged to it before this call."""
+    return Response(200, [("content-type", "application/json")],
+                    msgspec.json.encode({"seq": await ctx.cluster.namenode.log_position()}))
 
 
 def resolve(req) -> Handler:

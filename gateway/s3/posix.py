@@ -125,12 +125,10 @@ async def fs_op(ctx, req):
         if req.bucket is not None:
             bi = await _bucket_ino(ctx, req, "read" if type(op) in READ_OPS else "write")
         # the scope is the gateway's to set, and so are the bucket charged for a change of its usage and the owner of
-        # reserved inode numbers (the caller's access key); a stale read carries no log position of the caller's (the
-        # mount has none: a made-up one would only send reads to the active NameNode, and keep this gateway's stale
-        # reads off the standbys that refused it)
+        # reserved inode numbers (the caller's access key); a stale read keeps the caller's log position (from
+        # msync: read-your-writes; one made up only sends that caller's reads to the active NameNode)
         op = msgspec.structs.replace(op, bi=bi, **({"bucket": req.bucket} if hasattr(op, "bucket") else {}),
-                                     **({"owner": req.user.access_key} if hasattr(op, "owner") else {}),
-                                     **({"stale": m.StaleOk()} if getattr(op, "stale", None) is not None else {}))
+                                     **({"owner": req.user.access_key} if hasattr(op, "owner") else {}))
         res = await _FORWARD[type(op)](nn, op)
         if type(op) is m.FsLayout:  # the size new extents are cut into (fs_write), for the mount's writer
             res = msgspec.structs.replace(res, bs=await ctx.cluster.block_size(req.bucket))

@@ -101,6 +101,8 @@ def test_huge_integers_are_invalid_argument(cluster, s3, obj, huge):
         ("GET", f"/_epochfs/fs/{obj}?ino={huge}&off=0&len=1", {}, b""),
         ("GET", f"/_epochfs/fs/{obj}?ino=1&off={huge}&len=1", {}, b""),
         ("GET", f"/_epochfs/fs/{obj}?ino=1&off=0&len={huge}", {}, b""),
+        ("GET", f"/_epochfs/manifest/{obj}?stale=1&min_seq={huge}", {}, b""),
+        ("GET", f"/_epochfs/manifest/{obj}?stale=1&min_seq=-1", {}, b""),
     ]
     for method, path, headers, body in cases:
         status, code, data = _get(cluster, path, headers, method, body)

@@ -91,7 +91,7 @@ async def cluster(*modes: str):
 
 
 async def who(c: NameNodeClient, stale: bool = True) -> tuple[str, int]:
-    item = (await c.manifest("b", stale=stale)).items[0]
+    item = (await c.manifest("b", stale=m.StaleOk() if stale else None)).items[0]
     return item.key, item.size
 
 
