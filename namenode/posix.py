@@ -807,8 +807,7 @@ class Posix:
             raise errors.InvalidInput(f"block {e} is not one of inode {ino}'s") from None
         if sum(block_size(x) for x in blk) != size:
             raise errors.InvalidInput(f"the blocks of inode {ino} don't add up to {size} bytes")
-        if c.fresh and any(not isinstance(x, int) and self.kv.get(keys.pending(block_id(x))) is None
-                           for x in c.blk):
+        if c.fresh and self.meta.not_fresh([x for x in c.blk if not isinstance(x, int)]) is not None:
             raise errors.InvalidInput(f"a block of inode {ino} was not allocated for this write, or is committed")
         kept = {block_id(x) for x in blk}
         if len(kept) != len(blk):

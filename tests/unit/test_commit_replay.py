@@ -93,3 +93,25 @@ def test_a_part_sent_again_frees_nothing_and_a_batch_sent_again_answers_as_it_di
     first = m.put_objects("bkt", items, fresh=True)
     again = m.put_objects("bkt", items, fresh=True)
     assert again == first and garbage(m) == set()
+
+
+def test_a_mount_commit_takes_only_pending_blocks_and_keeps_blocks_by_id():
+    """The mount's commit (Posix.commit, fresh as every RPC commit): its new blocks must be pending, each named
+    once; a bare id keeps a block of the version it was made from, pending or not."""
+    from epochfs.namenode.posix import Posix
+    m = store()
+    fs = Posix(m)
+    fs.b = m.bucket_ino("bkt")
+    f = fs.mknod(fs.b, "f", 0o100644, 0, 0)["ino"]
+    first = written(m, 2)
+    v1 = fs.commit(f, first, 20, '"v1"', fresh=True)
+    given_back, twice = written(m, 1), written(m, 1)
+    m.abandon([given_back[0][0]])
+    for blk in (first[:1], given_back, [twice[0], twice[0]], [[999, 10, 7, [1]]]):
+        with pytest.raises(errors.InvalidInput):
+            fs.commit(f, blk, 10 * len(blk), '"x"', base='"v1"', fresh=True)
+    assert fs.getattr(f)["etag"] == '"v1"'
+    new = written(m, 1)
+    v2 = fs.commit(f, [first[0][0], new[0]], 20, '"v2"', base='"v1"', fresh=True)
+    assert [b for b, _ in v2["layout"]] == [first[0][0], new[0][0]] and v1["etag"] == '"v1"'
+    assert m.pending_count() == 1  # twice's block, never taken
