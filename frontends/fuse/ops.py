@@ -99,8 +99,8 @@ class EpochOperations(pyfuse3.Operations):
         self.files: dict[int, Handle] = {}
         self.dirs: dict[int, list] = {}
         self.seen: dict[int, tuple] = {}                 # file version at its last open (keep_cache)
-        self.dir_attrs: dict[int, dict] = {}             # write-back: the last attributes seen of each directory
-        self.dir_seen: dict[int, float] = {}             # write-back: when (monotonic), trusted for attr_timeout
+        self.dir_attrs: dict[int, dict] = {}             # the last attributes seen of each directory
+        self.dir_seen: dict[int, float] = {}             # when (monotonic), trusted for attr_timeout
         self.known: dict[int, Listed] = {}               # write-back: the names in each directory made here
         self.dir_changed: dict[int, float] = {}          # write-back: when this mount last changed each directory
         self.using: set[int] = set()                     # write-back: directories used since the last renewal
@@ -123,8 +123,14 @@ class EpochOperations(pyfuse3.Operations):
 
     # ---------------------------------------------------------------- inodes and attributes
     def _saw_dir(self, a: dict, at: float) -> None:
-        """Write-back: directory attributes `a` as the NameNode had them at `at` (monotonic), unless newer are known."""
+        """Directory attributes `a` as the NameNode had them at `at` (monotonic), unless newer are known. They answer
+        getattr for attr_timeout, as the kernel's own cache would: a create here makes the kernel drop the folder's
+        attributes and ask again before the next name's lookup (its permission check), and tar creates file after
+        file (a round trip per file, with the NameNode counting the folder's subdirectories each time)."""
         if at >= self.dir_seen.get(a["ino"], -1.0):
+            if len(self.dir_attrs) > 100_000:
+                self.dir_attrs.clear()
+                self.dir_seen.clear()
             self.dir_attrs[a["ino"]], self.dir_seen[a["ino"]] = a, at
 
     def _entry(self, a: dict, cached: bool = False) -> pyfuse3.EntryAttributes:
@@ -134,7 +140,7 @@ class EpochOperations(pyfuse3.Operations):
         e.entry_timeout, e.attr_timeout = self.timeouts
         e.st_mode, e.st_nlink, e.st_uid, e.st_gid, e.st_rdev = a["mode"], a["nlink"], a["uid"], a["gid"], a["rdev"]
         e.st_atime_ns, e.st_mtime_ns, e.st_ctime_ns = a["at"], a["mt"], a["ct"]
-        if self.o.writeback and not cached and stat.S_ISDIR(a["mode"]):
+        if not cached and not self.o.dataset and stat.S_ISDIR(a["mode"]):
             self._saw_dir(a, time.monotonic())
         size = a["size"]
         w = self.writes.of(a["ino"])
@@ -282,9 +288,21 @@ class EpochOperations(pyfuse3.Operations):
         names.update({n: k.names[n] for n in set(k.names) - before})  # made here meanwhile
         self.known[p] = Listed(at, names)
 
-    def _changed_dir(self, p: int, add: str | None = None, drop: str | None = None) -> None:
-        """Write-back: directory `p` changed through this mount: its attributes are fetched again, its names kept."""
-        self.dir_seen.pop(p, None)
+    def _attrs_moved(self) -> None:
+        """A change whose reply does not give every attribute it changed (a link, unlink or rename changes the
+        file's or folder's ctime and link count, an xattr its ctime): the attributes kept to answer getattr here
+        (folders', files' being written) are fetched again."""
+        self.dir_seen.clear()
+        self.writes.forget_attrs()
+
+    def _changed_dir(self, p: int, add: str | None = None, drop: str | None = None, t: int | None = None) -> None:
+        """Directory `p` changed through this mount: its attributes are fetched again (`t`: a file, symlink or link
+        made in it at NameNode time `t`, which is all that changed: its mtime and ctime, kept), its names kept."""
+        a = self.dir_attrs.get(p)
+        if t is not None and a is not None and time.monotonic() - self.dir_seen.get(p, -1e9) <= self.o.attr_timeout:
+            self.dir_attrs[p] = {**a, "mt": t, "ct": t}
+        else:
+            self.dir_seen.pop(p, None)
         if len(self.dir_changed) > 100_000:
             self.dir_changed.clear()
         self.dir_changed[p] = time.monotonic()
@@ -302,6 +320,9 @@ class EpochOperations(pyfuse3.Operations):
             w = self.writes.made_here.get(ino)
             if w is not None:
                 return self._entry(w.attr)
+        w = self.writes.of(ino)
+        if w is not None and w.attr is not None and time.monotonic() - w.attr_at <= self.o.attr_timeout:
+            return self._entry(w.attr)  # created here and being written: the kernel dropped its attributes at a write
         try:
             a = self.dir_attrs.get(ino)
             cached = a is not None and time.monotonic() - self.dir_seen.get(ino, 0.0) <= self.o.attr_timeout
@@ -362,7 +383,7 @@ class EpochOperations(pyfuse3.Operations):
                     w.pending.pop(k, None)
             a = await self.c.fs_setattr(self.inodes.bucket(ino), ino=ino, fields=args)
         if w is not None and w.attr is not None:  # what a later deferred change answers with, not the old mode
-            w.attr = a
+            w.known(a)
         return self._entry(a)
 
     @_posix
@@ -398,8 +419,8 @@ class EpochOperations(pyfuse3.Operations):
         p, s = self.inodes.nn(parent_inode), _name(name)
         a = await self.c.fs_mkdir(self.inodes.bucket(p), parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid)
         self.inodes.remember(p, s, a)
+        self._changed_dir(p, add=s)  # (its link count too: not only its times)
         if self.o.writeback:
-            self._changed_dir(p, add=s)
             if p in self.known:
                 self.known[p].names[s] = a["ino"]
             if len(self.known) > 100_000:
@@ -414,7 +435,7 @@ class EpochOperations(pyfuse3.Operations):
         a = await self.c.fs_mknod(self.inodes.bucket(p), parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid,
                                   rdev=rdev)
         self.inodes.remember(p, s, a)
-        self._changed_dir(p, add=s)
+        self._changed_dir(p, add=s, t=a["ct"])
         return self._entry(a)
 
     @_posix
@@ -424,7 +445,7 @@ class EpochOperations(pyfuse3.Operations):
         a = await self.c.fs_symlink(self.inodes.bucket(p), parent=p, name=s, target=target.decode("latin-1"),
                                     uid=ctx.uid, gid=ctx.gid)
         self.inodes.remember(p, s, a)
-        self._changed_dir(p, add=s)
+        self._changed_dir(p, add=s, t=a["ct"])
         return self._entry(a)
 
     @_posix
@@ -434,7 +455,8 @@ class EpochOperations(pyfuse3.Operations):
         await self._settle(ino)
         a = await self.c.fs_link(self.inodes.bucket(p, ino), ino=ino, parent=p, name=s)
         self.inodes.remember(p, s, a)
-        self._changed_dir(p, add=s)
+        self._attrs_moved()
+        self._changed_dir(p, add=s, t=a["ct"])
         return self._entry(a)
 
     @_posix
@@ -443,6 +465,7 @@ class EpochOperations(pyfuse3.Operations):
         p = self.inodes.nn(parent_inode)
         await self._settle_name(p, _name(name))
         await self.c.fs_unlink(self.inodes.bucket(p), parent=p, name=_name(name))
+        self._attrs_moved()
         self._changed_dir(p, drop=_name(name))
 
     @_posix
@@ -452,6 +475,7 @@ class EpochOperations(pyfuse3.Operations):
         if self.writes.made_here:  # the directory may hold files made here
             await self.writes.settle_all()
         await self.c.fs_rmdir(self.inodes.bucket(p), parent=p, name=_name(name))
+        self._attrs_moved()
         self._changed_dir(p, drop=_name(name))
 
     @_posix
@@ -462,6 +486,7 @@ class EpochOperations(pyfuse3.Operations):
         await self._settle_name(newp, _name(name_new))
         await self.c.fs_rename(self.inodes.bucket(p, newp), parent=p, name=_name(name_old), newparent=newp,
                                newname=_name(name_new), flags=flags)
+        self._attrs_moved()
         self._changed_dir(p, drop=None if flags & RENAME_EXCHANGE else _name(name_old))
         self._changed_dir(newp, add=_name(name_new))
 
@@ -507,6 +532,7 @@ class EpochOperations(pyfuse3.Operations):
         await self._settle(ino)
         await self.c.fs_setxattr(self._xattr_bucket(ino, name, write=True), ino=ino, name=name.decode("latin-1"),
                                  value=value.decode("latin-1"))
+        self._attrs_moved()
 
     @_posix
     async def removexattr(self, inode, name, ctx):
@@ -514,6 +540,7 @@ class EpochOperations(pyfuse3.Operations):
         ino = self.inodes.nn(inode)
         await self._settle(ino)
         await self.c.fs_removexattr(self._xattr_bucket(ino, name, write=True), ino=ino, name=name.decode("latin-1"))
+        self._attrs_moved()
 
     async def _settle(self, ino: int) -> None:
         """Write-back: the file exists on the NameNode before an operation that needs it there."""
@@ -576,7 +603,7 @@ class EpochOperations(pyfuse3.Operations):
         a = await self.c.fs_mknod(bucket, parent=p, name=s, mode=stat.S_IFREG | stat.S_IMODE(mode),
                                   uid=ctx.uid, gid=ctx.gid)
         self.inodes.remember(p, s, a)
-        self._changed_dir(p, add=s)
+        self._changed_dir(p, add=s, t=a["ct"])
         self.seen[a["ino"]] = _version(a)
         fh = self._open_handle(a)
         self.files[fh].writer = self.writes.new(a["ino"], a)

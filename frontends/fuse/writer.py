@@ -90,6 +90,7 @@ class Writer:
         self.lock = trio.Lock()
         self.stream: Stream | None = None
         self.attr: dict | None = None  # the attributes of its last committed version, if known (created here)
+        self.attr_at = -1e9            # when (monotonic) the NameNode gave them: they answer getattr for attr_timeout
         self.pending: dict = {}        # chmod/chown/atime set while changes are unsaved, sent with their commit
         self.new: tuple[int, str] | None = None  # write-back: (directory, name) of a file not yet on the NameNode
         self.queued = False            # write-back: in the queue of files to create
@@ -98,6 +99,10 @@ class Writer:
         self.made: trio.Event | None = None  # write-back: set once the NameNode has it (or its create failed)
         self.error: errors.DomainError | None = None  # write-back: why its create failed
         self._rebase(layout["etag"], layout["blk"], {}, KEPT, layout.get("bs", UPLOAD_PIECE))
+
+    def known(self, attr: dict) -> None:
+        """The NameNode gave these attributes just now."""
+        self.attr, self.attr_at = attr, time.monotonic()
 
     def spill(self, tmpdir: Path | None) -> None:
         """Move the local copy from memory to a temporary file."""
@@ -403,10 +408,12 @@ class Writes:
                 elif w.bare:  # made empty: the content stays to be written (streamed) as a new file's
                     w._rebase(r["etag"], [], {}, CLEAN, r.pop("bs"))
                     r.pop("layout")
-                    w.pending, w.attr = {}, r
+                    w.pending = {}
+                    w.known(r)
                 else:
                     w.committed(r["etag"], r.pop("layout"), r.pop("bs"))
-                    w.pending, w.attr = {}, r
+                    w.pending = {}
+                    w.known(r)
                 w.made.set()
         for w in batch:
             if w.refs == 0:
@@ -420,9 +427,14 @@ class Writes:
         """The local copy of a file just created (`attr`: its attributes), for its first handle: nothing to ask
         about its layout."""
         w = self.writers[ino] = Writer(self.o.cache_dir, {"etag": attr["etag"], "blk": [], "size": 0}, memory)
-        w.attr = attr
+        w.known(attr)
         w.refs += 1
         return w
+
+    def forget_attrs(self) -> None:
+        """The attributes the NameNode gave may have changed by another route: ask it again at the next getattr."""
+        for w in self.writers.values():
+            w.attr_at = -1e9
 
     def defer(self, w: Writer, fields: dict) -> dict | None:
         """chmod/chown/utimens of a file with unsaved changes (an archiver restoring a file's attributes before
@@ -684,7 +696,7 @@ class Writes:
             fields, w.pending = w.pending, {}
             a = {**a, **await self.c.fs_setattr(self._bucket(ino), ino=ino, fields=fields)}
         if w.attr is not None:
-            w.attr = a
+            w.known(a)
         return a
 
     async def truncate(self, ino: int, size: int) -> dict | None:

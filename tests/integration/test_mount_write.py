@@ -7,6 +7,7 @@ import errno
 import os
 import random
 import threading
+import time
 
 import pytest
 
@@ -236,6 +237,52 @@ def test_attributes_set_before_close_go_with_the_commit(cluster, mnt, s3, bucket
     assert st.st_mtime_ns == 1_400_000_000_000_000_000
     os.chmod(path, 0o4755)  # set-id bits are the NameNode's to apply: sent as they come, never deferred
     assert os.stat(path).st_mode & 0o7777 == 0o4755
+
+
+def test_files_made_one_after_another_cost_a_lookup_a_create_and_a_commit_each(cluster, mnt):
+    """What tar does in a folder, file after file (create, write, fchown/fchmod/futimens, close): the kernel asks the
+    folder's attributes again after each create and the file's after each write, and both are answered from what
+    the create told the mount (the folder's mtime and ctime are the create's time), not by the NameNode; stat still
+    sees every change made here at once, a link's count and an unlink's folder times included."""
+    folder = mnt.path / "untar"
+    folder.mkdir()
+    os.stat(folder)
+    before = fs_requests(cluster)
+    for i in range(20):
+        fd = os.open(folder / f"f{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, b"z" * (1000 + i))
+            os.utime(fd, ns=(1_500_000_000_000_000_000, 1_500_000_000_000_000_000))
+            os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
+    after = fs_requests(cluster)
+    made = {op: after.get(op, 0) - before.get(op, 0) for op in ("lookup", "mknod", "write", "getattr", "setattr")}
+    assert made["mknod"] == 20 and made["write"] == 20 and made["setattr"] == 0
+    assert made["lookup"] <= 21
+    assert made["getattr"] <= 4, made  # once a second at most (attr_timeout), where each file cost two before
+    seen = os.stat(folder)
+    time.sleep(1.2)  # past attr_timeout: the kernel and the mount ask the NameNode
+    fresh = os.stat(folder)
+    assert (seen.st_mtime_ns, seen.st_ctime_ns, seen.st_nlink, seen.st_mode) == \
+        (fresh.st_mtime_ns, fresh.st_ctime_ns, fresh.st_nlink, fresh.st_mode)
+    last = os.stat(folder / "f19")
+    assert (last.st_size, last.st_mode & 0o7777, last.st_mtime_ns) == (1019, 0o600, 1_500_000_000_000_000_000)
+
+    with open(folder / "open.bin", "wb", buffering=0) as f:  # a file being written: its attributes, the mount's
+        f.write(b"y" * 10)
+        assert os.fstat(f.fileno()).st_nlink == 1
+        os.link(folder / "open.bin", folder / "second-name")
+        assert os.fstat(f.fileno()).st_nlink == 2  # the link's count, at once
+        os.unlink(folder / "second-name")
+        assert os.fstat(f.fileno()).st_nlink == 1
+    t = os.stat(folder).st_mtime_ns
+    os.unlink(folder / "f0")
+    assert os.stat(folder).st_mtime_ns > t  # an unlink's folder times, at once
+    os.mkdir(folder / "sub")
+    assert os.stat(folder).st_nlink == fresh.st_nlink + 1  # a mkdir's link count, at once
+    os.rmdir(folder / "sub")
+    assert sorted(os.listdir(folder)) == sorted([f"f{i}" for i in range(1, 20)] + ["open.bin"])
 
 
 def test_a_change_sent_at_once_is_not_undone_by_one_deferred_before_it(mnt):
