@@ -127,9 +127,14 @@ class S3Client:
         self.multipart_threshold = multipart_threshold
         self.part_size = max(part_size, MIN_PART)
         self._host = httpx.URL(self.endpoint).netloc.decode()
-        self._http = httpx.AsyncClient(http1=True, http2=False, timeout=timeout,
-                                       limits=httpx.Limits(max_connections=max_connections,
-                                                           max_keepalive_connections=max_connections))
+        # httpx's transport (its connection pool) without its Client layer, whose redirects, cookie jar and auth
+        # flows this client never uses: a small request costs 0.63-0.67 instead of 0.74-0.86 ms of the caller's CPU
+        # (an fs_getattr loop under trio against a local cluster), the cookie jar's parse of every answer most of it
+        self._http = httpx.AsyncHTTPTransport(http1=True, http2=False,
+                                              limits=httpx.Limits(max_connections=max_connections,
+                                                                  max_keepalive_connections=max_connections))
+        self._timeout = timeout
+        self._timeouts = {"timeout": httpx.Timeout(timeout).as_dict()}  # each request's extensions
         self._direct_after = 0.0 if direct_reads else float("inf")  # monotonic time from which to try direct reads
         self._datanodes: dict[str, DataNodeClient] = {}
         self._dn_down: dict[str, float] = {}  # DataNodes that could not be reached -> monotonic time to try again
@@ -204,8 +209,9 @@ class S3Client:
         headers = {k.lower(): v for k, v in (headers or {}).items()}
         q = [(k, str(v)) for k, v in query]
         url = self._sign(method, self._path(bucket, key), q, headers)
-        req = self._http.build_request(method, httpx.URL(url), headers=headers, content=content)
-        resp = await self._http.send(req, stream=True)
+        req = httpx.Request(method, httpx.URL(url), headers=headers, content=content, extensions=self._timeouts)
+        resp = await self._http.handle_async_request(req)
+        resp.request = req
         if not read and method not in ("GET", "HEAD"):
             self._wrote = True
         if resp.status_code >= 300:
@@ -628,7 +634,7 @@ class S3Client:
         if dn is None:
             host, port = parse_addr(addr)
             kind = TrioRpcClient if sniffio.current_async_library() == "trio" else RpcClient
-            dn = self._datanodes[addr] = DataNodeClient(kind(host, port, "", timeout=self._http.timeout.read or 60.0,
+            dn = self._datanodes[addr] = DataNodeClient(kind(host, port, "", timeout=self._timeout or 60.0,
                                                              connect_timeout=1.0))
         return dn
 
