@@ -118,8 +118,9 @@ class S3Client:
                  direct_writes: bool = True, stale_reads: bool = False) -> None:
         """`stale_reads`: the dataset readers' namespace reads (manifest, batch reads and locates, the mount's reads
         by inode) may be answered by a standby NameNode (HA observer reads: at most NN_STALE_READ_MAX_S old; the
-        S3 calls stay read-after-write consistent whatever this says). They still see this client's own writes:
-        the first such read after a write asks the active NameNode's log position first (`msync`)."""
+        S3 calls stay read-after-write consistent whatever this says). They still see every write answered before
+        this client's first stale read, and its own writes: the first such read, and the first after a write, asks
+        the active NameNode's log position first (`msync`)."""
         self.endpoint = (endpoint or os.environ.get("AWS_ENDPOINT_URL") or "http://127.0.0.1:9000").rstrip("/")
         self.access_key = access_key or os.environ.get("AWS_ACCESS_KEY_ID", "")
         self.secret_key = secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY", "")
@@ -145,7 +146,7 @@ class S3Client:
         self.gateway_writes = 0
         self.stale_reads = stale_reads
         self.stale_pos = 0   # the log position its stale reads ask for (msync): they see the writes before it
-        self._wrote = False  # a write answered since then
+        self._unsynced = stale_reads  # no msync yet, or a write answered since the last
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -154,14 +155,14 @@ class S3Client:
 
     @property
     def _stale(self) -> m.StaleOk | None:
-        """The `stale` field of the mount's reads by inode (a dataset mount is read-only: no msync to make)."""
+        """The `stale` field of the mount's reads by inode (a dataset mount, read-only, makes its msync at start)."""
         return m.StaleOk(min_seq=self.stale_pos) if self.stale_reads else None
 
     async def _stale_q(self) -> list[tuple[str, str]]:
         """The query of the other dataset reads: a standby may answer, once it has this client's writes."""
         if not self.stale_reads:
             return []
-        if self._wrote:
+        if self._unsynced:
             await self.msync()
         return [("stale", "1"), *([("min_seq", str(self.stale_pos))] if self.stale_pos else [])]
 
@@ -169,7 +170,7 @@ class S3Client:
         """The active NameNode's log position (HDFS's msync, GET /_epochfs/msync): from now on this client's stale
         reads are answered only by standbys that applied at least that far, so they see every write answered
         before this call (done by the first stale read after a write)."""
-        self._wrote = False  # (a write answered from now on is after it: the next stale read asks again)
+        self._unsynced = False  # (a write answered from now on is after it: the next stale read asks again)
         r = await self._fs_send("GET", "msync")
         self.stale_pos = max(self.stale_pos, orjson.loads(r.content)["seq"])
         return self.stale_pos
@@ -213,7 +214,7 @@ class S3Client:
         resp = await self._http.handle_async_request(req)
         resp.request = req
         if not read and method not in ("GET", "HEAD"):
-            self._wrote = True
+            self._unsynced = True
         if resp.status_code >= 300:
             body = await resp.aread()
             await resp.aclose()

@@ -56,8 +56,9 @@ class EpochFileSystem(AsyncFileSystem):
                  region: str | None = None, block_size: int = MIN_PART, direct_reads: bool = True,
                  direct_writes: bool = True, stale_reads: bool = False, **kwargs) -> None:
         """`stale_reads`: find's manifest and the batch reads of cat_ranges may be answered by a standby NameNode
-        (HA observer reads, at most NN_STALE_READ_MAX_S old), which still see this filesystem's own writes (after a
-        write, the next such read asks the active NameNode's log position first: msync)."""
+        (HA observer reads, at most NN_STALE_READ_MAX_S old), which still see every write answered before the first
+        of them and this filesystem's own writes (the first such read, and the first after a write, asks the active
+        NameNode's log position: `msync`); `fs.msync()` makes them see everything written before it."""
         super().__init__(**kwargs)
         self._opts = dict(endpoint=endpoint_url, access_key=key, secret_key=secret, region=region,
                           direct_reads=direct_reads, direct_writes=direct_writes, stale_reads=stale_reads)
@@ -90,6 +91,13 @@ class EpochFileSystem(AsyncFileSystem):
 
     async def set_session(self) -> S3Client:
         return self.client
+
+    async def _msync(self) -> int:
+        """The active NameNode's log position (HDFS's msync): from now on the stale reads see every write answered
+        before this call, by any client (one job's readers after another job's writers, say)."""
+        return await self.client.msync()
+
+    msync = sync_wrapper(_msync)
 
     # ---------------------------------------------------------------- paths
     @classmethod

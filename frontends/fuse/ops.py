@@ -118,7 +118,11 @@ class EpochOperations(pyfuse3.Operations):
         self.reader.nursery = self.writes.nursery = nursery
 
     async def start(self) -> None:
-        """Find the mount's root: the tree of buckets, a bucket, or a directory below one."""
+        """Find the mount's root: the tree of buckets, a bucket, or a directory below one. A dataset mount keeps
+        what it reads for its life: its stale reads (from standby NameNodes) ask for the log position of its start
+        (msync), so they see every file written before it."""
+        if self.o.dataset:
+            await self.c.msync()
         await self.inodes.start()
 
     # ---------------------------------------------------------------- inodes and attributes

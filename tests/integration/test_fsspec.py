@@ -159,3 +159,17 @@ def test_forked_children(env, bucket):
         p.join(10)
         assert p.exitcode == 0
     assert fs.cat(f"{bucket}/fork") == b"from the parent"  # the parent still works
+
+
+def test_stale_reads_msync_and_see_their_own_writes(env, bucket):
+    """With stale_reads (embedded here: the one NameNode answers) the filesystem asks the log position before its
+    first stale read and after each of its writes (msync), and fs.msync() gives it; listings see every write."""
+    fs = fsspec.filesystem("epochfs", skip_instance_cache=True, stale_reads=True)
+    first = fs.msync()
+    assert first > 0 and fs.msync() == first  # nothing written meanwhile
+    for i in range(3):
+        fs.pipe(f"{bucket}/ryw/{i}.bin", b"x" * i)
+        assert fs.find(f"{bucket}/ryw") == [f"{bucket}/ryw/{j}.bin" for j in range(i + 1)]
+        assert fs.client.stale_pos > first
+        first = fs.client.stale_pos
+    assert fs.cat_ranges([f"{bucket}/ryw/2.bin"], [0], [2]) == [b"xx"]

@@ -274,13 +274,14 @@ def _serves(nns: HaNameNodes, i: int, n: int) -> bool:
         return False
 
 
-def test_e_a_client_with_stale_reads_sees_its_own_writes(ha):
-    """An S3Client (fsspec's, with stale_reads) reads manifests and batches from standbys, yet sees its own writes:
-    the first stale read after a write asks the gateway for the active NameNode's log position (msync) and sends it
-    along, so no standby answers without that write -- not even nn3 with its etcd member frozen, which stopped
-    applying the log but can still vouch for being within the bound for a moment (it waits, refuses, and another
-    NameNode answers). Without the msync nn3 answers without the write."""
+def test_e_a_client_with_stale_reads_sees_its_own_writes_and_those_before_it(ha):
+    """An S3Client (fsspec's, with stale_reads) reads manifests and batches from standbys, yet sees its own writes
+    and every write made before its first read: that read, and the first after each of its writes, asks the gateway
+    for the active NameNode's log position (msync) and sends it along, so no standby answers without them -- not
+    even nn3 with its etcd member frozen, which stopped applying the log but can still vouch for being within the
+    bound for a moment (it waits, refuses, and another NameNode answers). Without the msync nn3 answers without."""
     nns, c = ha
+    s3 = c.s3()
     assert nns.active() != 3  # nn3 talks to etcd member 2 only
     etcd = nns.etcd.procs[2]
 
@@ -299,6 +300,10 @@ def test_e_a_client_with_stale_reads_sees_its_own_writes(ha):
                     assert f"k{j}" in keys, (j, sorted(keys))
                     assert await cl.batch_get([("own", f"k{j}", None, None)]) == [b"v%d" % j]
                     seen.append(cl.stale_pos)
+                    await asyncio.to_thread(s3.put_object, Bucket="own", Key=f"o{j}", Body=b"o")  # another's
+                    async with S3Client(c.endpoint, MAIN[0], MAIN[1], stale_reads=True) as starting:
+                        keys = {e[0] for page in [p async for p in starting.manifest("own")] for e in page}
+                    assert f"o{j}" in keys, (j, sorted(keys))
                 finally:
                     etcd.send_signal(signal.SIGCONT)
             return seen
