@@ -137,11 +137,15 @@ class EpochOperations(pyfuse3.Operations):
                 self.dir_seen.clear()
             self.dir_attrs[a["ino"]], self.dir_seen[a["ino"]] = a, at
 
-    def _entry(self, a: dict, cached: bool = False) -> pyfuse3.EntryAttributes:
+    def _entry(self, a: dict, cached: bool = False, seen_at: float | None = None) -> pyfuse3.EntryAttributes:
+        """`seen_at`: when (monotonic) the NameNode gave attributes kept here: the kernel keeps them only for what
+        is left of attr_timeout, so none is older than that when it uses it."""
         e = pyfuse3.EntryAttributes()
         e.st_ino = self.inodes.fuse(a["ino"])
         e.generation = 0
         e.entry_timeout, e.attr_timeout = self.timeouts
+        if seen_at is not None:
+            e.attr_timeout = max(0.0, e.attr_timeout - (time.monotonic() - seen_at))
         e.st_mode, e.st_nlink, e.st_uid, e.st_gid, e.st_rdev = a["mode"], a["nlink"], a["uid"], a["gid"], a["rdev"]
         e.st_atime_ns, e.st_mtime_ns, e.st_ctime_ns = a["at"], a["mt"], a["ct"]
         if not cached and not self.o.dataset and stat.S_ISDIR(a["mode"]):
@@ -193,7 +197,7 @@ class EpochOperations(pyfuse3.Operations):
             if a is not None and time.monotonic() - self.dir_seen.get(sub, -1e9) <= self.o.attr_timeout:
                 self._use(sub)  # a directory: its attributes as last renewed
                 self.inodes.remember(p, s, a)
-                return self._entry(a, cached=True)
+                return self._entry(a, cached=True, seen_at=self.dir_seen.get(sub))
         a = await self.c.fs_lookup(s if p == NN_ROOT else self.inodes.bucket(p), parent=p, name=s)
         self.inodes.remember(p, s, a)
         return self._entry(a)
@@ -326,7 +330,8 @@ class EpochOperations(pyfuse3.Operations):
                 return self._entry(w.attr)
         w = self.writes.of(ino)
         if w is not None and w.attr is not None and time.monotonic() - w.attr_at <= self.o.attr_timeout:
-            return self._entry(w.attr)  # created here and being written: the kernel dropped its attributes at a write
+            # created here and being written: the kernel dropped its attributes at a write
+            return self._entry(w.attr, seen_at=w.attr_at)
         try:
             a = self.dir_attrs.get(ino)
             cached = a is not None and time.monotonic() - self.dir_seen.get(ino, 0.0) <= self.o.attr_timeout
@@ -335,6 +340,7 @@ class EpochOperations(pyfuse3.Operations):
                 await self._wait_renewal(ino)
                 a = self.dir_attrs.get(ino)
                 cached = a is not None and self.dir_seen.get(ino) != seen
+            seen_at = self.dir_seen.get(ino) if cached else None
             if not cached:
                 a = await self.inodes.getattr(ino)
             if self.o.writeback and stat.S_ISDIR(a["mode"]):
@@ -343,7 +349,7 @@ class EpochOperations(pyfuse3.Operations):
                 if (self.writes.made_here or self.writes.created_in) and stat.S_ISDIR(a["mode"]) else 0
             if t > a["mt"]:  # files made here since: the directory changed then (the NameNode stamps their create)
                 a, cached = {**a, "mt": t, "ct": max(t, a["ct"])}, True
-            return self._entry(a, cached)
+            return self._entry(a, cached, seen_at)
         except errors.NotFound:
             # removed elsewhere (an S3 DELETE) while open here: like an unlinked file, its handles keep reading the
             # old content (the NameNode keeps its blocks for NN_FREE_GRACE_S), and the kernel revalidates it
