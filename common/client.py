@@ -155,7 +155,7 @@ class S3Client:
 
     @property
     def _stale(self) -> m.StaleOk | None:
-        """The `stale` field of the mount's reads by inode (a dataset mount, read-only, makes its msync at start)."""
+        """The `stale` field of the mount's reads by inode (`_fs` makes the msync it needs first)."""
         return m.StaleOk(min_seq=self.stale_pos) if self.stale_reads else None
 
     async def _stale_q(self) -> list[tuple[str, str]]:
@@ -428,6 +428,9 @@ class S3Client:
     async def _fs(self, bucket: str | None, req: m.Request):
         """One namespace operation by inode in `bucket` (None: on the root, the tree of buckets): its typed reply. A
         POSIX failure raises its domain error (frontends/errmap.py gives its errno)."""
+        if getattr(req, "stale", None) is not None and self._unsynced:  # a stale read, the first or after a write
+            await self.msync()
+            req = msgspec.structs.replace(req, stale=self._stale)
         r = await self._fs_send("POST", f"fs/{bucket}" if bucket else "fs", content=msgspec.json.encode(req),
                                 read=hasattr(req, "stale"))
         res = orjson.loads(r.content)

@@ -118,11 +118,7 @@ class EpochOperations(pyfuse3.Operations):
         self.reader.nursery = self.writes.nursery = nursery
 
     async def start(self) -> None:
-        """Find the mount's root: the tree of buckets, a bucket, or a directory below one. A dataset mount keeps
-        what it reads for its life: its stale reads (from standby NameNodes) ask for the log position of its start
-        (msync), so they see every file written before it."""
-        if self.o.dataset:
-            await self.c.msync()
+        """Find the mount's root: the tree of buckets, a bucket, or a directory below one."""
         await self.inodes.start()
 
     # ---------------------------------------------------------------- inodes and attributes
@@ -136,6 +132,11 @@ class EpochOperations(pyfuse3.Operations):
                 self.dir_attrs.clear()
                 self.dir_seen.clear()
             self.dir_attrs[a["ino"]], self.dir_seen[a["ino"]] = a, at
+
+    def _kept_dir(self, ino: int) -> dict | None:
+        """The attributes kept of directory `ino`, while attr_timeout trusts them."""
+        a = self.dir_attrs.get(ino)
+        return a if a is not None and time.monotonic() - self.dir_seen.get(ino, -1e9) <= self.o.attr_timeout else None
 
     def _entry(self, a: dict, cached: bool = False, seen_at: float | None = None) -> pyfuse3.EntryAttributes:
         """`seen_at`: when (monotonic) the NameNode gave attributes kept here: the kernel keeps them only for what
@@ -191,10 +192,10 @@ class EpochOperations(pyfuse3.Operations):
             if s not in k.names:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             sub = k.names[s]
-            if sub is not None and time.monotonic() - self.dir_seen.get(sub, -1e9) > self.o.attr_timeout:
+            if sub is not None and self._kept_dir(sub) is None:
                 await self._wait_renewal(sub)
-            a = self.dir_attrs.get(sub) if sub is not None else None
-            if a is not None and time.monotonic() - self.dir_seen.get(sub, -1e9) <= self.o.attr_timeout:
+            a = self._kept_dir(sub) if sub is not None else None
+            if a is not None:
                 self._use(sub)  # a directory: its attributes as last renewed
                 self.inodes.remember(p, s, a)
                 return self._entry(a, cached=True, seen_at=self.dir_seen.get(sub))
@@ -306,8 +307,8 @@ class EpochOperations(pyfuse3.Operations):
     def _changed_dir(self, p: int, add: str | None = None, drop: str | None = None, t: int | None = None) -> None:
         """Directory `p` changed through this mount: its attributes are fetched again (`t`: a file, symlink or link
         made in it at NameNode time `t`, which is all that changed: its mtime and ctime, kept), its names kept."""
-        a = self.dir_attrs.get(p)
-        if t is not None and a is not None and time.monotonic() - self.dir_seen.get(p, -1e9) <= self.o.attr_timeout:
+        a = self._kept_dir(p) if t is not None else None
+        if a is not None:
             self.dir_attrs[p] = {**a, "mt": t, "ct": t}
         else:
             self.dir_seen.pop(p, None)
@@ -333,8 +334,8 @@ class EpochOperations(pyfuse3.Operations):
             # created here and being written: the kernel dropped its attributes at a write
             return self._entry(w.attr, seen_at=w.attr_at)
         try:
-            a = self.dir_attrs.get(ino)
-            cached = a is not None and time.monotonic() - self.dir_seen.get(ino, 0.0) <= self.o.attr_timeout
+            a = self._kept_dir(ino)
+            cached = a is not None
             if not cached and ino in self._inflight:  # being renewed: its answer, sent since they went stale
                 seen = self.dir_seen.get(ino)
                 await self._wait_renewal(ino)
