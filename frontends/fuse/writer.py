@@ -42,6 +42,7 @@ log = logging.getLogger("epochfs.mount")
 
 UPLOAD_PIECE = 4 << 20
 STREAM_AFTER = 8 << 20  # bytes a new file holds before it is streamed (smaller files go up in one piece at close)
+ROUNDS_IN_FLIGHT = 2  # a direct stream's rounds (WINDOW blocks each) stored at once
 MAX_STREAMS = 8  # at most this many at once: each holds one of the client's connections (32) until its file closes
 MAX_FILE_SIZE = defaults.MAX_OBJECT_SIZE  # S3's largest object
 MAX_BATCH = 256          # write-back: files created in one request
@@ -550,13 +551,13 @@ class Writes:
     async def _stream_direct(self, bucket: str, ino: int, w: Writer, st: Stream) -> dict:
         """The stream's content stored on the DataNodes by this mount (common/directwrite.py: write tokens from the
         gateway, asked for 1, 2, 4, ... ROUND_MAX blocks at a time; up to WINDOW blocks stored per round, one call
-        per primary node), then committed by the gateway (fs_write_direct) once closing; the blocks of a stream
+        per primary node, ROUNDS_IN_FLIGHT rounds at once: the next round is sent while the DataNodes store and
+        replicate the one before), then committed by the gateway (fs_write_direct) once closing; the blocks of a stream
         that ends otherwise are given back. DirectUnavailable (the DataNodes can't be reached, a refused token)
         before the commit: nothing is committed, the caller goes through the gateway."""
         dw = DirectWriter(self.c)
         grants: list = []
         free: list = []
-        receipts: list = []
         rnd = 1
 
         async def slots(n: int) -> list:
@@ -573,24 +574,12 @@ class Writes:
             return out
 
         done = False
-        try:
-            free.extend(await slots(1))  # the block size
-            bs = grants[0].size
-            while True:
-                end = w.size
-                full = (end - st.sent) // bs
-                if not full and not (st.closing and end > st.sent):
-                    if st.closing:
-                        break
-                    await st.more.wait()
-                    continue
-                data = []
-                for _ in range(max(1, min(full, WINDOW))):
-                    n = min(bs, end - st.sent)
-                    st.sent += n  # before the read: a write below this point from now on cancels the stream
-                    data.append(os.pread(w.fd, n, st.sent - n))
-                places = await slots(len(data))
-                got: list = [None] * len(data)
+        rounds: list[list] = []  # each round's receipts, in the file's order (filled as its stores answer)
+        failed: list[Exception] = []
+        in_flight = trio.Semaphore(ROUNDS_IN_FLIGHT)
+
+        async def store(places: list, data: list, got: list, cancel: trio.CancelScope) -> None:
+            try:
                 by_grant: dict[int, list[int]] = {}
                 for j, (g, _) in enumerate(places):
                     by_grant.setdefault(id(g), []).append(j)
@@ -598,7 +587,36 @@ class Writes:
                     g = places[js[0]][0]
                     for j, r in zip(js, await dw.store(g, [(places[j][1], data[j]) for j in js])):
                         got[j] = r
-                receipts += got
+            except Exception as e:  # noqa: BLE001 -- raised as itself below (not in a MultiError)
+                failed.append(e)
+                cancel.cancel()
+            finally:
+                in_flight.release()
+
+        try:
+            free.extend(await slots(1))  # the block size
+            bs = grants[0].size
+            async with trio.open_nursery() as nursery:
+                while True:
+                    end = w.size
+                    full = (end - st.sent) // bs
+                    if not full and not (st.closing and end > st.sent):
+                        if st.closing:
+                            break
+                        await st.more.wait()
+                        continue
+                    await in_flight.acquire()  # rounds overlap: one is sent while the one before is stored
+                    data = []
+                    for _ in range(max(1, min((w.size - st.sent) // bs, WINDOW))):
+                        n = min(bs, w.size - st.sent)
+                        st.sent += n  # before the read: a write below this point from now on cancels the stream
+                        data.append(os.pread(w.fd, n, st.sent - n))
+                    places = await slots(len(data))
+                    rounds.append([None] * len(data))
+                    nursery.start_soon(store, places, data, rounds[-1], nursery.cancel_scope)
+            if failed:
+                raise failed[0]
+            receipts = [r for got in rounds for r in got]
             used = {r.id for r in receipts}
             res = await self.c.fs_write_direct(bucket, ino, FileWriteDirect(
                 base=w.base, grants=[g for g in grants if any(p.id in used for p in g.blocks)], receipts=receipts))
