@@ -43,6 +43,11 @@ DIRECT_RETRY_S = 30.0
 # a single put of at least this many bytes goes straight to the DataNodes (below it, one PUT through the gateway is
 # one round trip against three: allocate, store, commit); batches (put_many) and streams (put_parts) always try
 DIRECT_MIN_PUT = 1 << 20
+# an open file's first read that takes the whole object is one GET through the gateway below this size, and reads
+# straight from the DataNodes (locate, then the blocks) from it: the GET's body through httpx costs ~1.7 ms of client
+# CPU per MiB, the DataNodes' frames ~0.5. fsspec open().read(), whole and located, alternated: 4 MiB 362 / 311 MB/s
+# (7.8 / 9.3 ms of client CPU per file), 16 MiB 427 / 940 MB/s (28.2 / 11.9 ms)
+WHOLE_GET_MAX = 8 << 20
 
 S3_CODES: dict[str, type[errors.DomainError]] = {
     "NoSuchBucket": errors.NoSuchBucket, "NoSuchKey": errors.NoSuchKey, "NoSuchUpload": errors.NoSuchUpload,
@@ -961,7 +966,7 @@ class PinnedReader:
         if end <= start:
             return b""
         c = self.c
-        if self._plan is None and start == 0 and end >= self.size:
+        if self._plan is None and start == 0 and end >= self.size and self.size < WHOLE_GET_MAX:
             return await self._get(start, end)  # all of it in one read: one GET is as atomic, and one request
         if time.monotonic() >= c._direct_after:
             try:

@@ -17,6 +17,7 @@ import fsspec
 import pytest
 
 from cluster import MAIN, Cluster
+from epochfs.common.client import WHOLE_GET_MAX
 from mounting import Mount, needs_fuse
 
 pytestmark = pytest.mark.integration
@@ -81,21 +82,23 @@ def test_an_open_fsspec_file_reads_the_old_object_whole(grace_cluster, obj):
     assert not fs.exists(f"{bucket}/big.bin")
 
 
-def test_an_fsspec_file_never_mixes_its_version_with_a_newer_one(grace_cluster, obj):
+@pytest.mark.parametrize("size", [1000, WHOLE_GET_MAX + 1000], ids=["one-get", "from-the-datanodes"])
+def test_an_fsspec_file_never_mixes_its_version_with_a_newer_one(grace_cluster, obj, size):
     """A file opened on what a cached listing said reads that version or fails: never the new bytes cut to the old
-    size, as it did."""
+    size, as it did. Read whole in one call: one GET for a small object, located and read from the DataNodes for a
+    large one (common/client.py WHOLE_GET_MAX)."""
     c, (bucket, _) = grace_cluster, obj
     s3 = c.s3()
-    s3.put_object(Bucket=bucket, Key="small", Body=b"a" * 1000)
+    s3.put_object(Bucket=bucket, Key="small", Body=b"a" * size)
     fs = fsspec.filesystem("epochfs", endpoint_url=c.endpoint, key=MAIN[0], secret=MAIN[1], skip_instance_cache=True)
-    fs.find(bucket)  # fills the listing cache: the open below believes "small" has 1,000 bytes of that version
-    s3.put_object(Bucket=bucket, Key="small", Body=b"b" * 2000)
+    fs.find(bucket)  # fills the listing cache: the open below believes "small" has `size` bytes of that version
+    s3.put_object(Bucket=bucket, Key="small", Body=b"b" * 2 * size)
     with pytest.raises(OSError, match="changed since it was opened"):
         with fs.open(f"{bucket}/small", "rb") as f:
             f.read()
     fs.invalidate_cache()
     with fs.open(f"{bucket}/small", "rb") as f:
-        assert f.read() == b"b" * 2000
+        assert f.read() == b"b" * 2 * size
 
 
 @needs_fuse
