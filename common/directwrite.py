@@ -35,7 +35,9 @@ PreconditionFailed) are what a PUT through the gateway would raise.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
+import collections
 import time
 from collections.abc import AsyncIterable, Iterable
 
@@ -49,7 +51,8 @@ from . import messages as m
 from .blocks import crc32c
 
 ROUND_MAX = 64       # blocks a stream asks for at most at a time (it asks 1, 2, 4, ... as it grows)
-WINDOW = 4           # blocks of a stream stored at once
+WINDOW = 4           # blocks of a stream stored per round (one call per primary node)
+ROUNDS_IN_FLIGHT = 2  # a stream's rounds stored at once: the next round is filled and sent while one is stored
 MAX_CALL_BYTES = 32 << 20  # one write_tokened carries at most this much (the DataNode's RPC payload is 64 MiB)
 MAX_CALL_BLOCKS = 1000
 THREAD_CRC_BYTES = 512 << 10
@@ -273,8 +276,10 @@ class DirectWriter:
 class DirectUpload:
     """One object written directly as a stream (fsspec's open('wb'), a large file of `epochfs cp`): `write` buffers
     and stores full blocks, `window` at a time (one call per primary node); `finish` stores the rest and commits (the
-    object appears then, whole); `abort` gives everything back. Memory: at most `window` blocks plus what one write
-    brings."""
+    object appears then, whole); `abort` gives everything back. Under asyncio ROUNDS_IN_FLIGHT such rounds are stored
+    at once: `write` returns while the last round is being stored, so the caller fills the next one meanwhile (a
+    round's failure is raised by a later `write`, `drain` or `finish`). Memory: at most `window` x ROUNDS_IN_FLIGHT
+    blocks plus what one write brings."""
 
     def __init__(self, w: DirectWriter, bucket: str, key: str, *, if_none_match: str | None,
                  content_type: str | None, window: int) -> None:
@@ -286,9 +291,20 @@ class DirectUpload:
         self._buf: list = []
         self._have = 0
         self._full: list = []  # full blocks waiting to be stored
-        self.receipts: list[m.BlockReceipt] = []
+        self._rounds: list[list[m.BlockReceipt | None]] = []  # each round's receipts, in the object's order
+        self._storing: collections.deque[asyncio.Future] = collections.deque()  # rounds being stored (asyncio)
         self.size = 0
         self.block_size: int | None = None
+
+    @property
+    def receipts(self) -> list[m.BlockReceipt]:
+        """The receipts of the blocks stored so far, in the object's order (up to the first round still storing)."""
+        out = []
+        for got in self._rounds:
+            if None in got:
+                break
+            out += got
+        return out
 
     async def _more(self, n: int) -> None:
         """Allocate at least `n` more blocks (1, 2, 4, ... ROUND_MAX as the stream grows)."""
@@ -336,11 +352,19 @@ class DirectUpload:
         if not full:
             return
         slots = await self._blocks(len(full))
+        got: list[m.BlockReceipt | None] = [None] * len(full)
+        self._rounds.append(got)
+        if sniffio.current_async_library() != "asyncio":  # trio: no task outlives the call (structured)
+            await self._store(slots, full, got)
+            return
+        self._storing.append(asyncio.ensure_future(self._store(slots, full, got)))
+        while len(self._storing) >= ROUNDS_IN_FLIGHT:
+            await self._storing.popleft()
+
+    async def _store(self, slots: list[tuple[m.WriteGrant, int]], full: list, got: list) -> None:
         by_grant: dict[int, list[int]] = {}
         for j, (g, _) in enumerate(slots):
             by_grant.setdefault(id(g), []).append(j)
-        got: list[m.BlockReceipt | None] = [None] * len(full)
-
         failed: list[Exception] = []
 
         async def one(js: list[int]) -> None:
@@ -358,7 +382,11 @@ class DirectUpload:
                     tg.start_soon(one, js)
         if failed:
             raise failed[0]
-        self.receipts += got
+
+    async def drain(self) -> None:
+        """Wait until every full block written so far is stored (raises what storing one raised)."""
+        while self._storing:
+            await self._storing.popleft()
 
     async def finish(self) -> str:
         """Store what is left and commit: the object's ETag (unquoted). On failure nothing is visible."""
@@ -366,10 +394,12 @@ class DirectUpload:
             self._full.append(b"".join(self._buf))
             self._buf, self._have = [], 0
         await self._flush()
-        crc = _whole_crc(self.receipts) if self.receipts else 0
+        await self.drain()
+        receipts = self.receipts
+        crc = _whole_crc(receipts) if receipts else 0
         res, = await self.w.commit(self.bucket, [g for g in self.grants if any(
-            p.id in {r.id for r in self.receipts} for p in g.blocks)], [m.DirectItem(
-                key=self.key, blocks=self.receipts, ctype=self.content_type, checksum={"crc32c": _b64(crc)},
+            p.id in {r.id for r in receipts} for p in g.blocks)], [m.DirectItem(
+                key=self.key, blocks=receipts, ctype=self.content_type, checksum={"crc32c": _b64(crc)},
                 if_none_match=self.if_none_match)])
         if self._free or res.err:
             await self.w.abandon(self.bucket, self.grants)
@@ -379,7 +409,14 @@ class DirectUpload:
         return res.etag.strip('"')
 
     async def abort(self) -> None:
+        """Give everything back (rounds still being stored are cancelled first)."""
         self._buf, self._full = [], []
+        storing, self._storing = self._storing, collections.deque()
+        for f in storing:
+            f.cancel()
+        for f in storing:
+            try:
+                await f
+            except BaseException:  # noqa: BLE001 -- cancelled or failed: given back below either way
+                pass
         await self.w.abandon(self.bucket, self.grants)
-
-

@@ -30,7 +30,8 @@ import trio
 
 from epochfs.common import defaults, errors
 from epochfs.common.client import S3Client
-from epochfs.common.directwrite import DIRECT_RETRY_S, ROUND_MAX, WINDOW, DirectUnavailable, DirectWriter
+from epochfs.common.directwrite import (DIRECT_RETRY_S, ROUND_MAX, ROUNDS_IN_FLIGHT, WINDOW, DirectUnavailable,
+                                        DirectWriter)
 from epochfs.common.messages import (AttrChanges, BlockSpan, FileWrite, FileWriteDirect, KeepBlock, NewExtent,
                                      NewFile, RestOfBody)
 
@@ -42,7 +43,6 @@ log = logging.getLogger("epochfs.mount")
 
 UPLOAD_PIECE = 4 << 20
 STREAM_AFTER = 8 << 20  # bytes a new file holds before it is streamed (smaller files go up in one piece at close)
-ROUNDS_IN_FLIGHT = 2  # a direct stream's rounds (WINDOW blocks each) stored at once
 MAX_STREAMS = 8  # at most this many at once: each holds one of the client's connections (32) until its file closes
 MAX_FILE_SIZE = defaults.MAX_OBJECT_SIZE  # S3's largest object
 MAX_BATCH = 256          # write-back: files created in one request

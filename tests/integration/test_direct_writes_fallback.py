@@ -94,6 +94,7 @@ KILLED = textwrap.dedent("""
             up = c.direct.upload(sys.argv[1], "never", window=1)
             for i in range(3):
                 await up.write(os.urandom(4 << 20))
+            await up.drain()
             print(" ".join(str(r.id) for r in up.receipts), flush=True)
             time.sleep(600)
     asyncio.run(go())
