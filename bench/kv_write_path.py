@@ -1,6 +1,7 @@
 """Measures how a DataNode should write blocks into RocksDB, and read them back: CPU per MB and per 1 MiB range.
 
     python bench/kv_write_path.py [--mb 512] [--sizes 128,1024,4096]
+    python bench/kv_write_path.py --files 12000     # ingest and drop cost as the bulk space fills (generations)
 
 Write paths, per block size (each block cut into 256 KiB chunks with a 4-byte CRC32C header, as BlockStore stores them):
     batch    one WriteBatch per block into the default column family (WAL on, unsynced), level compaction: the
@@ -124,11 +125,47 @@ def read(path: str, how: str, size: int, n: int, mmap: bool, verify: bool, ops: 
     return spent / ops
 
 
+def many_files(total: int, steps: int = 6, size: int = 64 << 10, drops: int = 200) -> None:
+    """CPU per ingest as a bulk space fills with `total` one-file blocks, through the DataNode's own RocksBulk: in
+    generations of RocksBulk.FILES_PER_GEN files, and in one column family; then per drop (a deleted block's file)."""
+    from epochfs.common.kv import RocksBulk, RocksKV
+    value = os.urandom(size)
+    for label, per_gen in ((f"generations of {RocksBulk.FILES_PER_GEN}", RocksBulk.FILES_PER_GEN),
+                           ("one column family", 1 << 62)):
+        d = tempfile.mkdtemp(prefix="kvfiles-")
+        RocksBulk.FILES_PER_GEN, saved = per_gen, RocksBulk.FILES_PER_GEN
+        try:
+            kv = RocksKV.open(os.path.join(d, "db"), bulk=True)
+            where, row = [], []
+            for step in range(steps):
+                c = cpu()
+                for bid in range(step * total // steps, (step + 1) * total // steps):
+                    gen = kv.bulk.target()
+                    kv.bulk.ingest([(chunk_key(bid, 0), value)], gen)
+                    where.append(gen)
+                row.append(f"{(step + 1) * total // steps}: {(cpu() - c) / (total // steps) * 1e3:.2f}")
+            c = cpu()
+            for bid in random.Random(1).sample(range(total), drops):
+                kv.bulk.drop(chunk_key(bid, 0), chunk_key(bid + 1, 0), where[bid])
+            drop = (cpu() - c) / drops
+            kv.close()
+        finally:
+            RocksBulk.FILES_PER_GEN = saved
+            shutil.rmtree(d, ignore_errors=True)
+        print(f"{label:<24} ms CPU per ingest, by files so far: {', '.join(row)}; per drop {drop * 1e3:.2f}",
+              flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=512)
     ap.add_argument("--sizes", default="128,1024,2048,4096", help="block sizes in KiB")
+    ap.add_argument("--files", type=int, help="instead: CPU per ingest and per drop as the bulk space fills with "
+                                              "this many one-file blocks (in generations, and in one column family)")
     a = ap.parse_args()
+    if a.files:
+        many_files(a.files)
+        return
     for kib in (int(x) for x in a.sizes.split(",")):
         size = kib << 10
         n = max(8, (a.mb << 20) // size)

@@ -37,11 +37,25 @@ CHUNK_SIZE = 256 << 10
 # an fsync (~5-10 ms here) with the event loop held (rocksdict keeps the GIL), and adds a file.
 BULK_MIN = 2 << 20
 TOMBSTONE_S = 600.0
-BULK = b"\x01"  # layout byte at the end of a meta whose chunks are in the bulk key space
+BULK = b"\x01"  # layout byte after size and CRC in a meta whose chunks are in the bulk key space, then the
+# generation (common/kv.RocksBulk) if not 0; a `pending` marker's value is the generation of the chunks it drops
 
 
 def _in_bulk(meta: bytes | None) -> bool:
     return meta is not None and meta[12:13] == BULK
+
+
+def _gen(raw: bytes | None) -> int:
+    """The bulk generation a meta (after its 13 bytes) or a pending marker (all of it) names; 0 if none."""
+    return int.from_bytes(raw, "big") if raw else 0
+
+
+def _gen_bytes(gen: int) -> bytes:
+    return gen.to_bytes(4, "big") if gen else b""
+
+
+def _meta_gen(meta: bytes) -> int:
+    return _gen(meta[13:17])
 
 
 class BlockStore:
@@ -67,15 +81,16 @@ class BlockStore:
             self.used += int.from_bytes(v[:8], "big")
             self.count += 1
 
-    def _meta(self, block_id: int) -> tuple[int, int, bool]:
-        """(size, crc, in bulk space) of a stored block."""
+    def _meta(self, block_id: int) -> tuple[int, int, int | None]:
+        """(size, crc, where: None in the main key space, else the bulk generation) of a stored block."""
         try:
             raw = self.kv.get(keys.meta(block_id))
         except StorageError as e:
             raise self._damaged(block_id, e) from None
         if raw is None:
             raise errors.NoSuchBlock(f"block {block_id} is not stored here")
-        return int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:12], "big"), _in_bulk(raw)
+        where = _meta_gen(raw) if _in_bulk(raw) else None
+        return int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:12], "big"), where
 
     def put(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
             jobs_due_in: float = 0.0) -> None:
@@ -96,18 +111,21 @@ class BlockStore:
         except StorageError:  # the copy being replaced is unreadable: written over as if absent
             old = None
         was_bulk = _in_bulk(old)
+        gen = 0
         if bulk:
-            self.kv.put(keys.pending(block_id), b"")
-            self.bulk.ingest(chunks)
+            gen = self.bulk.target()
+            self.kv.put(keys.pending(block_id), _gen_bytes(gen))
+            self.bulk.ingest(chunks, gen)
         with self.kv.batch() as b:
-            b.put(keys.meta(block_id), n.to_bytes(8, "big") + crc.to_bytes(4, "big") + (BULK if bulk else b""))
+            b.put(keys.meta(block_id), n.to_bytes(8, "big") + crc.to_bytes(4, "big") +
+                  (BULK + _gen_bytes(gen) if bulk else b""))
             if bulk:
                 b.delete(keys.pending(block_id))
             else:
                 for k, v in chunks:
                     b.put(k, v)
-            if old is not None and was_bulk != bulk:  # a copy stored in the other layout (another bulk_min)
-                self._forget_chunks(b, block_id, old)
+            if old is not None and (was_bulk != bulk or was_bulk and _meta_gen(old) != gen):
+                self._forget_chunks(b, block_id, old)  # a copy stored elsewhere (another bulk_min, generation)
             now = time.time()
             jobs = {(target, block_id): {"a": addr, "n": 0, "due": now + jobs_due_in, "t": now}
                     for target, addr in secondaries}
@@ -206,26 +224,28 @@ class BlockStore:
         """In batch `b`: delete a stored block's chunks, or for a bulk block mark them for `purge` (the block is gone
         for readers at once; its file goes with the Purger's next step)."""
         if _in_bulk(meta):
-            b.put(keys.pending(block_id), b"")
+            b.put(keys.pending(block_id), _gen_bytes(_meta_gen(meta)))
             return
         for i in range(max(1, -(-int.from_bytes(meta[:8], "big") // self.chunk_size))):
             b.delete(keys.chunk(block_id, i))
 
-    def _chunk(self, block_id: int, index: int, bulk: bool = False) -> memoryview:
-        raw = (self.bulk if bulk else self.kv).get(keys.chunk(block_id, index))
+    def _chunk(self, block_id: int, index: int, where: int | None = None) -> memoryview:
+        key = keys.chunk(block_id, index)
+        raw = self.kv.get(key) if where is None else self.bulk.get(key, where)
         if raw is None:
             raise errors.NoSuchBlock(f"block {block_id} is missing chunk {index}")
         return _checked(block_id, index, raw)
 
-    def _chunks(self, block_id: int, first: int, stop: int, bulk: bool) -> Iterator[memoryview]:
+    def _chunks(self, block_id: int, first: int, stop: int, where: int | None) -> Iterator[memoryview]:
         """Chunks first..stop-1 of a block, each CRC-checked. Several are read in one ordered scan: one index lookup
         and one iterator instead of a lookup per chunk, 125 instead of 180 us for the five 256 KiB chunks of a 1 MiB
         range (bench/s3_bench.py's RANGE 1M) in the bulk space; a single chunk is a point read."""
         if stop - first == 1:
-            yield self._chunk(block_id, first, bulk)
+            yield self._chunk(block_id, first, where)
             return
         expect = first
-        for k, raw in (self.bulk if bulk else self.kv).scan(keys.chunk(block_id, first), keys.chunk(block_id, stop)):
+        start, end = keys.chunk(block_id, first), keys.chunk(block_id, stop)
+        for k, raw in self.kv.scan(start, end) if where is None else self.bulk.scan(start, end, where):
             if int.from_bytes(k[9:13], "big") != expect:
                 break
             yield _checked(block_id, expect, raw)
@@ -236,7 +256,7 @@ class BlockStore:
     def read(self, block_id: int, offset: int = 0, length: int = -1) -> list[memoryview]:
         """Bytes [offset, offset+length) of a block as a list of buffers (no copy), every chunk read CRC-checked.
         A bad copy raises CorruptBlock (or NoSuchBlock for a missing chunk)."""
-        size, _, bulk = self._meta(block_id)
+        size, _, where = self._meta(block_id)
         end = size if length < 0 else min(size, offset + length)
         if offset >= end:
             return []
@@ -244,7 +264,7 @@ class BlockStore:
         out = []
         first = offset // cs
         try:
-            for i, data in enumerate(self._chunks(block_id, first, (end - 1) // cs + 1, bulk), first):
+            for i, data in enumerate(self._chunks(block_id, first, (end - 1) // cs + 1, where), first):
                 lo, hi = max(offset - i * cs, 0), min(end - i * cs, len(data))
                 out.append(data[lo:hi] if (lo, hi) != (0, len(data)) else data)
         except StorageError as e:
@@ -325,14 +345,16 @@ class BlockStore:
                     del self._jobs[(target, bid)]
 
     def purge(self, limit: int | None = None) -> int:
-        """Drop the bulk chunks of up to `limit` `pending` blocks whose meta does not say bulk (deleted, or a put
-        that a crash kept from its batch), one block at a time (see common/kv.RocksBulk.drop); returns how many."""
+        """Drop the bulk chunks of up to `limit` `pending` blocks in the generation their marker names, unless the
+        block's meta says its copy is there (deleted, rewritten elsewhere, or a put that a crash kept from its
+        batch), one block at a time (see common/kv.RocksBulk.drop); returns how many."""
         done = 0
-        for k in self.kv.scan_keys(keys.PENDING, prefix_end(keys.PENDING)):
-            bid = int.from_bytes(k[1:], "big")
-            if self.bulk is not None and not _in_bulk(self.kv.get(keys.meta(bid))):
+        for k, v in self.kv.scan(keys.PENDING, prefix_end(keys.PENDING)):
+            bid, gen = int.from_bytes(k[1:], "big"), _gen(v)
+            meta = self.kv.get(keys.meta(bid))
+            if self.bulk is not None and not (_in_bulk(meta) and _meta_gen(meta) == gen):
                 start = keys.chunks_of(bid)
-                self.bulk.drop(start, prefix_end(start))
+                self.bulk.drop(start, prefix_end(start), gen)
             self.kv.delete(k)
             done += 1
             if done == limit:

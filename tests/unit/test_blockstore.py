@@ -5,7 +5,7 @@ import pytest
 
 from epochfs.common import errors
 from epochfs.common.blocks import crc32c
-from epochfs.common.kv import MemoryKV, RocksKV, prefix_end
+from epochfs.common.kv import MemoryKV, RocksBulk, RocksKV, prefix_end
 from epochfs.datanode import keys
 from epochfs.datanode.blockstore import BULK_MIN, CHUNK_SIZE, BlockStore, Purger
 from epochfs.datanode.scrubber import Scrubber
@@ -172,6 +172,39 @@ def test_bulk_blocks_in_rocksdb_survive_reopen_and_deletes_free_their_files(tmp_
     assert s.purge() == 1 and kv.bulk.get(keys.chunk(7, 0)) is None and kv.get(keys.pending(7)) is None
     assert joined(s.read(3)) == blocks[3]
     kv.close()
+
+
+def test_bulk_blocks_go_to_a_new_generation_once_one_is_full_and_each_is_read_and_purged_where_it_is(
+        tmp_path, monkeypatch):
+    """The bulk space grows in generations (column families) of FILES_PER_GEN files: a block is read from the one
+    its meta names, across a reopen (which finds every generation and how full the newest is); a block written again
+    into a newer generation has its old copy purged from the old one, and a deleted block's file goes from its own."""
+    monkeypatch.setattr(RocksBulk, "FILES_PER_GEN", 3)
+    path = tmp_path / "db"
+    kv = RocksKV.open(path, bulk=True)
+    s = BlockStore(kv, chunk_size=4, bulk_min=8)
+    blocks = {i: os.urandom(10 + i) for i in range(1, 8)}  # 3 chunks each: one file per block
+    for i in range(1, 6):
+        s.put(i, blocks[i], crc32c(blocks[i]))
+    assert [_gens(kv, g) for g in range(2)] == [[1, 2, 3], [4, 5]]
+    kv.close()
+    kv = RocksKV.open(path, bulk=True)  # every generation found again, the newest with room for one more file
+    s = BlockStore(kv, chunk_size=4, bulk_min=8)
+    s.put(6, blocks[6], crc32c(blocks[6]))
+    s.put(7, blocks[7], crc32c(blocks[7]))
+    assert [_gens(kv, g) for g in range(3)] == [[1, 2, 3], [4, 5, 6], [7]]
+    assert all(joined(s.read(i)) == blocks[i] and joined(s.read(i, 5, 4)) == blocks[i][5:9] for i in blocks)
+    s.put(2, blocks[2], crc32c(blocks[2]))  # a copy written again (a repair): it lands in generation 2
+    s.delete([5])
+    assert s.purge() == 2
+    assert [_gens(kv, g) for g in range(3)] == [[1, 3], [4, 6], [2, 7]]
+    assert all(joined(s.read(i)) == blocks[i] for i in blocks if i != 5) and not s.has(5)
+    kv.close()
+
+
+def _gens(kv, gen: int) -> list[int]:
+    """The blocks whose chunks are in bulk generation `gen`."""
+    return sorted({int.from_bytes(k[1:9], "big") for k, _ in kv.bulk.scan(keys.CHUNKS, gen=gen)})
 
 
 @pytest.mark.parametrize("bulk_min", [10, 1000], ids=["bulk-space", "main-space"])
