@@ -136,7 +136,7 @@ async def _download(c: S3Client, bucket: str, key: str, root: Path, e: Entry, ad
     tmp = dest.with_name(f".{dest.name}.epochfs-part")
     try:
         with open(tmp, "wb") as f:
-            await c.download(bucket, _join(key, e.rel) if e.rel else key, f.write)
+            await c.download(bucket, _join(key, e.rel) if e.rel else key, f.write, size=e.size)
         os.utime(tmp, (e.mtime, e.mtime))
         os.replace(tmp, dest)  # a file appears whole or not at all
     finally:

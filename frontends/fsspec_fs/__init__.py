@@ -156,15 +156,20 @@ class EpochFileSystem(AsyncFileSystem):
                 return []
             return [_file(bucket, await self.client.head(bucket, key))]  # a file lists as itself
 
+    def _listed(self, path: str) -> dict | None:
+        """The entry a cached listing of its folder holds for `path` (None: not listed)."""
+        for e in self.dircache.get(self._parent(path), ()):
+            if e["name"] == path:
+                return e
+        return None
+
     async def _info(self, path, **kwargs):
         path = self._strip_protocol(path)
         bucket, key = self.split_path(path)
         if not bucket:
             return _dir("")
-        parent = self._parent(path)
-        for e in self.dircache.get(parent, ()):
-            if e["name"] == path:
-                return e
+        if (e := self._listed(path)) is not None:
+            return e
         with errmap.as_oserror(path):
             if not key:
                 await self.client.head_bucket(bucket)
@@ -315,8 +320,10 @@ class EpochFileSystem(AsyncFileSystem):
         if os.path.isdir(lpath):
             return
         bucket, key = self.split_path(rpath)
+        listed = self._listed(self._strip_protocol(rpath))  # get() of a folder listed it: large files come straight
+        size = listed.get("size") if listed is not None else None  # from the DataNodes (S3Client.download)
         with open(lpath, "wb") as f, errmap.as_oserror(rpath):
-            await self.client.download(bucket, key, f.write)
+            await self.client.download(bucket, key, f.write, size=size)
 
     async def _rm_file(self, path, **kwargs):
         bucket, key = self.split_path(path)

@@ -5,9 +5,11 @@ import multiprocessing as mp
 import os
 
 import fsspec
+import httpx
 import pytest
 
 from cluster import MAIN
+from epochfs.common.client import WHOLE_GET_MAX
 
 pytestmark = pytest.mark.integration
 
@@ -81,6 +83,33 @@ def test_pipe_put_get(fs, bucket, tmp_path):
     assert fs.cat(f"{bucket}/p/*") == {f"{bucket}/p/1": b"one", f"{bucket}/p/2": b"two"}
     with pytest.raises(FileExistsError):
         fs.pipe_file(f"{bucket}/p/1", b"again", mode="create")
+
+
+def _sent_by_gateway(cluster) -> float:
+    """Bytes of object GETs the gateway sent (from /metrics)."""
+    for line in httpx.get(f"{cluster.endpoint}/metrics").text.splitlines():
+        if line.startswith('epochfs_s3_sent_bytes_total{operation="GetObject"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_folder_get_reads_its_large_files_from_the_datanodes_in_the_version_found_then(cluster, fs, bucket, s3,
+                                                                                        tmp_path):
+    """fs.get of a folder: a large file (from WHOLE_GET_MAX bytes) comes straight from the DataNodes, not through
+    the gateway; one overwritten after the listing comes whole in its new version (the listing's size is a hint,
+    never a cut), and a small one is one GET."""
+    big, newer = os.urandom(WHOLE_GET_MAX + (1 << 20)), os.urandom(2 * WHOLE_GET_MAX)
+    s3.put_object(Bucket=bucket, Key="dl/big", Body=big)
+    s3.put_object(Bucket=bucket, Key="dl/changed", Body=b"x" * (WHOLE_GET_MAX + 10))
+    s3.put_object(Bucket=bucket, Key="dl/small", Body=b"small")
+    assert len(fs.ls(f"{bucket}/dl")) == 3  # listed: get() below takes the sizes from here
+    s3.put_object(Bucket=bucket, Key="dl/changed", Body=newer)
+    before = _sent_by_gateway(cluster)
+    fs.get(f"{bucket}/dl/", str(tmp_path / "out") + "/", recursive=True)
+    assert (tmp_path / "out" / "big").read_bytes() == big
+    assert (tmp_path / "out" / "changed").read_bytes() == newer
+    assert (tmp_path / "out" / "small").read_bytes() == b"small"
+    assert _sent_by_gateway(cluster) - before < 1 << 20  # the small file only
 
 
 def test_rm_mv_copy(fs, bucket):
