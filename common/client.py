@@ -48,7 +48,7 @@ DIRECT_MIN_PUT = 1 << 20
 # CPU per MiB, the DataNodes' frames ~0.5. fsspec open().read(), whole and located, alternated: 4 MiB 362 / 311 MB/s
 # (7.8 / 9.3 ms of client CPU per file), 16 MiB 427 / 940 MB/s (28.2 / 11.9 ms)
 WHOLE_GET_MAX = 8 << 20
-DOWNLOAD_PIECE = 8 << 20  # a download from the DataNodes reads this much at a time (32 MiB: 40% slower, more system CPU)
+DOWNLOAD_PIECE = 8 << 20  # a download from the DataNodes reads this much at a time (32 MiB: 40% slower, more sys CPU)
 
 S3_CODES: dict[str, type[errors.DomainError]] = {
     "NoSuchBucket": errors.NoSuchBucket, "NoSuchKey": errors.NoSuchKey, "NoSuchUpload": errors.NoSuchUpload,

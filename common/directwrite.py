@@ -211,6 +211,32 @@ class DirectWriter:
                 raise fatal[0]
         return out
 
+    async def store_slots(self, slots: list[tuple[m.WriteGrant, int]], blocks: list) -> list[m.BlockReceipt]:
+        """Store `blocks`, each in its slot (grant, index in grant.blocks), the grants' in parallel (one `store`
+        each; a stream's round nearly always has one grant); the receipts in the order of `blocks`."""
+        by_grant: dict[int, list[int]] = {}
+        for j, (g, _) in enumerate(slots):
+            by_grant.setdefault(id(g), []).append(j)
+        got: list = [None] * len(blocks)
+        failed: list[Exception] = []
+
+        async def one(js: list[int]) -> None:
+            g = slots[js[0]][0]
+            try:
+                for j, r in zip(js, await self.store(g, [(slots[j][1], blocks[j]) for j in js])):
+                    got[j] = r
+            except Exception as e:  # raised as itself below, not in a task group's ExceptionGroup
+                failed.append(e)
+        if len(by_grant) == 1:
+            await one(next(iter(by_grant.values())))
+        else:
+            async with anyio.create_task_group() as tg:
+                for js in by_grant.values():
+                    tg.start_soon(one, js)
+        if failed:
+            raise failed[0]
+        return got
+
     # ---------------------------------------------------------------- whole objects
     async def put_objects(self, bucket: str, items: list[tuple[str, object]], *, if_none_match: str | None = None,
                           content_types: list[str | None] | None = None) -> list[str | errors.DomainError]:
@@ -362,26 +388,7 @@ class DirectUpload:
             await self._storing.popleft()
 
     async def _store(self, slots: list[tuple[m.WriteGrant, int]], full: list, got: list) -> None:
-        by_grant: dict[int, list[int]] = {}
-        for j, (g, _) in enumerate(slots):
-            by_grant.setdefault(id(g), []).append(j)
-        failed: list[Exception] = []
-
-        async def one(js: list[int]) -> None:
-            g = slots[js[0]][0]
-            try:
-                for j, r in zip(js, await self.w.store(g, [(slots[j][1], full[j]) for j in js])):
-                    got[j] = r
-            except Exception as e:  # raised as itself below, not in a task group's ExceptionGroup
-                failed.append(e)
-        if len(by_grant) == 1:
-            await one(next(iter(by_grant.values())))
-        else:
-            async with anyio.create_task_group() as tg:
-                for js in by_grant.values():
-                    tg.start_soon(one, js)
-        if failed:
-            raise failed[0]
+        got[:] = await self.w.store_slots(slots, full)
 
     async def drain(self) -> None:
         """Wait until every full block written so far is stored (raises what storing one raised)."""

@@ -350,10 +350,9 @@ class RocksBulk:
             self._files += 1
 
     def get(self, key: bytes, gen: int = 0) -> bytes | None:
+        cf = self._cf(gen)
         try:
-            return self._cf(gen).get(key, read_opt=self._ro)
-        except StorageError:
-            raise
+            return cf.get(key, read_opt=self._ro)
         except Exception as e:
             raise _engine_error(e) from None
 

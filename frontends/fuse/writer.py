@@ -552,8 +552,8 @@ class Writes:
         """The stream's content stored on the DataNodes by this mount (common/directwrite.py: write tokens from the
         gateway, asked for 1, 2, 4, ... ROUND_MAX blocks at a time; up to WINDOW blocks stored per round, one call
         per primary node, ROUNDS_IN_FLIGHT rounds at once: the next round is sent while the DataNodes store and
-        replicate the one before), then committed by the gateway (fs_write_direct) once closing; the blocks of a stream
-        that ends otherwise are given back. DirectUnavailable (the DataNodes can't be reached, a refused token)
+        replicate the one before), then committed by the gateway (fs_write_direct) once closing; the blocks of a
+        stream that ends otherwise are given back. DirectUnavailable (the DataNodes can't be reached, a refused token)
         before the commit: nothing is committed, the caller goes through the gateway."""
         dw = DirectWriter(self.c)
         grants: list = []
@@ -580,13 +580,7 @@ class Writes:
 
         async def store(places: list, data: list, got: list, cancel: trio.CancelScope) -> None:
             try:
-                by_grant: dict[int, list[int]] = {}
-                for j, (g, _) in enumerate(places):
-                    by_grant.setdefault(id(g), []).append(j)
-                for js in by_grant.values():  # (one grant nearly always: rounds grow as the file does)
-                    g = places[js[0]][0]
-                    for j, r in zip(js, await dw.store(g, [(places[j][1], data[j]) for j in js])):
-                        got[j] = r
+                got[:] = await dw.store_slots(places, data)
             except Exception as e:  # noqa: BLE001 -- raised as itself below (not in a MultiError)
                 failed.append(e)
                 cancel.cancel()
