@@ -205,3 +205,29 @@ def test_a_bucket_that_encrypts_by_default_is_written_through_the_gateway(cluste
         got = s3.get_object(Bucket=bucket, Key=k)
         assert got["Body"].read() == v and got["ServerSideEncryption"] == "AES256"
     assert plain == [hashlib.md5(v).hexdigest() for _, v in items]
+
+
+def test_a_stream_aborted_while_its_rounds_are_stored_leaves_nothing_and_gives_its_blocks_back(cluster, bucket, s3):
+    """A direct stream keeps a round of blocks being stored while its writer fills the next: an abort then cancels
+    what is in flight and gives back every block it was allocated; a stream finished the same way is whole."""
+    chunk = os.urandom(1 << 20)
+
+    async def stream(c: S3Client, key: str, finish: bool):
+        up = c.direct.upload(bucket, key)
+        for _ in range(40):  # 10 blocks of 4 MiB: 2 rounds of 4 sent, the second still storing; 2 buffered
+            await up.write(chunk)
+        storing = len(up._storing)
+        ids = [b.id for g in up.grants for b in g.blocks]
+        if finish:
+            await up.finish()
+        else:
+            await up.abort()
+        return storing, ids
+
+    storing, ids = run(_with(cluster.endpoint, MAIN, lambda c: stream(c, "gone", False)))
+    assert storing == 1 and len(ids) >= 8  # two rounds sent, the second one still storing
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
+    assert not set(ids) & set(cluster.nn.pending())  # given back, none left to the pending expiry
+    storing, _ = run(_with(cluster.endpoint, MAIN, lambda c: stream(c, "kept", True)))
+    assert storing == 1
+    assert s3.get_object(Bucket=bucket, Key="kept")["Body"].read() == chunk * 40
