@@ -11,6 +11,7 @@ import calendar
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from epochfs.common.client import INGEST_MAX_ITEMS, S3Client
 REMOTE = ("epochfs://", "s3://")
 # Uploads of files up to SMALL_FILE go in batch PUTs (POST /_epochfs/put: one request, one NameNode command and one
 # call per DataNode for many files) of up to BATCH_BYTES, -j / JOBS_PER_BATCH of them at once (4 for the default -j 16)
-# while the next are read.
+# while the next are read; downloads of such files in batch reads of the same size (S3Client.batch_get: one locate
+# and one call per DataNode).
 SMALL_FILE = 1 << 20
 BATCH_BYTES = 8 << 20
 JOBS_PER_BATCH = 4
@@ -130,18 +132,50 @@ async def _upload(c: S3Client, root: Path, bucket: str, key: str, e: Entry, adva
     advance(e.size)
 
 
-async def _download(c: S3Client, bucket: str, key: str, root: Path, e: Entry, advance) -> None:
+@contextmanager
+def _placing(root: Path, key: str, e: Entry):
+    """A file to download `e` into: written as a hidden part file, given the object's mtime and renamed into place
+    once it is whole (a file appears whole or not at all)."""
     dest = root / e.rel if e.rel else (root / key.rsplit("/", 1)[-1] if root.is_dir() else root)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.epochfs-part")
     try:
         with open(tmp, "wb") as f:
-            await c.download(bucket, _join(key, e.rel) if e.rel else key, f.write, size=e.size)
+            yield f
         os.utime(tmp, (e.mtime, e.mtime))
-        os.replace(tmp, dest)  # a file appears whole or not at all
+        os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+async def _download(c: S3Client, bucket: str, key: str, root: Path, e: Entry, advance) -> None:
+    with _placing(root, key, e) as f:
+        await c.download(bucket, _join(key, e.rel) if e.rel else key, f.write, size=e.size)
     advance(e.size)
+
+
+async def _download_batch(c: S3Client, bucket: str, key: str, root: Path, batch: list[Entry],
+                          advance) -> list[BaseException | None]:
+    """Download small files with one batch read (straight from the DataNodes when they can be reached); each
+    file's error or None."""
+    res = await c.batch_get([(bucket, _join(key, e.rel) if e.rel else key, None, None) for e in batch])
+
+    def place() -> list[BaseException | None]:
+        out: list[BaseException | None] = []
+        for e, r in zip(batch, res):
+            if isinstance(r, BaseException):
+                out.append(r)
+                continue
+            try:
+                with _placing(root, key, e) as f:
+                    f.write(r)
+                out.append(None)
+            except OSError as err:
+                out.append(err)
+        return out
+    out = await asyncio.to_thread(place)
+    advance(sum(len(r) for r in res if not isinstance(r, BaseException)))
+    return out
 
 
 async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool, batch: bool = True,
@@ -179,7 +213,7 @@ async def _transfer(c: S3Client, src: str, dst: str, rs, rd, *, sync: bool, jobs
                   TimeRemainingColumn(), disable=quiet or not sys.stderr.isatty(), transient=False) as bar:
         task = bar.add_task(f"{'sync' if sync else 'cp'} {len(work)} files", total=sum(e.size for e in work))
         sem = asyncio.Semaphore(jobs)
-        small = [e for e in work if e.size <= SMALL_FILE] if rs is None and batch else []
+        small = [e for e in work if e.size <= SMALL_FILE] if batch else []
         single = [e for e in work if e.size > SMALL_FILE] if small else work
         batch_sem = asyncio.Semaphore(max(1, jobs // JOBS_PER_BATCH))
 
@@ -193,7 +227,9 @@ async def _transfer(c: S3Client, src: str, dst: str, rs, rd, *, sync: bool, jobs
         async def many(b: list[Entry]) -> list[BaseException | None]:
             async with batch_sem:
                 try:
-                    return await _upload_batch(c, root, *rd, b, lambda n: bar.advance(task, n))
+                    if rs is None:
+                        return await _upload_batch(c, root, *rd, b, lambda n: bar.advance(task, n))
+                    return await _download_batch(c, *rs, root, b, lambda n: bar.advance(task, n))
                 except (errors.DomainError, OSError) as e:
                     return [e] * len(b)
         groups = _batches(small)
@@ -232,7 +268,7 @@ def add_parser(sub) -> None:
         p.add_argument("-j", "--jobs", type=int, default=16, help="parallel transfers (default 16)")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
         p.add_argument("--no-batch", action="store_true",
-                       help="upload small files one PUT each instead of in batch PUTs")
+                       help="copy small files one request each instead of in batches")
         p.add_argument("--no-direct", action="store_true",
                        help="upload through the gateway only (by default blocks go straight to the DataNodes when "
                             "they can be reached)")
