@@ -877,7 +877,7 @@ class ObjectWriter:
             except DirectUnavailable as e:
                 await self._to_gateway(e)
                 return
-            if self._up.receipts:
+            if self._up.stored:
                 self._held = None
             return
         await self._gateway_write(data)

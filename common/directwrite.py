@@ -323,6 +323,11 @@ class DirectUpload:
         self.block_size: int | None = None
 
     @property
+    def stored(self) -> bool:
+        """Is a block of this stream stored already (its first round answered)?"""
+        return bool(self._rounds) and None not in self._rounds[0]
+
+    @property
     def receipts(self) -> list[m.BlockReceipt]:
         """The receipts of the blocks stored so far, in the object's order (up to the first round still storing)."""
         out = []

@@ -351,7 +351,7 @@ class BlockStore:
         done = 0
         for k, v in self.kv.scan(keys.PENDING, prefix_end(keys.PENDING)):
             bid, gen = int.from_bytes(k[1:], "big"), _gen(v)
-            meta = self.kv.get(keys.meta(bid))
+            meta = self.kv.get(keys.meta(bid)) if self.bulk is not None else None
             if self.bulk is not None and not (_in_bulk(meta) and _meta_gen(meta) == gen):
                 start = keys.chunks_of(bid)
                 self.bulk.drop(start, prefix_end(start), gen)
