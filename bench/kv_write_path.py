@@ -34,6 +34,9 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+CHECKSUM = "crc32c"
+
+
 def options(mmap: bool) -> rocksdict.Options:
     o = rocksdict.Options(raw_mode=True)
     o.create_if_missing(True)
@@ -43,6 +46,7 @@ def options(mmap: bool) -> rocksdict.Options:
     o.set_max_background_jobs(2)
     t = rocksdict.BlockBasedOptions()
     t.set_bloom_filter(10, False)
+    t.set_checksum_type(getattr(rocksdict.ChecksumType, CHECKSUM)())
     o.set_block_based_table_factory(t)
     o.set_allow_mmap_reads(mmap)
     return o
@@ -162,7 +166,11 @@ def main() -> None:
     ap.add_argument("--sizes", default="128,1024,2048,4096", help="block sizes in KiB")
     ap.add_argument("--files", type=int, help="instead: CPU per ingest and per drop as the bulk space fills with "
                                               "this many one-file blocks (in generations, and in one column family)")
+    ap.add_argument("--checksum", default="crc32c", choices=["crc32c", "xxh3"],
+                    help="RocksDB's table block checksum (the WAL's is always CRC32C)")
     a = ap.parse_args()
+    global CHECKSUM
+    CHECKSUM = a.checksum
     if a.files:
         many_files(a.files)
         return

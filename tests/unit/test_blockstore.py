@@ -247,3 +247,39 @@ def test_put_many_stores_blocks_and_jobs_in_one_batch_and_refuses_a_bad_one_alon
         [(2, 10), (2, 11), (2, 12), (2, 13), (3, 50)]
     assert s.due_replications(100) == []  # delayed: the primary pushes from memory first
     kv.close()
+
+
+def test_a_store_written_with_crc32c_table_checksums_still_opens_reads_and_takes_writes(tmp_path, monkeypatch):
+    """Stores before XXH3 table checksums: each file names its own checksum, so they read as they were."""
+    import rocksdict
+
+    def crc32c_options() -> rocksdict.Options:
+        opts = rocksdict.Options(raw_mode=True)
+        opts.set_compression_type(rocksdict.DBCompressionType.none())
+        table = rocksdict.BlockBasedOptions()
+        table.set_checksum_type(rocksdict.ChecksumType.crc32c())
+        opts.set_block_based_table_factory(table)
+        return opts
+
+    path = tmp_path / "blocks"
+    with monkeypatch.context() as m:
+        m.setattr(RocksKV, "_options", staticmethod(crc32c_options))
+        kv = RocksKV.open(path, bulk=True)
+        s = BlockStore(kv)
+        old = {1: os.urandom(BULK_MIN + 10), 2: os.urandom(1000)}
+        for bid, data in old.items():
+            s.put(bid, data, crc32c(data))
+        kv._db.flush()
+        kv.close()
+    kv = RocksKV.open(path, bulk=True)
+    s = BlockStore(kv)
+    new = {3: os.urandom(BULK_MIN + 20), 4: os.urandom(2000)}
+    for bid, data in new.items():
+        s.put(bid, data, crc32c(data))
+    kv._db.flush()
+    for bid, data in {**old, **new}.items():
+        assert joined(s.read(bid)) == data
+    kv._db.compact_range(None, None)  # old and new files merged under the new checksum
+    for bid, data in {**old, **new}.items():
+        assert joined(s.read(bid)) == data
+    kv.close()
