@@ -489,6 +489,9 @@ class EpochFile(AbstractBufferedFile):
     def __init__(self, fs: EpochFileSystem, path, mode="rb", **kwargs) -> None:
         self.writer = None
         self._reader = None
+        if mode == "rb" and kwargs.get("cache_type") == BlockLRU.name:  # blocks as the DataNodes send them, and
+            kwargs["cache_options"] = {"buffers": self._fetch_buffers, "ahead": self._fetch_ahead,  # read-ahead
+                                       **(kwargs.get("cache_options") or {})}
         super().__init__(fs, path, mode.replace("x", "w"), **kwargs)
         self.exclusive = "x" in mode
         self.bucket, self.key = fs.split_path(self.path)
@@ -496,13 +499,32 @@ class EpochFile(AbstractBufferedFile):
     def _call(self, coro):
         return sync(self.fs.loop, lambda: coro)
 
+    def _pinned(self):
+        if self._reader is None:
+            self._reader = self.fs.client.pinned(self.bucket, self.key, self.details.get("ETag", ""), self.size)
+        return self._reader
+
     def _fetch_range(self, start, end):
         """Bytes of the version the file was opened on, also after the key was deleted or overwritten (see
         PinnedReader)."""
-        if self._reader is None:
-            self._reader = self.fs.client.pinned(self.bucket, self.key, self.details.get("ETag", ""), self.size)
         with errmap.as_oserror(self.path):
-            return self._call(self._reader.read(start, end))
+            return self._call(self._pinned().read(start, end))
+
+    def _fetch_buffers(self, start, end):
+        with errmap.as_oserror(self.path):
+            return self._call(self._pinned().buffers(start, end))
+
+    def _fetch_ahead(self, start, end):
+        return asyncio.run_coroutine_threadsafe(self._pinned().buffers(start, end), self.fs.loop)
+
+    def readinto(self, b):
+        """As read(), into `b`: from the cached blocks straight into it (AbstractBufferedFile's reads, then copies)."""
+        if self.mode != "rb" or not isinstance(self.cache, BlockLRU) or self.closed:
+            return super().readinto(b)
+        out = memoryview(b).cast("B")
+        got = self.cache.readinto(self.loc, out[:max(0, min(out.nbytes, self.size - self.loc))])
+        self.loc += got
+        return got
 
     def _initiate_upload(self):
         pass  # lazily: a small file becomes one PUT at close

@@ -47,3 +47,58 @@ def test_a_sequential_reader_fetches_two_blocks_at_a_time_and_the_oldest_go():
         assert c._fetch(off, off + 100) == DATA[off:off + 100]
     assert calls == [(0, 1000), (1000, 3000), (3000, 5000), (5000, 7000), (7000, 9000)]
     assert sorted(c.blocks) == [5, 6, 7, 8]
+
+
+def _ahead_cache(bs: int, maxblocks: int, piece: int = 700, fail: bool = False):
+    """A cache given `buffers` (answers cut in pieces of `piece` bytes, as DataNode pieces are) and `ahead`
+    (futures the test completes or fails: the background fetches it started)."""
+    from concurrent.futures import Future
+    calls: list[tuple[str, int, int]] = []
+    flights: list[tuple[Future, int, int]] = []
+
+    def buffers(start: int, end: int) -> list:
+        calls.append(("sync", start, end))
+        return [DATA[i:min(i + piece, end)] for i in range(start, end, piece)]
+
+    def ahead(start: int, end: int) -> Future:
+        calls.append(("ahead", start, end))
+        f: Future = Future()
+        flights.append((f, start, end))
+        return f
+
+    def fetch(start: int, end: int) -> bytes:
+        raise AssertionError("the joined fetcher is not used when buffers are given")
+    return BlockLRU(bs, fetch, len(DATA), maxblocks=maxblocks, buffers=buffers, ahead=ahead), calls, flights
+
+
+def test_a_forward_reader_has_the_next_blocks_fetched_in_the_background_and_waits_only_for_them():
+    c, calls, flights = _ahead_cache(1000, 8)
+    assert c._fetch(0, 100) == DATA[:100]
+    assert calls == [("sync", 0, 1000), ("ahead", 1000, 3000)]
+    f, a, z = flights[-1]
+    f.set_result([DATA[a:a + 300], DATA[a + 300:z]])  # its answer, in pieces that don't match the blocks
+    assert c._fetch(100, 2500) == DATA[100:2500], "blocks 1-2 come from the background fetch"
+    assert calls[2:] == [("ahead", 3000, 5000)], "no fetch of its own; the next ones are started"
+    flights[-1][0].set_exception(OSError("DataNode gone"))
+    assert c._fetch(2500, 3500) == DATA[2500:3500], "a failed background fetch is read again, in the reader's call"
+    assert calls[3:] == [("sync", 3000, 4000), ("ahead", 4000, 6000)]
+    c.close()
+    assert flights[-1][0].cancelled(), "closing the file cancels what is still being fetched"
+
+
+def test_a_reader_that_jumps_around_starts_no_background_fetch_and_readinto_fills_from_the_pieces():
+    c, calls, _ = _ahead_cache(1000, 4, piece=333)
+    c._fetch(50_000, 50_010)   # a jump far from the front (the first read was not at the start)
+    c._fetch(20_000, 20_010)   # behind the front
+    assert [k for k, *_ in calls] == ["sync", "sync"]
+    rnd = random.Random(5)
+    for _ in range(2000):
+        start = rnd.randrange(0, len(DATA))
+        out = bytearray(rnd.choice([1, 333, 999, 1000, 2500, 5000]))
+        n = c.readinto(start, memoryview(out))
+        assert out[:n] == DATA[start:start + len(out)] and n == min(len(out), len(DATA) - start)
+        assert len(c.blocks) <= c.maxblocks
+        if c._flight is not None:  # finish background fetches as the loop would
+            f, a, z = c._flight[2], c._flight[0] * 1000, min((c._flight[1] + 1) * 1000, len(DATA))
+            if not f.done():
+                f.set_result([DATA[a:z]])
