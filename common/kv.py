@@ -63,8 +63,17 @@ class Bulk(Protocol):
     def drop(self, start: bytes, end: bytes, gen: int = 0) -> None: ...
 
 
+class Space(Protocol):
+    """A second key space written in the main one's batches (RocksSpace)."""
+    handle: object  # b.put(key, value, column_family=handle) in a batch of the main key space
+
+    def get(self, key: bytes) -> bytes | None: ...
+    def scan(self, start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]: ...
+
+
 class KV(Protocol):
     bulk: Bulk | None
+    chunks: Space | None
 
     def get(self, key: bytes) -> bytes | None: ...
     def put(self, key: bytes, value: bytes) -> None: ...
@@ -101,6 +110,7 @@ class RocksKV:
 
     def __init__(self, db: rocksdict.Rdict, bulk: RocksBulk | None = None) -> None:
         self._db = db
+        self.chunks: RocksSpace | None = None
         self._wo = rocksdict.WriteOptions()
         self._wo.sync = False
         self._unverified = rocksdict.ReadOptions()
@@ -145,8 +155,12 @@ class RocksKV:
         bulk_opts = RocksBulk.options(cls._options())
         names = [RocksBulk.CF] + [n for n in (rocksdict.Rdict.list_cf(str(path)) if (Path(path) / "CURRENT").exists()
                                               else []) if n.startswith(RocksBulk.CF + ".")]
-        db = rocksdict.Rdict(str(path), options=opts, column_families={n: bulk_opts for n in names})
+        chunk_opts = cls._options()
+        chunk_opts.set_write_buffer_size(write_buffer_mb << 20)
+        db = rocksdict.Rdict(str(path), options=opts,
+                             column_families={**{n: bulk_opts for n in names}, RocksSpace.CHUNKS: chunk_opts})
         kv = cls(db, RocksBulk(db, Path(str(path) + ".ingest"), cls._options(), bulk_opts, names))
+        kv.chunks = RocksSpace(db, RocksSpace.CHUNKS)
         kv._opened_with = opts
         return kv
 
@@ -201,6 +215,12 @@ class RocksKV:
         lets go of the GIL meanwhile, so other threads run)."""
         self._db.flush_wal(True)
 
+    def flush_memtables(self) -> None:
+        """Write what the memtables hold (the main key space's and the chunks space's) to table files."""
+        self._db.flush()
+        if self.chunks is not None:
+            self.chunks.flush()
+
     def checkpoint(self, path: Path | str) -> None:
         """A consistent copy of the store at `path` (a new folder): RocksDB hard-links its table files and copies
         the rest (a NameNode's peer rebuilds from it, namenode/ha/)."""
@@ -209,7 +229,39 @@ class RocksKV:
     def close(self) -> None:
         if self.bulk is not None:
             self.bulk.close()
+        if self.chunks is not None:
+            self.chunks.close()
         self._db.close()
+
+
+class RocksSpace:
+    """A second key space of a RocksKV (a column family), written in the same atomic batches as the main one:
+    `b.put(key, value, column_family=space.handle)` (and `b.delete`). DataNodes keep their small blocks' chunks in
+    one (`CHUNKS`): block ids grow, so each flush writes a key range past the ones before and compaction only moves
+    files; mixed with the metas and replication jobs in the default column family, every flushed file overlapped
+    the whole store and compaction rewrote it. 20,000 blocks of 110 KiB in batches of 16 with their metas and jobs
+    (2.1 GB): 0 bytes compacted against 3.6-4.0 GB, 0.24-0.26 ms of CPU per block against 0.38-0.45."""
+
+    CHUNKS = "chunks"
+
+    def __init__(self, db: rocksdict.Rdict, name: str) -> None:
+        self._cf = db.get_column_family(name)
+        self.handle = db.get_column_family_handle(name)
+
+    def get(self, key: bytes) -> bytes | None:
+        try:
+            return self._cf.get(key)
+        except Exception as e:
+            raise _engine_error(e) from None
+
+    def scan(self, start: bytes, end: bytes | None = None):
+        yield from _iterate(self._cf.iter(), start, end, None, True)
+
+    def flush(self) -> None:
+        self._cf.flush()
+
+    def close(self) -> None:
+        self._cf = self.handle = None  # references to the column family hold the store open
 
 
 class WalSync:
@@ -414,11 +466,11 @@ class _MemBatch:
     def __init__(self) -> None:
         self.ops: list[tuple[bytes, bytes | None]] = []
 
-    def put(self, key: bytes, value: bytes) -> None:
-        self.ops.append((bytes(key), bytes(value)))
+    def put(self, key: bytes, value: bytes, column_family: MemoryKV | None = None) -> None:
+        self.ops.append((column_family, bytes(key), bytes(value)))
 
-    def delete(self, key: bytes) -> None:
-        self.ops.append((bytes(key), None))
+    def delete(self, key: bytes, column_family: MemoryKV | None = None) -> None:
+        self.ops.append((column_family, bytes(key), None))
 
 
 class MemoryKV:
@@ -428,6 +480,8 @@ class MemoryKV:
         self._keys: list[bytes] = []
         self._data: dict[bytes, bytes] = {}
         self.bulk = MemoryBulk() if bulk else None
+        self.chunks = MemoryKV() if bulk else None  # RocksKV's chunks space: a MemoryKV is its own batch handle
+        self.handle = self
 
     def get(self, key: bytes) -> bytes | None:
         return self._data.get(key)
@@ -445,11 +499,12 @@ class MemoryKV:
     def batch(self):
         b = _MemBatch()
         yield b
-        for k, v in b.ops:
+        for space, k, v in b.ops:
+            space = space or self
             if v is None:
-                self.delete(k)
+                space.delete(k)
             else:
-                self.put(k, v)
+                space.put(k, v)
 
     def scan(self, start: bytes, end: bytes | None = None, limit: int | None = None, *, verify: bool = True):
         i = bisect.bisect_left(self._keys, start)

@@ -39,10 +39,19 @@ BULK_MIN = 2 << 20
 TOMBSTONE_S = 600.0
 BULK = b"\x01"  # layout byte after size and CRC in a meta whose chunks are in the bulk key space, then the
 # generation (common/kv.RocksBulk) if not 0; a `pending` marker's value is the generation of the chunks it drops
+SPACED = b"\x02"  # layout byte of a meta whose chunks are in the chunks key space (kv.chunks, common/kv.RocksSpace);
+# a meta without a layout byte has them in the main key space (every small block before the chunks space)
+IN_CHUNKS = -1  # where such a block's chunks are (`_where`: None for the main key space, a bulk generation >= 0)
 
 
 def _in_bulk(meta: bytes | None) -> bool:
     return meta is not None and meta[12:13] == BULK
+
+
+def _where(meta: bytes) -> int | None:
+    """Where a stored block's chunks are: None (the main key space), IN_CHUNKS, or its bulk generation."""
+    layout = meta[12:13]
+    return _meta_gen(meta) if layout == BULK else IN_CHUNKS if layout == SPACED else None
 
 
 def _gen(raw: bytes | None) -> int:
@@ -62,6 +71,7 @@ class BlockStore:
     def __init__(self, kv: KV, chunk_size: int = CHUNK_SIZE, bulk_min: int = BULK_MIN) -> None:
         self.kv = kv
         self.bulk = kv.bulk
+        self.chunks = getattr(kv, "chunks", None)
         self.chunk_size = chunk_size
         self.bulk_min = bulk_min
         self.used = 0
@@ -82,15 +92,14 @@ class BlockStore:
             self.count += 1
 
     def _meta(self, block_id: int) -> tuple[int, int, int | None]:
-        """(size, crc, where: None in the main key space, else the bulk generation) of a stored block."""
+        """(size, crc, where its chunks are: see `_where`) of a stored block."""
         try:
             raw = self.kv.get(keys.meta(block_id))
         except StorageError as e:
             raise self._damaged(block_id, e) from None
         if raw is None:
             raise errors.NoSuchBlock(f"block {block_id} is not stored here")
-        where = _meta_gen(raw) if _in_bulk(raw) else None
-        return int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:12], "big"), where
+        return int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:12], "big"), _where(raw)
 
     def put(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
             jobs_due_in: float = 0.0) -> None:
@@ -110,21 +119,18 @@ class BlockStore:
             old = self.kv.get(keys.meta(block_id))
         except StorageError:  # the copy being replaced is unreadable: written over as if absent
             old = None
-        was_bulk = _in_bulk(old)
-        gen = 0
         if bulk:
             gen = self.bulk.target()
             self.kv.put(keys.pending(block_id), _gen_bytes(gen))
             self.bulk.ingest(chunks, gen)
+        meta = n.to_bytes(8, "big") + crc.to_bytes(4, "big") + (BULK + _gen_bytes(gen) if bulk else self._layout)
         with self.kv.batch() as b:
-            b.put(keys.meta(block_id), n.to_bytes(8, "big") + crc.to_bytes(4, "big") +
-                  (BULK + _gen_bytes(gen) if bulk else b""))
+            b.put(keys.meta(block_id), meta)
             if bulk:
                 b.delete(keys.pending(block_id))
             else:
-                for k, v in chunks:
-                    b.put(k, v)
-            if old is not None and (was_bulk != bulk or was_bulk and _meta_gen(old) != gen):
+                self._put_chunks(b, chunks)
+            if old is not None and _where(old) != _where(meta):
                 self._forget_chunks(b, block_id, old)  # a copy stored elsewhere (another bulk_min, generation)
             now = time.time()
             jobs = {(target, block_id): {"a": addr, "n": 0, "due": now + jobs_due_in, "t": now}
@@ -178,10 +184,10 @@ class BlockStore:
         jobs = {}
         with self.kv.batch() as b:
             for bid, n, crc, chunks, secondaries, old in small:
-                b.put(keys.meta(bid), n.to_bytes(8, "big") + crc.to_bytes(4, "big"))
-                for k, v in chunks:
-                    b.put(k, v)
-                if old is not None and _in_bulk(old):
+                meta = n.to_bytes(8, "big") + crc.to_bytes(4, "big") + self._layout
+                b.put(keys.meta(bid), meta)
+                self._put_chunks(b, chunks)
+                if old is not None and _where(old) != _where(meta):
                     self._forget_chunks(b, bid, old)
                 for target, addr in secondaries:
                     job = jobs[(target, bid)] = {"a": addr, "n": 0, "due": now + jobs_due_in, "t": now}
@@ -220,18 +226,34 @@ class BlockStore:
             raise errors.Unavailable(f"this DataNode's store refuses writes: {e}") from None
         self.write_error = ""
 
+    @property
+    def _layout(self) -> bytes:
+        """The layout byte of a new small block's meta: its chunks go to the chunks space where the store has one."""
+        return SPACED if self.chunks is not None else b""
+
+    def _put_chunks(self, b, chunks) -> None:
+        if self.chunks is None:
+            for k, v in chunks:
+                b.put(k, v)
+        else:
+            for k, v in chunks:
+                b.put(k, v, column_family=self.chunks.handle)
+
     def _forget_chunks(self, b, block_id: int, meta: bytes) -> None:
         """In batch `b`: delete a stored block's chunks, or for a bulk block mark them for `purge` (the block is gone
         for readers at once; its file goes with the Purger's next step)."""
-        if _in_bulk(meta):
-            b.put(keys.pending(block_id), _gen_bytes(_meta_gen(meta)))
+        where = _where(meta)
+        if where is not None and where >= 0:
+            b.put(keys.pending(block_id), _gen_bytes(where))
             return
+        space = {} if where is None else {"column_family": self.chunks.handle}
         for i in range(max(1, -(-int.from_bytes(meta[:8], "big") // self.chunk_size))):
-            b.delete(keys.chunk(block_id, i))
+            b.delete(keys.chunk(block_id, i), **space)
 
     def _chunk(self, block_id: int, index: int, where: int | None = None) -> memoryview:
         key = keys.chunk(block_id, index)
-        raw = self.kv.get(key) if where is None else self.bulk.get(key, where)
+        raw = (self.kv.get(key) if where is None else self.chunks.get(key) if where == IN_CHUNKS
+               else self.bulk.get(key, where))
         if raw is None:
             raise errors.NoSuchBlock(f"block {block_id} is missing chunk {index}")
         return _checked(block_id, index, raw)
@@ -245,7 +267,8 @@ class BlockStore:
             return
         expect = first
         start, end = keys.chunk(block_id, first), keys.chunk(block_id, stop)
-        for k, raw in self.kv.scan(start, end) if where is None else self.bulk.scan(start, end, where):
+        for k, raw in (self.kv.scan(start, end) if where is None else self.chunks.scan(start, end)
+                       if where == IN_CHUNKS else self.bulk.scan(start, end, where)):
             if int.from_bytes(k[9:13], "big") != expect:
                 break
             yield _checked(block_id, expect, raw)

@@ -107,7 +107,7 @@ def _sst_flip(c: Cluster, dn: str, bodies: list[bytes]) -> None:
     flushed), then flip bytes in the middle of each body where it lies in those files, as a rotting disk would."""
     from epochfs.common.kv import RocksKV
     kv = RocksKV.open(c.root / dn / "blocks", bulk=True)
-    kv._db.flush()
+    kv.flush_memtables()
     kv.close()
     ssts = sorted((c.root / dn / "blocks").glob("*.sst"))
     for body in bodies:

@@ -93,7 +93,7 @@ def test_large_blocks_go_to_the_bulk_space_small_ones_through_the_batch():
     s.put(1, big, crc32c(big), [(2, "a:1")])
     s.put(2, small, crc32c(small))
     assert bulk_keys(kv) == [keys.chunk(1, i) for i in range(6)] and kv.get(keys.chunk(1, 0)) is None
-    assert kv.get(keys.chunk(2, 0)) is not None and pending(kv) == []
+    assert kv.chunks.get(keys.chunk(2, 0)) is not None and pending(kv) == []
     for off, n in [(0, -1), (3, 9), (20, 3), (22, 10)]:
         assert joined(s.read(1, off, n)) == (big[off:] if n < 0 else big[off:off + n])
     assert [(t, b) for t, b, _ in s.due_replications(10)] == [(2, 1)]
@@ -207,20 +207,25 @@ def _gens(kv, gen: int) -> list[int]:
     return sorted({int.from_bytes(k[1:9], "big") for k, _ in kv.bulk.scan(keys.CHUNKS, gen=gen)})
 
 
-@pytest.mark.parametrize("bulk_min", [10, 1000], ids=["bulk-space", "main-space"])
-def test_a_missing_chunk_fails_only_the_reads_that_need_it(tmp_path, bulk_min):
-    """Reads of several chunks go through one ordered scan: a hole in it is NoSuchBlock, not a short answer."""
+@pytest.mark.parametrize("where", ["bulk-space", "chunks-space", "main-space"])
+def test_a_missing_chunk_fails_only_the_reads_that_need_it(tmp_path, where):
+    """Reads of several chunks go through one ordered scan: a hole in it is NoSuchBlock, not a short answer.
+    main-space: a small block stored before the chunks space (its chunks beside the metas)."""
     kv = RocksKV.open(tmp_path / "db", bulk=True)
+    chunks = kv.chunks
     try:
-        s = BlockStore(kv, chunk_size=4, bulk_min=bulk_min)
+        if where == "main-space":
+            kv.chunks = None
+        s = BlockStore(kv, chunk_size=4, bulk_min=10 if where == "bulk-space" else 1000)
         data = bytes(range(30))  # chunks 0..7, the last one short
         s.put(9, data, crc32c(data))
+        kv.chunks = chunks
         assert joined(s.read(9, 3, 20)) == data[3:23] and joined(s.read(9)) == data
-        space = kv.bulk if bulk_min == 10 else kv
-        if bulk_min == 10:
-            space.drop(keys.chunk(9, 5), keys.chunk(9, 6))
+        if where == "bulk-space":
+            kv.bulk.drop(keys.chunk(9, 5), keys.chunk(9, 6))
         else:
-            kv.delete(keys.chunk(9, 5))
+            with kv.batch() as b:
+                b.delete(keys.chunk(9, 5), **({"column_family": chunks.handle} if where == "chunks-space" else {}))
         assert joined(s.read(9, 0, 20)) == data[:20] and joined(s.read(9, 24, 6)) == data[24:]
         for off, n in ((18, 4), (10, 20), (0, -1), (21, 1)):
             with pytest.raises(errors.NoSuchBlock):
@@ -282,4 +287,44 @@ def test_a_store_written_with_crc32c_table_checksums_still_opens_reads_and_takes
     kv._db.compact_range(None, None)  # old and new files merged under the new checksum
     for bid, data in {**old, **new}.items():
         assert joined(s.read(bid)) == data
+    kv.close()
+
+
+def test_small_blocks_go_to_the_chunks_space_and_those_stored_before_it_are_read_rewritten_and_deleted(tmp_path):
+    """A store from before the chunks space has its small blocks' chunks beside the metas: they read as they
+    were; a block written again moves to the chunks space (its old chunks deleted in the same batch), a deleted one
+    leaves nothing in either."""
+    path = tmp_path / "blocks"
+    kv = RocksKV.open(path, bulk=True)
+    chunks, kv.chunks = kv.chunks, None
+    old = BlockStore(kv, chunk_size=1000)
+    blocks = {bid: os.urandom(2500 + bid) for bid in (1, 2, 3)}
+    for bid, data in blocks.items():
+        old.put(bid, data, crc32c(data))
+    kv.chunks = chunks
+    kv.close()
+    kv = RocksKV.open(path, bulk=True)
+    s = BlockStore(kv, chunk_size=1000)
+
+    def main_chunks() -> set[int]:
+        return {int.from_bytes(k[1:9], "big") for k, _ in kv.scan(keys.CHUNKS, prefix_end(keys.CHUNKS))}
+
+    def spaced_chunks() -> set[int]:
+        return {int.from_bytes(k[1:9], "big") for k, _ in kv.chunks.scan(keys.CHUNKS, prefix_end(keys.CHUNKS))}
+
+    assert main_chunks() == {1, 2, 3} and spaced_chunks() == set()
+    for bid, data in blocks.items():
+        assert joined(s.read(bid)) == data and joined(s.read(bid, 900, 300)) == data[900:1200]
+    new = os.urandom(1700)
+    s.put(2, new, crc32c(new))
+    fresh = os.urandom(3000)
+    s.put_many([(4, memoryview(fresh), crc32c(fresh), []), (3, memoryview(blocks[3]), crc32c(blocks[3]), [])])
+    assert main_chunks() == {1} and spaced_chunks() == {2, 3, 4}
+    assert joined(s.read(2)) == new and joined(s.read(3)) == blocks[3] and joined(s.read(4)) == fresh
+    s.delete([1, 2])
+    assert main_chunks() == set() and spaced_chunks() == {3, 4} and s.count == 2
+    kv.close()
+    kv = RocksKV.open(path, bulk=True)
+    s = BlockStore(kv, chunk_size=1000)
+    assert joined(s.read(3)) == blocks[3] and joined(s.read(4)) == fresh and not s.has(1) and not s.has(2)
     kv.close()

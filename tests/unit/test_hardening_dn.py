@@ -7,7 +7,7 @@ import os
 
 from epochfs.common import messages as m
 from epochfs.common.blocks import crc32c
-from epochfs.common.kv import RocksKV
+from epochfs.common.kv import RocksKV, RocksSpace
 from epochfs.datanode.api import make_handlers
 from epochfs.datanode.blockstore import BlockStore
 
@@ -73,7 +73,7 @@ def test_a_store_that_refuses_writes_makes_the_datanode_unavailable_for_them(tmp
     blobs = {bid: os.urandom(110 << 10) for bid in range(1, 9)}
     for bid, b in blobs.items():
         store.put(bid, b, crc32c(b))
-    kv._db.flush()
+    kv.flush_memtables()
     kv.close()
     for f in path.glob("*.sst"):  # a flipped byte inside block 4's data, in RocksDB's file
         raw = bytearray(f.read_bytes())
@@ -87,9 +87,9 @@ def test_a_store_that_refuses_writes_makes_the_datanode_unavailable_for_them(tmp
         with pytest.raises(errors.CorruptBlock):
             store.read(4)
         store.put(4, blobs[4], crc32c(blobs[4]))  # the repair: a good copy over it, in a newer file
-        kv._db.flush()
+        kv.flush_memtables()
         assert b"".join(store.read(4)) == blobs[4]
-        kv._db.compact_range(keys.CHUNKS, None)  # merging the files meets the damaged block: no more writes
+        kv._db.get_column_family(RocksSpace.CHUNKS).compact_range(keys.CHUNKS, None)  # merging the files meets the damaged block: no more writes
         h = make_handlers(store, replicator=None, spawn=None)
         b = os.urandom(1000)
         with pytest.raises(errors.Unavailable):
@@ -116,7 +116,7 @@ def test_the_scrubber_lists_and_counts_every_block_past_a_damaged_block_index(tm
     blobs = {bid: os.urandom(3000) for bid in range(1, 201)}
     for bid, b in blobs.items():
         store.put(bid, b, crc32c(b))
-    kv._db.flush()
+    kv.flush_memtables()
     kv.close()
     victim = 100
     meta = len(blobs[victim]).to_bytes(8, "big") + crc32c(blobs[victim]).to_bytes(4, "big")

@@ -94,7 +94,7 @@ def test_a_store_refusing_writes_notes_why_for_the_heartbeat_and_still_serves_re
     import os
 
     from epochfs.common.blocks import crc32c
-    from epochfs.common.kv import RocksKV
+    from epochfs.common.kv import RocksKV, RocksSpace
     from epochfs.datanode import keys
     from epochfs.datanode.blockstore import BlockStore
 
@@ -102,7 +102,7 @@ def test_a_store_refusing_writes_notes_why_for_the_heartbeat_and_still_serves_re
     db = RocksKV.open(tmp_path / "b", bulk=True)
     for i, blob in enumerate(blobs):
         BlockStore(db).put(i, blob, crc32c(blob))
-    db._db.flush()
+    db.flush_memtables()
     db.close()
     _rot(tmp_path / "b", blobs[2])
     db = RocksKV.open(tmp_path / "b", bulk=True)
@@ -110,8 +110,8 @@ def test_a_store_refusing_writes_notes_why_for_the_heartbeat_and_still_serves_re
     try:
         store.store(2, blobs[2], crc32c(blobs[2]))  # rewritten in a newer file: the store still takes writes
         assert store.write_error == ""
-        db._db.flush()
-        db._db.compact_range(keys.CHUNKS, None)  # merging the files meets the rotten one: a background error
+        db.flush_memtables()
+        db._db.get_column_family(RocksSpace.CHUNKS).compact_range(keys.CHUNKS, None)  # merging the files meets the rotten one: a background error
         blob = os.urandom(1000)
         with pytest.raises(errors.Unavailable):
             store.store(77, blob, crc32c(blob))
