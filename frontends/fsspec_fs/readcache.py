@@ -17,6 +17,7 @@ from them into the reader's buffer (torch.load reads a tensor's bytes that way).
 """
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Callable
@@ -39,6 +40,7 @@ class BlockLRU(BaseCache):
         self._buffers = buffers or (lambda start, stop: [fetcher(start, stop)])
         self._ahead = ahead
         self._flight: tuple[int, int, Future] | None = None  # blocks [first, last] being fetched in the background
+        self._flight_pid = 0  # the process that started it: a forked child's copy of it is never answered
         self._next = -1  # the block after the last one fetched: a miss there is a sequential reader
         self._front = -1  # the furthest block read so far
 
@@ -111,6 +113,8 @@ class BlockLRU(BaseCache):
         reader's own request: its error comes out there)."""
         first, _, fut = self._flight
         self._flight = None
+        if self._flight_pid != os.getpid():
+            return
         try:
             got = fut.result()
         except Exception:
@@ -127,6 +131,7 @@ class BlockLRU(BaseCache):
         if a > z:
             return
         self._flight = (a, z, self._ahead(a * self.blocksize, min((z + 1) * self.blocksize, self.size)))
+        self._flight_pid = os.getpid()
         self.total_requested_bytes += min((z + 1) * self.blocksize, self.size) - a * self.blocksize
 
     def _keep(self, b: int, bufs: Buffers) -> None:

@@ -112,6 +112,31 @@ def test_a_folder_get_reads_its_large_files_from_the_datanodes_in_the_version_fo
     assert _sent_by_gateway(cluster) - before < 1 << 20  # the small file only
 
 
+def test_a_forward_reader_gets_its_blocks_read_ahead_and_the_version_it_opened(fs, bucket, s3):
+    """A file read front to back in readinto calls (as torch.load reads tensors): the blocks after each read are
+    fetched in the background, and bytes come from the version the file was opened on though the key is overwritten
+    in the middle of the read (the old blocks stay readable for the grace period)."""
+    old, new = os.urandom(7 * fs.blocksize + 12345), os.urandom(3 * fs.blocksize)
+    s3.put_object(Bucket=bucket, Key="ahead", Body=old)
+    got = bytearray()
+    with fs.open(f"{bucket}/ahead", "rb") as f:
+        started, ahead = [], f.cache._ahead
+        f.cache._ahead = lambda a, b: started.append((a, b)) or ahead(a, b)
+        buf = bytearray(700_000)
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            got += buf[:n]
+            if len(got) == 700_000 * 4:
+                s3.put_object(Bucket=bucket, Key="ahead", Body=new)
+        assert len(started) >= 3 and started[0][0] == fs.blocksize  # the blocks after the first, in the background
+        assert f.cache.hit_count > f.cache.miss_count * 2  # most reads found their blocks already fetched
+        assert f.cache.total_requested_bytes <= len(old) + 2 * fs.blocksize  # each block fetched about once
+    assert bytes(got) == old
+    assert fs.cat_file(f"{bucket}/ahead") == new
+
+
 def test_rm_mv_copy(fs, bucket):
     fs.pipe({f"{bucket}/d/a": b"A", f"{bucket}/d/e/b": b"B", f"{bucket}/f": b"F"})
     fs.ls(f"{bucket}/d")  # fill the listing cache; writes must invalidate it
