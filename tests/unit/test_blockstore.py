@@ -5,7 +5,7 @@ import pytest
 
 from epochfs.common import errors
 from epochfs.common.blocks import crc32c
-from epochfs.common.kv import MemoryKV, RocksBulk, RocksKV, prefix_end
+from epochfs.common.kv import MemoryKV, RocksBulk, RocksKV, RocksSpace, prefix_end
 from epochfs.datanode import keys
 from epochfs.datanode.blockstore import BULK_MIN, CHUNK_SIZE, BlockStore, Purger
 from epochfs.datanode.scrubber import Scrubber
@@ -266,25 +266,27 @@ def test_a_store_written_with_crc32c_table_checksums_still_opens_reads_and_takes
         opts.set_block_based_table_factory(table)
         return opts
 
+    def stored(kv: RocksKV, blocks: dict[int, bytes]) -> BlockStore:
+        s = BlockStore(kv)
+        for bid, data in blocks.items():
+            s.put(bid, data, crc32c(data))
+        kv.flush_memtables()  # into table files, under the checksum the store was opened with
+        return s
+
     path = tmp_path / "blocks"
+    old = {1: os.urandom(BULK_MIN + 10), 2: os.urandom(1000)}
     with monkeypatch.context() as m:
         m.setattr(RocksKV, "_options", staticmethod(crc32c_options))
         kv = RocksKV.open(path, bulk=True)
-        s = BlockStore(kv)
-        old = {1: os.urandom(BULK_MIN + 10), 2: os.urandom(1000)}
-        for bid, data in old.items():
-            s.put(bid, data, crc32c(data))
-        kv._db.flush()
+        stored(kv, old)
         kv.close()
     kv = RocksKV.open(path, bulk=True)
-    s = BlockStore(kv)
     new = {3: os.urandom(BULK_MIN + 20), 4: os.urandom(2000)}
-    for bid, data in new.items():
-        s.put(bid, data, crc32c(data))
-    kv._db.flush()
+    s = stored(kv, new)
     for bid, data in {**old, **new}.items():
         assert joined(s.read(bid)) == data
-    kv._db.compact_range(None, None)  # old and new files merged under the new checksum
+    for cf in (kv._db, kv._db.get_column_family(RocksSpace.CHUNKS)):
+        cf.compact_range(None, None)  # old and new files merged under the new checksum
     for bid, data in {**old, **new}.items():
         assert joined(s.read(bid)) == data
     kv.close()
