@@ -784,33 +784,31 @@ class S3Client:
             await resp.aclose()
 
 
-class PutBatcher:
-    """Coalesces small PUTs made at the same time into batch PUTs (S3Client.put_many), for asyncio callers that
-    start many uploads at once (fsspec's put and pipe of many files): `await put(bucket, key, data)` returns the
-    object's ETag or raises its own error. Puts started in one turn of the event loop go out together when that
-    turn ends, or as soon as a batch reaches `max_bytes` or `max_items`; batches go out concurrently."""
+class _Coalescer:
+    """Requests made in one turn of the event loop go out together when that turn ends, or as soon as a group
+    reaches `max_bytes` or `max_items`; groups (one per slot: what a request must share with its group) go out
+    concurrently through `send(slot, items)`, which answers each item (a DomainError is that item's own error).
+    For asyncio callers that start many small transfers at once (fsspec's put, pipe and get of many files)."""
 
-    def __init__(self, client: S3Client, *, max_bytes: int = 8 << 20, max_items: int = INGEST_MAX_ITEMS) -> None:
-        self.client = client
-        self.max_bytes, self.max_items = min(max_bytes, INGEST_MAX_BYTES - (1 << 20)), max_items
-        self._open: dict[tuple[str, str | None], list] = {}  # (bucket, if_none_match) -> [items, bytes]
+    def __init__(self, send, *, max_bytes: int, max_items: int) -> None:
+        self._send_group, self.max_bytes, self.max_items = send, max_bytes, max_items
+        self._open: dict[object, list] = {}  # slot -> [items, bytes, keys]
         self._scheduled = False
         self._tasks: set[asyncio.Task] = set()
 
-    async def put(self, bucket: str, key: str, data: bytes, *, if_none_match: str | None = None) -> str:
+    async def add(self, slot, key, item, size: int):
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        slot = (bucket, if_none_match)
-        batch = self._open.get(slot)
-        if batch is not None and (key in batch[2] or batch[1] + len(data) > self.max_bytes):
-            self._send(slot)  # a key twice in one batch is refused: the later put goes in the next one
-            batch = None
-        if batch is None:
-            batch = self._open[slot] = [[], 0, set()]
-        batch[0].append((key, data, fut))
-        batch[1] += len(data)
-        batch[2].add(key)
-        if len(batch[0]) >= self.max_items:
+        group = self._open.get(slot)
+        if group is not None and (key in group[2] or group[1] + size > self.max_bytes):
+            self._send(slot)  # a key twice in one group goes in the next one (a batch PUT refuses it)
+            group = None
+        if group is None:
+            group = self._open[slot] = [[], 0, set()]
+        group[0].append((item, fut))
+        group[1] += size
+        group[2].add(key)
+        if len(group[0]) >= self.max_items:
             self._send(slot)
         elif not self._scheduled:
             self._scheduled = True
@@ -829,20 +827,51 @@ class PutBatcher:
         t.add_done_callback(self._tasks.discard)
 
     async def _go(self, slot, items: list) -> None:
-        bucket, inm = slot
         try:
-            res = await self.client.put_many(bucket, [(k, d) for k, d, _ in items], if_none_match=inm)
+            res = await self._send_group(slot, [item for item, _ in items])
         except BaseException as e:  # the whole request failed: every item with it
-            for _, _, fut in items:
+            for _, fut in items:
                 if not fut.done():
                     fut.set_exception(e if isinstance(e, Exception) else errors.Unavailable(repr(e)))
             if not isinstance(e, Exception):
                 raise
             return
-        for (_, _, fut), r in zip(items, res):
+        for (_, fut), r in zip(items, res):
             if not fut.done():
                 fut.set_exception(r) if isinstance(r, errors.DomainError) else fut.set_result(r)
 
+
+class PutBatcher:
+    """Coalesces small PUTs made at the same time into batch PUTs (S3Client.put_many): `await put(bucket, key,
+    data)` returns the object's ETag or raises its own error (see _Coalescer)."""
+
+    def __init__(self, client: S3Client, *, max_bytes: int = 8 << 20, max_items: int = INGEST_MAX_ITEMS) -> None:
+        self.client = client
+        self._c = _Coalescer(self._put_many, max_bytes=min(max_bytes, INGEST_MAX_BYTES - (1 << 20)),
+                             max_items=max_items)
+
+    async def put(self, bucket: str, key: str, data: bytes, *, if_none_match: str | None = None) -> str:
+        return await self._c.add((bucket, if_none_match), key, (key, data), len(data))
+
+    async def _put_many(self, slot, items: list) -> list:
+        bucket, inm = slot
+        return await self.client.put_many(bucket, items, if_none_match=inm)
+
+
+class GetBatcher:
+    """Coalesces reads of small whole objects made at the same time into batch reads (S3Client.batch_get: one
+    locate and one call per DataNode): `await get(bucket, key, size)` returns the object's bytes or raises its own
+    error; `size` (the listing's) only bounds a group's bytes (see _Coalescer)."""
+
+    def __init__(self, client: S3Client, *, max_bytes: int = 8 << 20, max_items: int = 1000) -> None:
+        self.client = client
+        self._c = _Coalescer(self._get_many, max_bytes=max_bytes, max_items=max_items)
+
+    async def get(self, bucket: str, key: str, size: int) -> bytes:
+        return await self._c.add(None, (bucket, key), (bucket, key, None, None), size)
+
+    async def _get_many(self, _slot, items: list) -> list:
+        return await self.client.batch_get(items)
 
 
 class ObjectWriter:

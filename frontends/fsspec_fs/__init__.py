@@ -19,7 +19,7 @@ from fsspec.asyn import AsyncFileSystem, get_loop, sync, sync_wrapper
 from fsspec.spec import AbstractBufferedFile
 
 from ...common import errors
-from ...common.client import MIN_PART, PutBatcher, S3Client
+from ...common.client import MIN_PART, GetBatcher, PutBatcher, S3Client
 from ...common.paths import split_key
 from .. import errmap
 from .readcache import BlockLRU
@@ -28,8 +28,9 @@ from .readcache import BlockLRU
 # items per batch request: a DataLoader batch (typically 32-256 samples) is one request
 BATCH_ITEMS = 256
 # files up to this size that are put or piped at the same time go up together in batch PUTs (common/client.py
-# PutBatcher: one request, one NameNode command and one call per DataNode for many files)
-SMALL_PUT = 1 << 20
+# PutBatcher: one request, one NameNode command and one call per DataNode for many files); the same for files got
+# at the same time whose listing says they are this small (GetBatcher: one locate, one call per DataNode)
+SMALL_PUT = SMALL_GET = 1 << 20
 # the NameNode's root inode, whose entries are the buckets (the mount's API addresses the tree by inode)
 ROOT_INO = 1
 
@@ -88,6 +89,13 @@ class EpochFileSystem(AsyncFileSystem):
         if getattr(self, "_batcher", None) is None or self._batcher.client is not client:
             self._batcher = PutBatcher(client)
         return self._batcher
+
+    @property
+    def getter(self) -> GetBatcher:
+        client = self.client
+        if getattr(self, "_getter", None) is None or self._getter.client is not client:
+            self._getter = GetBatcher(client)
+        return self._getter
 
     async def set_session(self) -> S3Client:
         return self.client
@@ -321,7 +329,13 @@ class EpochFileSystem(AsyncFileSystem):
             return
         bucket, key = self.split_path(rpath)
         listed = self._listed(self._strip_protocol(rpath))  # get() of a folder listed it: large files come straight
-        size = listed.get("size") if listed is not None else None  # from the DataNodes (S3Client.download)
+        size = listed.get("size") if listed is not None else None  # from the DataNodes (S3Client.download), small
+        if size is not None and size <= SMALL_GET:  # ones got at the same time in batch reads
+            with errmap.as_oserror(rpath):
+                data = await self.getter.get(bucket, key, size)
+            with open(lpath, "wb") as f:
+                f.write(data)
+            return
         with open(lpath, "wb") as f, errmap.as_oserror(rpath):
             await self.client.download(bucket, key, f.write, size=size)
 

@@ -1,6 +1,7 @@
 """epochfs:// through fsspec against a real cluster: the entry point, listing, ranges, writes, copies, forks."""
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 import os
 
@@ -9,6 +10,7 @@ import httpx
 import pytest
 
 from cluster import MAIN
+from epochfs.common import errors
 from epochfs.common.client import WHOLE_GET_MAX
 
 pytestmark = pytest.mark.integration
@@ -135,6 +137,40 @@ def test_a_forward_reader_gets_its_blocks_read_ahead_and_the_version_it_opened(f
         assert f.cache.total_requested_bytes <= len(old) + 2 * fs.blocksize  # each block fetched about once
     assert bytes(got) == old
     assert fs.cat_file(f"{bucket}/ahead") == new
+
+
+def _requests(cluster) -> dict[str, float]:
+    """S3 requests the gateway answered, by operation (from /metrics)."""
+    out: dict[str, float] = {}
+    for line in httpx.get(f"{cluster.endpoint}/metrics").text.splitlines():
+        if line.startswith("epochfs_s3_requests_total{"):
+            op = line.split('operation="', 1)[1].split('"', 1)[0]
+            out[op] = out.get(op, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_a_folder_get_of_small_files_reads_them_in_batches_and_each_fails_alone(cluster, fs, bucket, s3, tmp_path):
+    """fs.get of a folder of small files: the files listed as small are read together (batch reads, a few
+    requests for all of them: no GetObject each); one deleted after the listing fails alone, with its own error."""
+    files = {f"many/{i:03d}": os.urandom(1000 + 37 * i) for i in range(150)}
+    fs.pipe({f"{bucket}/{k}": v for k, v in files.items()})
+    assert len(fs.ls(f"{bucket}/many")) == 150
+    before = _requests(cluster)
+    fs.get(f"{bucket}/many/", str(tmp_path / "out") + "/", recursive=True)
+    spent = {op: n - before.get(op, 0.0) for op, n in _requests(cluster).items() if n != before.get(op, 0.0)}
+    assert "GetObject" not in spent and sum(spent.values()) <= 4, spent
+    assert {f"many/{p.name}": p.read_bytes() for p in (tmp_path / "out").iterdir()} == files
+    fs.ls(f"{bucket}/many")
+    s3.delete_object(Bucket=bucket, Key="many/007")  # after the listing: still listed as small
+    (tmp_path / "again").mkdir()
+    with pytest.raises(FileNotFoundError):
+        fs.get([f"{bucket}/many/{n}" for n in ("006", "007", "008")], str(tmp_path / "again") + "/")
+
+    async def together():
+        return await asyncio.gather(*(fs.getter.get(bucket, f"many/{n}", 2000) for n in ("006", "007", "008")),
+                                    return_exceptions=True)
+    got = fsspec.asyn.sync(fs.loop, together)
+    assert got[0] == files["many/006"] and got[2] == files["many/008"] and isinstance(got[1], errors.NoSuchKey)
 
 
 def test_rm_mv_copy(fs, bucket):
