@@ -464,7 +464,7 @@ class MemoryBulk:
 
 class _MemBatch:
     def __init__(self) -> None:
-        self.ops: list[tuple[bytes, bytes | None]] = []
+        self.ops: list[tuple[MemoryKV | None, bytes, bytes | None]] = []  # (space: None for the main one, key, value)
 
     def put(self, key: bytes, value: bytes, column_family: MemoryKV | None = None) -> None:
         self.ops.append((column_family, bytes(key), bytes(value)))

@@ -91,6 +91,7 @@ class BlockLRU(BaseCache):
                 end += 1  # reading on from the last fetch: the next block too, in the same request
             self._keep(b, self._buffers(b * bs, min((end + 1) * bs, self.size)))
             self.miss_count += 1
+            self.total_requested_bytes += min((end + 1) * bs, self.size) - b * bs
             self._next = end + 1
             b = end + 1
         views = []
