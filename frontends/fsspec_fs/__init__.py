@@ -85,17 +85,19 @@ class EpochFileSystem(AsyncFileSystem):
 
     @property
     def batcher(self) -> PutBatcher:
-        client = self.client
-        if getattr(self, "_batcher", None) is None or self._batcher.client is not client:
-            self._batcher = PutBatcher(client)
-        return self._batcher
+        return self._of_client("_batcher", PutBatcher)
 
     @property
     def getter(self) -> GetBatcher:
-        client = self.client
-        if getattr(self, "_getter", None) is None or self._getter.client is not client:
-            self._getter = GetBatcher(client)
-        return self._getter
+        return self._of_client("_getter", GetBatcher)
+
+    def _of_client(self, attr: str, make):
+        """A helper bound to this filesystem's client, made again along with the client (after a fork)."""
+        client, helper = self.client, getattr(self, attr, None)
+        if helper is None or helper.client is not client:
+            helper = make(client)
+            setattr(self, attr, helper)
+        return helper
 
     async def set_session(self) -> S3Client:
         return self.client
