@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import orjson
 
@@ -71,7 +72,7 @@ class BlockStore:
     def __init__(self, kv: KV, chunk_size: int = CHUNK_SIZE, bulk_min: int = BULK_MIN) -> None:
         self.kv = kv
         self.bulk = kv.bulk
-        self.chunks = getattr(kv, "chunks", None)
+        self.chunks = kv.chunks
         self.chunk_size = chunk_size
         self.bulk_min = bulk_min
         self.used = 0
@@ -250,10 +251,16 @@ class BlockStore:
         for i in range(max(1, -(-int.from_bytes(meta[:8], "big") // self.chunk_size))):
             b.delete(keys.chunk(block_id, i), **space)
 
+    def _space(self, where: int | None):
+        """(get, scan) of the key space a block's chunks are in (`where`: see `_where`)."""
+        if where is None:
+            return self.kv.get, self.kv.scan
+        if where == IN_CHUNKS:
+            return self.chunks.get, self.chunks.scan
+        return partial(self.bulk.get, gen=where), partial(self.bulk.scan, gen=where)
+
     def _chunk(self, block_id: int, index: int, where: int | None = None) -> memoryview:
-        key = keys.chunk(block_id, index)
-        raw = (self.kv.get(key) if where is None else self.chunks.get(key) if where == IN_CHUNKS
-               else self.bulk.get(key, where))
+        raw = self._space(where)[0](keys.chunk(block_id, index))
         if raw is None:
             raise errors.NoSuchBlock(f"block {block_id} is missing chunk {index}")
         return _checked(block_id, index, raw)
@@ -267,8 +274,7 @@ class BlockStore:
             return
         expect = first
         start, end = keys.chunk(block_id, first), keys.chunk(block_id, stop)
-        for k, raw in (self.kv.scan(start, end) if where is None else self.chunks.scan(start, end)
-                       if where == IN_CHUNKS else self.bulk.scan(start, end, where)):
+        for k, raw in self._space(where)[1](start, end):
             if int.from_bytes(k[9:13], "big") != expect:
                 break
             yield _checked(block_id, expect, raw)
