@@ -31,6 +31,7 @@ How to run:
     python bench/s3_bench.py --quick --target epochfs # smoke run: 300 objects, 2,000 keys, 64 MiB, 100 ranges
     python bench/s3_bench.py --endpoint http://127.0.0.1:9000 --access-key AK --secret-key SK [--pids 1,2,3]
     python bench/s3_bench.py --target epochfs --phases "MPU PUT,RANGE 1M" --ranges 1000   # only these phases
+    python bench/s3_bench.py --target ha --phases "PUT 0" --keys 20000 --rounds 4   # HA / embedded, 4 pairs
 
 With --target epochfs|both the benchmark starts its own cluster (`epochfs up --data-dir <tmp> --port <free port>`,
 replication 3, run as `python -m epochfs.frontends.cli.main up` = the `epochfs` console script) and stops it with
@@ -71,6 +72,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -1129,18 +1131,51 @@ def comparison(res: dict[str, list[dict]]) -> None:
               f"{fmt(ratio(eo, mo), 6)} {fmt(eb, 8, 1)} {fmt(mb, 9, 1)} {fmt(ratio(eb, mb), 6)}  {tgt_s:<22} {verdict}")
 
 
-def ha_ratio(res: dict[str, list[dict]]) -> None:
-    """--target ha: throughput and server CPU per op of the HA cluster against the embedded one, per phase."""
+def ha_pairs(res: dict[str, list[dict]]) -> list[tuple[str, dict, dict]]:
+    """(phase, embedded row, HA row) of each phase both targets ran."""
     e = {r["phase"]: r for r in res.get("epochfs", [])}
+    return [(h["phase"], e[h["phase"]], h) for h in res.get("epochfs-ha", []) if h["phase"] in e]
+
+
+def _ms_per_op(r: dict, names=None) -> float:
+    if "srv_cpu" not in r:
+        return float("nan")
+    cpu = r["srv_cpu"] if names is None else sum(r["per_proc"].get(n, 0.0) for n in names)
+    return cpu / max(r["ops"], 1) * 1e3
+
+
+def ha_ratio(res: dict[str, list[dict]]) -> None:
+    """--target ha: throughput and server CPU per op of the HA cluster against the embedded one, per phase, and
+    where the HA cluster's CPU went: etcd, the active NameNode (the busiest), the standbys, the gateway."""
     print("\n== epochfs up --ha vs epochfs up (HA / embedded)")
     print(f"{'phase':<11} {'emb ops/s':>9} {'ha ops/s':>9} {'ratio':>6} {'emb ms/op':>9} {'ha ms/op':>9}")
-    for h in res["epochfs-ha"]:
-        b = e.get(h["phase"])
-        if not b:
+    for ph, b, h in ha_pairs(res):
+        print(f"{ph:<11} {b['ops_s']:9.1f} {h['ops_s']:9.1f} {h['ops_s'] / b['ops_s']:6.2f} {_ms_per_op(b):9.2f} "
+              f"{_ms_per_op(h):9.2f}")
+    for ph, b, h in ha_pairs(res):
+        pp = h.get("per_proc") or {}
+        nns = sorted((n for n in pp if n.startswith("namenode")), key=pp.get, reverse=True)
+        if not nns:
             continue
-        bc, hc = (r["srv_cpu"] / max(r["ops"], 1) * 1e3 if "srv_cpu" in r else float("nan") for r in (b, h))
-        print(f"{h['phase']:<11} {b['ops_s']:9.1f} {h['ops_s']:9.1f} {h['ops_s'] / b['ops_s']:6.2f} {bc:9.2f} "
-              f"{hc:9.2f}")
+        print(f"# {ph}, CPU ms per op: HA etcd {_ms_per_op(h, [n for n in pp if n.startswith('etcd')]):.3f}, "
+              f"active NameNode {_ms_per_op(h, nns[:1]):.3f}, standbys {_ms_per_op(h, nns[1:]):.3f}, gateway "
+              f"{_ms_per_op(h, [n for n in pp if n.startswith('gateway')]):.3f}; embedded NameNode "
+              f"{_ms_per_op(b, [n for n in b.get('per_proc', {}) if n.startswith('namenode')]):.3f}, gateway "
+              f"{_ms_per_op(b, [n for n in b.get('per_proc', {}) if n.startswith('gateway')]):.3f}")
+
+
+def ha_summary(rounds: list[dict[str, list[dict]]]) -> None:
+    """--rounds: each round's HA / embedded ratios, and their medians (the pairs alternate which runs first, so a
+    drift of the machine's speed over the run falls on both)."""
+    by: dict[str, list[tuple[float, float]]] = {}
+    for res in rounds:
+        for ph, b, h in ha_pairs(res):
+            by.setdefault(ph, []).append((h["ops_s"] / b["ops_s"], _ms_per_op(b) / _ms_per_op(h)))
+    print(f"\n== {len(rounds)} rounds, HA / embedded: throughput ratio, and CPU per op embedded / HA")
+    for ph, rs in by.items():
+        print(f"{ph:<11} ops/s ratios {', '.join(f'{r:.2f}' for r, _ in rs)}: median "
+              f"{statistics.median(r for r, _ in rs):.2f}; CPU ratios {', '.join(f'{c:.2f}' for _, c in rs)}: "
+              f"median {statistics.median(c for _, c in rs):.2f}")
 
 
 def sse_ratio(res: dict[str, list[dict]]) -> None:
@@ -1176,6 +1211,8 @@ def main() -> None:
                          "over all of them), with the ratio HA / embedded")
     ap.add_argument("--quick", action="store_true", help="300 objects, 2,000 keys, 64 MiB big object, 100 ranges")
     ap.add_argument("--objects", type=int, help="128 KiB objects (default 2000; quick 300)")
+    ap.add_argument("--rounds", type=int, default=1, help="--target ha: run the pair this many times, alternating "
+                    "which goes first, and print the median ratios")
     ap.add_argument("--keys", type=int, help="tiny objects listed (default 10000; quick 2000)")
     ap.add_argument("--list-reps", type=int, help="full listings (default 4; quick 2)")
     ap.add_argument("--big-mib", type=int, help="multipart object size in MiB (default 512; quick 64)")
@@ -1221,26 +1258,31 @@ def main() -> None:
     names = {"both": ["epochfs", "moto"], "ha": ["epochfs", "epochfs-ha"]}.get(a.target, [a.target])
     if a.endpoint:
         names = ["external"]
-    results: dict[str, list[dict]] = {}
+    rounds: list[dict[str, list[dict]]] = []
     try:
-        for name in names:
-            t = (ExternalTarget(a.endpoint, a.access_key, a.secret_key, a.pids) if name == "external"
-                 else EpochfsTarget(a.keep, ha=name == "epochfs-ha") if name.startswith("epochfs")
-                 else MotoTarget())
-            try:
-                print(f"# {name}: {t.note}")
-                print(HDR, flush=True)
-                results[name] = bench_target(t, workers, a, sizes)
-                if a.hold:
-                    print(f"# holding {name} up for {a.hold:.0f} s: {t.note}", flush=True)
-                    time.sleep(a.hold)
-            finally:
-                t.stop()
+        for rnd in range(max(1, a.rounds) if a.target == "ha" else 1):
+            results: dict[str, list[dict]] = {}
+            for name in (names if rnd % 2 == 0 else names[::-1]):
+                t = (ExternalTarget(a.endpoint, a.access_key, a.secret_key, a.pids) if name == "external"
+                     else EpochfsTarget(a.keep, ha=name == "epochfs-ha") if name.startswith("epochfs")
+                     else MotoTarget())
+                try:
+                    print(f"# {name}: {t.note}")
+                    print(HDR, flush=True)
+                    results[name] = bench_target(t, workers, a, sizes)
+                    if a.hold:
+                        print(f"# holding {name} up for {a.hold:.0f} s: {t.note}", flush=True)
+                        time.sleep(a.hold)
+                finally:
+                    t.stop()
+            rounds.append(results)
+            if "epochfs-ha" in results:
+                ha_ratio(results)
     finally:
         workers.close()
-    if "epochfs-ha" in results:
-        ha_ratio(results)
-    elif len(results) > 1 or "epochfs" in results:
+    if len(rounds) > 1:
+        ha_summary(rounds)
+    if "epochfs-ha" not in results and (len(results) > 1 or "epochfs" in results):
         comparison(results)
     if a.sse:
         sse_ratio(results)
@@ -1248,7 +1290,7 @@ def main() -> None:
         profile_summary(a.profile_dir)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"sizes": sizes, "results": results}, f, indent=1)
+            json.dump({"sizes": sizes, "results": results, "rounds": rounds}, f, indent=1)
 
 
 if __name__ == "__main__":
