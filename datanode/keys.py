@@ -1,7 +1,11 @@
 """RocksDB key layout of a DataNode (integers big-endian, so scans come back sorted).
 
-  m <block:8>               -> block size:8 + crc32c of the whole block:4 (big-endian) [+ layout:1, 1 = bulk]
+  m <block:8>               -> block size:8 + crc32c of the whole block:4 (big-endian) [+ layout:1 (1 bulk + its
+                               generation, 2 chunks space by block id, 3 chunks space + the arrival number:8)]
   b <block:8> <chunk:4>     -> crc32c:4 + the chunk's data (CHUNK_SIZE bytes, the last one shorter)
+  q <seq:8> <chunk:4>       -> the same, for a small block in the chunks key space, under the store's arrival number of
+                               that copy (its meta says which): these keys only grow, so the key space's flushed
+                               files never overlap and compaction only moves them
   r <target:4> <block:8>    -> replication job: JSON {"a": target address, "n": tries, "due": unix time, "t": queued at}
   p <block:8>               -> b"": the block's bulk chunks are to be dropped unless its meta says "bulk" (written
                                before an ingest and removed with the meta's batch; written when a bulk block is deleted)
@@ -24,6 +28,14 @@ def chunk(block_id: int, index: int) -> bytes:
 
 
 CHUNKS = b"b"
+
+
+def seq_chunks(seq: int) -> bytes:
+    """The prefix of every chunk key of the small block copy stored as number `seq` (chunks key space)."""
+    return b"q" + seq.to_bytes(8, "big")
+
+
+SEQ_CHUNKS = b"q"
 
 
 def chunks_of(block_id: int) -> bytes:

@@ -46,12 +46,13 @@ def settle_replication(c: Cluster, block_lists: list) -> None:
 def flip_byte(c: Cluster, dn: str, block_id: int, chunk: int = 0, at: int = 1000) -> None:
     """Corrupt one byte of a stored chunk directly in the stopped DataNode's RocksDB (in its bulk space, as a newer
     file over the good one, if the block is stored there; else in the chunks space)."""
-    from epochfs.datanode.blockstore import BULK, SPACED
+    from epochfs.datanode.blockstore import BULK, SEQUENCED, chunk_prefix
     kv = RocksKV.open(c.root / dn / "blocks", bulk=True)
     try:
-        key = dnkeys.chunk(block_id, chunk)
-        layout = kv.get(dnkeys.meta(block_id))[12:13]
-        assert layout in (BULK, SPACED), "a block written now is in the bulk or the chunks space"
+        meta = kv.get(dnkeys.meta(block_id))
+        key = chunk_prefix(block_id, meta) + chunk.to_bytes(4, "big")
+        layout = meta[12:13]
+        assert layout in (BULK, SEQUENCED), "a block written now is in the bulk or the chunks space"
         raw = bytearray((kv.bulk if layout == BULK else kv.chunks).get(key))
         raw[4 + at] ^= 0x40  # after the 4-byte CRC header
         if layout == BULK:

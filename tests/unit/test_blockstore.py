@@ -7,12 +7,17 @@ from epochfs.common import errors
 from epochfs.common.blocks import crc32c
 from epochfs.common.kv import MemoryKV, RocksBulk, RocksKV, RocksSpace, prefix_end
 from epochfs.datanode import keys
-from epochfs.datanode.blockstore import BULK_MIN, CHUNK_SIZE, BlockStore, Purger
+from epochfs.datanode.blockstore import BULK_MIN, CHUNK_SIZE, SPACED, BlockStore, Purger
 from epochfs.datanode.scrubber import Scrubber
 
 
 def joined(bufs) -> bytes:
     return b"".join(bytes(b) for b in bufs)
+
+
+def seq_chunk(seq: int, index: int) -> bytes:
+    """The key of chunk `index` of the small block copy stored as number `seq` (the chunks key space)."""
+    return keys.seq_chunks(seq) + index.to_bytes(4, "big")
 
 
 def test_put_read_and_replication_jobs_in_one_batch():
@@ -93,7 +98,8 @@ def test_large_blocks_go_to_the_bulk_space_small_ones_through_the_batch():
     s.put(1, big, crc32c(big), [(2, "a:1")])
     s.put(2, small, crc32c(small))
     assert bulk_keys(kv) == [keys.chunk(1, i) for i in range(6)] and kv.get(keys.chunk(1, 0)) is None
-    assert kv.chunks.get(keys.chunk(2, 0)) is not None and pending(kv) == []
+    assert kv.chunks.get(seq_chunk(1, 0)) is not None and kv.chunks.get(keys.chunk(2, 0)) is None
+    assert pending(kv) == []
     for off, n in [(0, -1), (3, 9), (20, 3), (22, 10)]:
         assert joined(s.read(1, off, n)) == (big[off:] if n < 0 else big[off:off + n])
     assert [(t, b) for t, b, _ in s.due_replications(10)] == [(2, 1)]
@@ -225,7 +231,10 @@ def test_a_missing_chunk_fails_only_the_reads_that_need_it(tmp_path, where):
             kv.bulk.drop(keys.chunk(9, 5), keys.chunk(9, 6))
         else:
             with kv.batch() as b:
-                b.delete(keys.chunk(9, 5), **({"column_family": chunks.handle} if where == "chunks-space" else {}))
+                if where == "chunks-space":  # the store's first small block: copy number 1
+                    b.delete(seq_chunk(1, 5), column_family=chunks.handle)
+                else:
+                    b.delete(keys.chunk(9, 5))
         assert joined(s.read(9, 0, 20)) == data[:20] and joined(s.read(9, 24, 6)) == data[24:]
         for off, n in ((18, 4), (10, 20), (0, -1), (21, 1)):
             with pytest.raises(errors.NoSuchBlock):
@@ -311,22 +320,79 @@ def test_small_blocks_go_to_the_chunks_space_and_those_stored_before_it_are_read
     def main_chunks() -> set[int]:
         return {int.from_bytes(k[1:9], "big") for k, _ in kv.scan(keys.CHUNKS, prefix_end(keys.CHUNKS))}
 
-    def spaced_chunks() -> set[int]:
-        return {int.from_bytes(k[1:9], "big") for k, _ in kv.chunks.scan(keys.CHUNKS, prefix_end(keys.CHUNKS))}
+    def spaced_chunks() -> int:
+        """How many block copies have chunks in the chunks space (under their arrival numbers)."""
+        return len({k[:9] for k, _ in kv.chunks.scan(keys.SEQ_CHUNKS, prefix_end(keys.SEQ_CHUNKS))})
 
-    assert main_chunks() == {1, 2, 3} and spaced_chunks() == set()
+    assert main_chunks() == {1, 2, 3} and spaced_chunks() == 0
     for bid, data in blocks.items():
         assert joined(s.read(bid)) == data and joined(s.read(bid, 900, 300)) == data[900:1200]
     new = os.urandom(1700)
     s.put(2, new, crc32c(new))
     fresh = os.urandom(3000)
     s.put_many([(4, memoryview(fresh), crc32c(fresh), []), (3, memoryview(blocks[3]), crc32c(blocks[3]), [])])
-    assert main_chunks() == {1} and spaced_chunks() == {2, 3, 4}
+    assert main_chunks() == {1} and spaced_chunks() == 3
     assert joined(s.read(2)) == new and joined(s.read(3)) == blocks[3] and joined(s.read(4)) == fresh
     s.delete([1, 2])
-    assert main_chunks() == set() and spaced_chunks() == {3, 4} and s.count == 2
+    assert main_chunks() == set() and spaced_chunks() == 2 and s.count == 2
     kv.close()
     kv = RocksKV.open(path, bulk=True)
     s = BlockStore(kv, chunk_size=1000)
     assert joined(s.read(3)) == blocks[3] and joined(s.read(4)) == fresh and not s.has(1) and not s.has(2)
+    kv.close()
+
+
+def test_small_blocks_are_keyed_by_arrival_so_the_chunks_space_only_grows(tmp_path):
+    """A DataNode stores its own primaries and the replicas other primaries push: block ids of several streams that
+    interleave. The chunks go under each copy's arrival number, so every write lands past the keys before it (a
+    flushed file never overlaps the last ones: compaction moves files instead of rewriting them), and a reopened
+    store goes on past the numbers it holds."""
+    path = tmp_path / "blocks"
+    kv = RocksKV.open(path, bulk=True)
+    s = BlockStore(kv, chunk_size=1000)
+    arrivals = [(900, os.urandom(2500)), (12, os.urandom(10)), (901, os.urandom(1000)), (13, os.urandom(3000))]
+    for bid, data in arrivals[:2]:
+        s.put(bid, data, crc32c(data))
+    s.put_many([(bid, memoryview(d), crc32c(d), []) for bid, d in arrivals[2:]])
+
+    def chunk_keys() -> list[bytes]:
+        return [k for k, _ in kv.chunks.scan(keys.SEQ_CHUNKS, prefix_end(keys.SEQ_CHUNKS))]
+
+    assert chunk_keys() == [seq_chunk(n, i) for n, c in ((1, 3), (2, 1), (3, 1), (4, 3)) for i in range(c)]
+    assert all(joined(s.read(bid)) == d and joined(s.read(bid, 5, 995)) == d[5:1000] for bid, d in arrivals)
+    s.delete([13])  # the newest copy: its chunks go with its meta, and its number can be taken again
+    kv.close()
+    kv = RocksKV.open(path, bulk=True)
+    s = BlockStore(kv, chunk_size=1000)
+    again = os.urandom(1500)
+    s.put(12, again, crc32c(again))  # written again (a repair): a new number past the others, the old chunks gone
+    assert chunk_keys() == [seq_chunk(n, i) for n, c in ((1, 3), (3, 1), (4, 2)) for i in range(c)]
+    assert joined(s.read(12)) == again and joined(s.read(900)) == arrivals[0][1] and not s.has(13)
+    kv.close()
+
+
+def test_blocks_of_the_chunks_space_keyed_by_block_id_are_read_rewritten_and_deleted(tmp_path):
+    """A store from before arrival numbers has its small blocks' chunks in the chunks space under their block ids
+    (layout SPACED): they read as they were, a copy written again moves to an arrival number (its old chunks deleted
+    in the same batch), a deleted one leaves nothing."""
+    kv = RocksKV.open(tmp_path / "blocks", bulk=True)
+    s = BlockStore(kv, chunk_size=1000)
+    blocks = {bid: os.urandom(1500 + bid) for bid in (1, 2, 3)}
+    with kv.batch() as b:  # as the old code wrote them
+        for bid, data in blocks.items():
+            b.put(keys.meta(bid), len(data).to_bytes(8, "big") + crc32c(data).to_bytes(4, "big") + SPACED)
+            for i in range(0, len(data), 1000):
+                piece = data[i:i + 1000]
+                b.put(keys.chunk(bid, i // 1000), crc32c(piece).to_bytes(4, "big") + piece,
+                      column_family=kv.chunks.handle)
+
+    def by_id() -> set[int]:
+        return {int.from_bytes(k[1:9], "big") for k, _ in kv.chunks.scan(keys.CHUNKS, prefix_end(keys.CHUNKS))}
+
+    assert all(joined(s.read(bid)) == d and joined(s.read(bid, 900, 300)) == d[900:1200] for bid, d in blocks.items())
+    s.put(2, blocks[2], crc32c(blocks[2]))
+    s.delete([3])
+    assert by_id() == {1} and [k[:9] for k, _ in kv.chunks.scan(keys.SEQ_CHUNKS, prefix_end(keys.SEQ_CHUNKS))] == \
+        [keys.seq_chunks(1)] * 2
+    assert joined(s.read(1)) == blocks[1] and joined(s.read(2)) == blocks[2] and not s.has(3)
     kv.close()
