@@ -97,6 +97,10 @@ def prefix_end(prefix: bytes) -> bytes | None:
     return None
 
 
+MAX_WAL_MB = 256  # the WAL a store with the bulk and chunks spaces keeps at most (a flush of the family that holds the
+# oldest file goes first)
+
+
 class RocksKV:
     """RocksDB through rocksdict in raw mode.
 
@@ -149,6 +153,10 @@ class RocksKV:
             kv._opened_with = opts
             return kv
         opts.create_missing_column_families(True)
+        # the WAL is shared by the column families and a file is deleted once every one flushed past it; the metas'
+        # family takes little and flushed only when RocksDB's default bound (4 x all write buffers) forced it, so a
+        # DataNode kept ~1 GiB of WAL (every small block of the last ~1 GiB written) to replay at a restart
+        opts.set_max_total_wal_size(MAX_WAL_MB << 20)
         opts.set_allow_mmap_reads(True)
         opts.set_advise_random_on_open(False)  # MADV_RANDOM made the first mmap read of an ingested file 3x dearer
         opts.set_max_open_files(RocksBulk.MAX_OPEN_FILES)
