@@ -76,8 +76,14 @@ def _name(raw: bytes) -> str:
 
 
 class Listed:
-    """Write-back: the names in a directory this mount made, from its making or a listing at `at` (monotonic), each
-    with its inode if it is a subdirectory (None: a file, or a name made or changed here since)."""
+    """The names in a directory this mount made, from its making or a listing at `at` (monotonic), each with its
+    inode if it is a subdirectory (None: a file, or a name made or changed here since).
+
+    They answer lookups of names that don't exist (and of subdirectories, with the attributes kept of them) for
+    entry_timeout after the listing, as the kernel's own entries are trusted, without a round trip: unpacking an
+    archive into new folders costs per file its create and its commit, not a lookup before each. A name made
+    elsewhere in that time can be missed, as a kernel entry would miss it; a create that meets it learns it (EEXIST
+    for O_EXCL, else the kernel looks it up again and opens it: `create`)."""
     __slots__ = ("at", "names")
 
     def __init__(self, at: float, names: dict[str, int | None]) -> None:
@@ -101,11 +107,11 @@ class EpochOperations(pyfuse3.Operations):
         self.seen: dict[int, tuple] = {}                 # file version at its last open (keep_cache)
         self.dir_attrs: dict[int, dict] = {}             # the last attributes seen of each directory
         self.dir_seen: dict[int, float] = {}             # when (monotonic), trusted for attr_timeout
-        self.known: dict[int, Listed] = {}               # write-back: the names in each directory made here
-        self.dir_changed: dict[int, float] = {}          # write-back: when this mount last changed each directory
-        self.using: set[int] = set()                     # write-back: directories used since the last renewal
+        self.known: dict[int, Listed] = {}               # the names in each directory made here (Listed)
+        self.dir_changed: dict[int, float] = {}          # when this mount last changed each directory
+        self.using: set[int] = set()                     # directories used since the last renewal (_renewer)
         self._renewing = False
-        self._inflight: dict[int, trio.Event] = {}       # write-back: directories being renewed, until answered
+        self._inflight: dict[int, trio.Event] = {}       # directories being renewed, until answered
         self._fh = itertools.count(1)
 
     @property
@@ -204,7 +210,7 @@ class EpochOperations(pyfuse3.Operations):
         return self._entry(a)
 
     async def _listed(self, p: int) -> Listed:
-        """Write-back: the names in directory `p` (one this mount made). They answer lookups for entry_timeout after
+        """The names in directory `p` (one this mount made). They answer lookups for entry_timeout after
         the listing they come from, as the kernel's own entries would (a name made elsewhere in that time may be
         missed). While the directory is in use its listing is renewed in the background (_renewer), and here if it
         is older. A name kept here that is gone only costs a lookup."""
@@ -222,19 +228,20 @@ class EpochOperations(pyfuse3.Operations):
             await ev.wait()
 
     def _use(self, ino: int) -> None:
-        """Write-back: directory `ino` (its names or attributes) is in use: renew them in the background."""
+        """Directory `ino` (its names or attributes) is in use: renew them in the background."""
         self.using.add(ino)
         if not self._renewing and self.nursery is not None:
             self._renewing = True
             self.nursery.start_soon(self._renewer)
 
     async def _renewer(self) -> None:
-        """Write-back: every half timeout, the names and attributes of the directories used since the last round,
+        """Every half timeout, the names and attributes of the directories used since the last round,
         in one request per FsDirs' 256 (a request per directory and period was most of the cluster's work during
         an unpack into many directories); ends after a round with none in use."""
         try:
             while True:
-                await trio.sleep_until(trio.current_time() + min(self.o.entry_timeout, self.o.attr_timeout) / 2)
+                period = max(min(self.o.entry_timeout, self.o.attr_timeout), 0.1) / 2  # (a 0 timeout: no busy loop)
+                await trio.sleep_until(trio.current_time() + period)
                 todo, self.using = self.using, set()
                 if not todo:
                     return
@@ -431,9 +438,9 @@ class EpochOperations(pyfuse3.Operations):
         a = await self.c.fs_mkdir(self.inodes.bucket(p), parent=p, name=s, mode=mode, uid=ctx.uid, gid=ctx.gid)
         self.inodes.remember(p, s, a)
         self._changed_dir(p, add=s)  # (its link count too: not only its times)
-        if self.o.writeback:
-            if p in self.known:
-                self.known[p].names[s] = a["ino"]
+        if p in self.known:
+            self.known[p].names[s] = a["ino"]
+        if self.o.entry_timeout > 0:  # empty now: its names answer lookups from here on (Listed)
             if len(self.known) > 100_000:
                 self.known.clear()
             self.known[a["ino"]] = Listed(time.monotonic(), {})
@@ -611,8 +618,19 @@ class EpochOperations(pyfuse3.Operations):
             if p in self.known:  # (its attributes stay: getattr adds the time of this create)
                 self.known[p].names[s] = None
             return pyfuse3.FileInfo(fh=fh), self._entry(a)
-        a = await self.c.fs_mknod(bucket, parent=p, name=s, mode=stat.S_IFREG | stat.S_IMODE(mode),
-                                  uid=ctx.uid, gid=ctx.gid)
+        try:
+            a = await self.c.fs_mknod(bucket, parent=p, name=s, mode=stat.S_IFREG | stat.S_IMODE(mode),
+                                      uid=ctx.uid, gid=ctx.gid)
+        except errors.AlreadyExists:
+            if flags & os.O_EXCL:
+                raise
+            # made elsewhere since the lookup (or the names kept here, Listed) said it was free: ESTALE makes the
+            # kernel walk the path again (LOOKUP_REVAL); with the name now kept, that lookup asks the NameNode, and
+            # open(2) opens the file as it would have (its permission checks, O_TRUNC) without creating it
+            k = self.known.get(p)
+            if k is not None:
+                k.names[s] = None
+            raise pyfuse3.FUSEError(errno.ESTALE) from None
         self.inodes.remember(p, s, a)
         self._changed_dir(p, add=s, t=a["ct"])
         self.seen[a["ino"]] = _version(a)
