@@ -37,6 +37,8 @@ from .writer import MAX_FILE_SIZE, Writes
 log = logging.getLogger("epochfs.mount")
 
 NAME_MAX = 255
+ADOPT_AFTER = 8  # lookups of missing names in a folder within entry_timeout before the mount keeps its names too
+ADOPT_RETRY_S = 60.0  # a folder found too large to keep (FsDirs.MAX_NAMES) is not tried again for this long
 FOREVER = 365 * 86400.0
 NOT_KEPT_XATTRS = (b"security.", b"system.")  # attribute namespaces namenode/posix.py refuses (EOPNOTSUPP)
 # st_blksize: the page size, as local file systems and FUSE's default report it. Our 4 MiB block made tools scale
@@ -76,8 +78,9 @@ def _name(raw: bytes) -> str:
 
 
 class Listed:
-    """The names in a directory this mount made, from its making or a listing at `at` (monotonic), each with its
-    inode if it is a subdirectory (None: a file, or a name made or changed here since).
+    """The names in a directory this mount made (or looked up many missing names in: `_missed`), from its making or a
+    listing at `at` (monotonic), each with its inode if it is a subdirectory (None: a file, or a name made or
+    changed here since).
 
     They answer lookups of names that don't exist (and of subdirectories, with the attributes kept of them) for
     entry_timeout after the listing, as the kernel's own entries are trusted, without a round trip: unpacking an
@@ -112,6 +115,8 @@ class EpochOperations(pyfuse3.Operations):
         self.using: set[int] = set()                     # directories used since the last renewal (_renewer)
         self._renewing = False
         self._inflight: dict[int, trio.Event] = {}       # directories being renewed, until answered
+        self._misses: dict[int, tuple[int, float]] = {}  # lookups of missing names in a folder, since when (_missed)
+        self._unkept: dict[int, float] = {}              # folders whose names are not to be kept, until when
         self._fh = itertools.count(1)
 
     @property
@@ -193,8 +198,8 @@ class EpochOperations(pyfuse3.Operations):
         w = self.writes.named(p, s)
         if w is not None:  # made here, not yet on the NameNode (write-back)
             return self._entry(w.attr)
-        if p in self.known:
-            k = await self._listed(p)
+        k = await self._listed(p) if p in self.known else None
+        if k is not None:
             if s not in k.names:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             sub = k.names[s]
@@ -205,22 +210,56 @@ class EpochOperations(pyfuse3.Operations):
                 self._use(sub)  # a directory: its attributes as last renewed
                 self.inodes.remember(p, s, a)
                 return self._entry(a, cached=True, seen_at=self.dir_seen.get(sub))
-        a = await self.c.fs_lookup(s if p == NN_ROOT else self.inodes.bucket(p), parent=p, name=s)
+        try:
+            a = await self.c.fs_lookup(s if p == NN_ROOT else self.inodes.bucket(p), parent=p, name=s)
+        except errors.NotFound:
+            await self._missed(p)
+            raise
         self.inodes.remember(p, s, a)
         return self._entry(a)
 
-    async def _listed(self, p: int) -> Listed:
+    async def _missed(self, p: int) -> None:
+        """A lookup in `p` found no such name. After ADOPT_AFTER of those within entry_timeout (files being made in a
+        folder made elsewhere, or before this mount; a search path being probed) the mount keeps the folder's names
+        as it does for the folders it makes (Listed): one fs_dirs request, then none per lookup."""
+        if self.o.entry_timeout <= 0 or p == NN_ROOT or p in self.known or self.inodes.bucket(p) is None \
+                or time.monotonic() < self._unkept.get(p, 0.0):
+            return
+        now = time.monotonic()
+        n, since = self._misses.get(p, (0, now))
+        if now - since > self.o.entry_timeout:
+            n, since = 0, now
+        if n + 1 < ADOPT_AFTER:
+            if len(self._misses) > 10_000:
+                self._misses.clear()
+            self._misses[p] = (n + 1, since)
+            return
+        self._misses.pop(p, None)
+        self.known[p] = Listed(-1e9, {})  # what the listing below brings (_renewed keeps names made meanwhile)
+        try:
+            await self._renew([p])
+        except Exception as e:  # noqa: BLE001 -- not kept: lookups ask the NameNode, as before
+            log.debug("names of directory %s not kept: %r", p, e)
+            if self.known.get(p) is not None and self.known[p].at < 0:
+                del self.known[p]
+        if p not in self.known:  # gone, or too many names to keep
+            if len(self._unkept) > 10_000:
+                self._unkept.clear()
+            self._unkept[p] = time.monotonic() + ADOPT_RETRY_S
+
+    async def _listed(self, p: int) -> Listed | None:
         """The names in directory `p` (one this mount made). They answer lookups for entry_timeout after
         the listing they come from, as the kernel's own entries would (a name made elsewhere in that time may be
         missed). While the directory is in use its listing is renewed in the background (_renewer), and here if it
-        is older. A name kept here that is gone only costs a lookup."""
+        is older. A name kept here that is gone only costs a lookup. None: no longer kept (the directory is gone, or
+        now has too many names), the NameNode answers."""
         self._use(p)
         k = self.known[p]
         if time.monotonic() - k.at > self.o.entry_timeout:
             await self._wait_renewal(p)  # one under way: its answer (a loaded machine's are slow)
             if self.known.get(p) is k:
                 await self._renew([p])
-        return self.known.get(p) or Listed(time.monotonic(), {})
+        return self.known.get(p)
 
     async def _wait_renewal(self, ino: int) -> None:
         ev = self._inflight.get(ino)

@@ -315,6 +315,34 @@ def test_a_name_made_elsewhere_in_a_folder_made_here_is_never_created_twice(clus
     assert (folder / "c").read_bytes() == b"and this"
 
 
+def test_a_folder_made_elsewhere_has_its_names_kept_after_a_few_missing_lookups(cluster, mnt, s3, bucket):
+    """Files made one after another in a folder the mount did not make (made through S3 here): after ADOPT_AFTER
+    lookups of missing names the mount keeps the folder's names (one fs_dirs request) and the rest of the creates
+    cost no lookup; the names made elsewhere stay visible."""
+    s3.put_object(Bucket=bucket, Key="pre/old.bin", Body=b"made through s3")
+    folder = mnt.path / "pre"
+    assert (folder / "old.bin").read_bytes() == b"made through s3"
+    before = fs_requests(cluster)
+    for i in range(40):
+        fd = os.open(folder / f"f{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, b"y" * i)
+        finally:
+            os.close(fd)
+    after = fs_requests(cluster)
+    made = {op: after.get(op, 0) - before.get(op, 0) for op in ("lookup", "mknod", "dirs")}
+    assert made["mknod"] == 40
+    assert 1 <= made["dirs"] <= 6, made
+    assert made["lookup"] <= 10, made  # ops.ADOPT_AFTER and a little; was one per file (40)
+    s3.put_object(Bucket=bucket, Key="pre/later.bin", Body=b"later")
+    with pytest.raises(FileExistsError):  # not yet listed here, but never created over
+        os.open(folder / "later.bin", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    assert (folder / "old.bin").read_bytes() == b"made through s3"
+    assert (folder / "f39").read_bytes() == b"y" * 39
+    time.sleep(1.2)
+    assert sorted(os.listdir(folder)) == sorted(["old.bin", "later.bin", *(f"f{i}" for i in range(40))])
+
+
 def test_a_change_sent_at_once_is_not_undone_by_one_deferred_before_it(mnt):
     """A chmod deferred to the commit, then one with a set-id bit (sent at once): the later one stays after close,
     and a utimens deferred after both answers with the mode the file has, not the one it was created with."""
