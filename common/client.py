@@ -30,6 +30,7 @@ from . import messages as m
 from .blocks import crc32c, pick_replica, piece_starts, pieces_within
 from .clients import DataNodeClient
 from .directwrite import DirectUnavailable, DirectWriter
+from .http1 import LeanTransport
 from .config import parse_addr
 from .rpc import RpcClient, TrioRpcClient
 
@@ -140,6 +141,10 @@ class S3Client:
         self._http = httpx.AsyncHTTPTransport(http1=True, http2=False,
                                               limits=httpx.Limits(max_connections=max_connections,
                                                                   max_keepalive_connections=max_connections))
+        # small requests (bytes in, the whole answer back) go through a leaner one (common/http1.py: less than half
+        # the CPU per call); HTTPS, streamed bodies and streamed answers through httpx's
+        url = httpx.URL(self.endpoint)
+        self._lean = LeanTransport(url.host, url.port or 80, max_connections) if url.scheme == "http" else None
         self._timeout = timeout
         self._timeouts = {"timeout": httpx.Timeout(timeout).as_dict()}  # each request's extensions
         self._direct_after = 0.0 if direct_reads else float("inf")  # monotonic time from which to try direct reads
@@ -156,6 +161,8 @@ class S3Client:
 
     async def close(self) -> None:
         await self._http.aclose()
+        if self._lean is not None:
+            await self._lean.aclose()
         for dn in self._datanodes.values():
             await dn.close()
 
@@ -217,7 +224,8 @@ class S3Client:
         q = [(k, str(v)) for k, v in query]
         url = self._sign(method, self._path(bucket, key), q, headers)
         req = httpx.Request(method, httpx.URL(url), headers=headers, content=content, extensions=self._timeouts)
-        resp = await self._http.handle_async_request(req)
+        lean = self._lean is not None and not stream and (content is None or isinstance(content, bytes))
+        resp = await (self._lean if lean else self._http).handle_async_request(req)
         resp.request = req
         if not read and method not in ("GET", "HEAD"):
             self._unsynced = True
