@@ -29,9 +29,9 @@ from . import defaults, errors, sigv4
 from . import messages as m
 from .blocks import crc32c, pick_replica, piece_starts, pieces_within
 from .clients import DataNodeClient
+from .config import parse_addr
 from .directwrite import DirectUnavailable, DirectWriter
 from .http1 import LeanTransport
-from .config import parse_addr
 from .rpc import RpcClient, TrioRpcClient
 
 MIN_PART = defaults.MIN_PART_SIZE

@@ -248,7 +248,7 @@ class EpochOperations(pyfuse3.Operations):
             self._unkept[p] = time.monotonic() + ADOPT_RETRY_S
 
     async def _listed(self, p: int) -> Listed | None:
-        """The names in directory `p` (one this mount made). They answer lookups for entry_timeout after
+        """The names kept of directory `p` (Listed). They answer lookups for entry_timeout after
         the listing they come from, as the kernel's own entries would (a name made elsewhere in that time may be
         missed). While the directory is in use its listing is renewed in the background (_renewer), and here if it
         is older. A name kept here that is gone only costs a lookup. None: no longer kept (the directory is gone, or
