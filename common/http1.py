@@ -193,22 +193,30 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self.host, self.port = host, port
         self.max_connections = max_connections
         self._io: _Trio | _Asyncio | None = None
-        self._lib: str | None = None
+        self._loop: tuple | None = None  # the event loop the pool's connections and semaphore belong to
         self._sem = None
         self._idle: list[tuple[Any, float]] = []  # (connection, idle since), the newest last
 
     def _setup(self) -> _Trio | _Asyncio:
         lib = sniffio.current_async_library()
-        if lib != self._lib:  # first use (an S3Client is made outside its loop), or another loop after a fork
+        if lib == "trio":
+            import trio
+            loop = (lib, trio.lowlevel.current_trio_token())
+        else:
+            loop = (lib, asyncio.get_running_loop())
+        if loop != self._loop:  # first use (an S3Client is made outside its loop), or another loop
             self._drop_idle()
             self._io = _Trio() if lib == "trio" else _Asyncio()
-            self._sem, self._lib = self._io.semaphore(self.max_connections), lib
+            self._sem, self._loop = self._io.semaphore(self.max_connections), loop
         return self._io
 
     def _drop_idle(self) -> None:
         idle, self._idle = self._idle, []
         for conn, _ in idle:
-            self._io.close(conn)
+            try:
+                self._io.close(conn)
+            except Exception:  # noqa: BLE001 -- a trio socket closed outside its run: its file closes with it
+                pass
 
     def _reusable(self, io) -> Any | None:
         """An idle connection the server has not closed, if there is one (a readable idle socket: its close, or

@@ -189,3 +189,18 @@ def test_the_s3_client_sends_only_small_requests_through_it(server):
         await c.close()
         assert sent == ["/b/small"]
     trio.run(main)
+
+
+def test_one_transport_across_event_loops(server):
+    """A connection and the connection limit belong to one event loop: another loop (a second asyncio.run, trio)
+    starts its own, without error."""
+    t = LeanTransport("127.0.0.1", server.port, max_connections=1)
+
+    async def one():
+        return (await t.handle_async_request(_req(server.port, "/ok", "POST", b"1"))).content
+
+    assert asyncio.run(one()) == b"answer to /ok 1"
+    assert asyncio.run(one()) == b"answer to /ok 1"
+    assert trio.run(one) == b"answer to /ok 1"
+    assert asyncio.run(one()) == b"answer to /ok 1"
+    assert server.connections == 4
