@@ -3,13 +3,14 @@
 Why our own: every metadata call of the mount and of fsspec (lookup, create, commit of a small file, stat) is such a
 request, and httpx's transport (httpcore's pool and h11's state machine over anyio) costs more CPU than the gateway
 spends answering it: an `fs_lookup` loop under trio against a local cluster, 1,000 calls, two runs alternating,
-1.30-1.78 ms of the caller's CPU per call through httpx's transport against 0.56-0.77 through this one (1.15-1.35
-ms a call instead of 1.79-2.78). No maintained client fits: aiohttp is asyncio-only (the mount runs trio), and
+1.43 / 1.83 ms of the caller's CPU per call through httpx's transport against 0.58 / 0.97 through this one (1.16 /
+2.05 ms a call instead of 2.05 / 3.04). No maintained client fits: aiohttp is asyncio-only (the mount runs trio), and
 httpcore is the cost. What it does is small: the request's head and body go out in one write, the answer is parsed
 by httptools (llhttp, the parser uvicorn runs in the gateway), the connection is kept for the next request while the
 server keeps it (an idle one that became readable, the server's close, is dropped before use; one idle longer than
-IDLE_S too: uvicorn closes them after 5 s). It answers with an httpx.Response, raises httpx's exceptions, and
-honours the request's timeout extension (connect, write, each read, pool), so the S3Client sees no difference.
+IDLE_S too, below uvicorn's default keep-alive). It answers with an httpx.Response, raises httpx's exceptions, and
+honours the request's timeout extension (pool, connect, and one deadline for sending and the answer), so the
+S3Client sees no difference.
 
 The rest stays with httpx's transport (`S3Client._send` chooses): HTTPS, request bodies that stream, answers read as a
 stream (downloads): there a request's fixed cost is nothing next to its bytes.
@@ -26,7 +27,8 @@ import httptools
 import httpx
 import sniffio
 
-IDLE_S = 4.0  # an idle connection older than this is closed, not reused (uvicorn's keep-alive timeout is 5 s)
+IDLE_S = 4.0  # an idle connection older than this is closed, not reused (uvicorn's default keep-alive is 5 s; a
+# gateway or proxy in front may use it, ours keeps 65 s)
 RECV_BYTES = 1 << 16
 MAX_ANSWER = 64 << 20  # bytes of an answer read whole, at most (the gateway's small answers are far below)
 
