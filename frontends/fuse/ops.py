@@ -225,10 +225,10 @@ class EpochOperations(pyfuse3.Operations):
         """A lookup in `p` found no such name. After ADOPT_AFTER of those within entry_timeout (files being made in a
         folder made elsewhere, or before this mount; a search path being probed) the mount keeps the folder's names
         as it does for the folders it makes (Listed): one fs_dirs request, then none per lookup."""
-        if self.o.entry_timeout <= 0 or p == NN_ROOT or p in self.known or self.inodes.bucket(p) is None \
-                or time.monotonic() < self._unkept.get(p, 0.0):
-            return
         now = time.monotonic()
+        if self.o.entry_timeout <= 0 or p == NN_ROOT or p in self.known or self.inodes.bucket(p) is None \
+                or now < self._unkept.get(p, 0.0):
+            return
         n, since = self._misses.get(p, (0, now))
         if now - since > self.o.entry_timeout:
             n, since = 0, now
@@ -243,12 +243,9 @@ class EpochOperations(pyfuse3.Operations):
             await self._renew([p])
         except Exception as e:  # noqa: BLE001 -- not kept: lookups ask the NameNode, as before
             log.debug("names of directory %s not kept: %r", p, e)
-            if self.known.get(p) is not None and self.known[p].at < 0:
-                del self.known[p]
         k = self.known.get(p)
-        if k is not None and len(k.names) > ADOPT_MAX_NAMES:
-            del self.known[p]
-        if p not in self.known:  # gone, or too many names to keep
+        if k is None or k.at < 0 or len(k.names) > ADOPT_MAX_NAMES:  # gone, not listed, or too many names to keep
+            self.known.pop(p, None)
             if len(self._unkept) > 10_000:
                 self._unkept.clear()
             self._unkept[p] = time.monotonic() + ADOPT_RETRY_S
