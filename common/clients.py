@@ -99,6 +99,22 @@ class DataNodeClient:
 
 # NameNodeClient's methods, grouped by subject as the NameNode's handler modules are (namenode/api/).
 
+class StandbyClient:
+    """The active NameNode's one call to a standby NameNode (HA, namenode/ha/etcd_journal.py): the log groups etcd
+    committed, pushed in log order."""
+
+    def __init__(self, rpc: RpcClient) -> None:
+        self.rpc = rpc
+
+    async def close(self) -> None:
+        await self.rpc.close()
+
+    async def log_push(self, groups: list[m.LogGroup], data) -> int:
+        """Send the groups (`data`: their values, one after the other); the standby's applied position."""
+        reply, _ = await self.rpc.request(m.LogPush(groups=groups), data)
+        return reply.seq
+
+
 class _NodeCalls:
     """Nodes, heartbeats and the orders that ride on them."""
     _call = None  # NameNodeClient._call

@@ -1715,6 +1715,22 @@ class HaStatus(Request, tag="ha_status"):
     Reply = HaState
 
 
+class LogGroup(Msg, array_like=True):
+    """One group of the metadata log as etcd committed it (namenode/ha/etcd_journal.py: its stored value, `size`
+    bytes of the payload, in order)."""
+    first: int                 # its first command's sequence number (its log key)
+    rev: int                   # the etcd revision that wrote it
+    size: int
+
+
+class LogPush(Request, tag="log_push"):
+    """The active NameNode to a standby: log groups etcd has committed, in log order, so that the standby need not
+    receive them through an etcd watch (the payload: their values). Answered with the standby's applied position;
+    a standby that finds a gap reads the log from etcd."""
+    groups: list[LogGroup]
+    Reply = LogPosition
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Direct writes (common/writetoken.py, common/directwrite.py): a native client stores blocks on the DataNodes itself,
 # the gateway only authorizes, allocates (POST /_epochfs/allocate/<bucket>) and commits (POST /_epochfs/commit/<bucket>).

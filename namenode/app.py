@@ -62,6 +62,9 @@ class WhileActive(Worker):
         return await self.inner.run_once()
 
 
+UNGATED = (m.HaStatus, m.LogPush)  # answered by every NameNode in HA mode, whatever its role
+
+
 def _gated(handler, journal):
     async def gated(req, payload):
         journal.check_serving()
@@ -138,14 +141,14 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         metrics.register(meta, members, repair)
         _ha_metrics(journal, meta)
         handlers = make_handlers(meta, members, settings, repair, ops, journal, lc)
-        if ha:  # a standby answers NotLeader(leader) to everything but the HA status and the stale reads it may serve
-            handlers = {t: h if t is m.HaStatus else _stale_gated(h, journal) if t in m.STALE_READS else
+        if ha:  # a standby answers NotLeader(leader) to everything but UNGATED and the stale reads it may serve
+            handlers = {t: h if t in UNGATED else _stale_gated(h, journal) if t in m.STALE_READS else
                         _gated(h, journal) for t, h in handlers.items()}
 
         async def durable(req) -> None:
-            """Every reply waits until what it could reflect is durable; the HA status reflects no namespace state
-            (and must answer while a deposed NameNode rolls back)."""
-            if type(req) is not m.HaStatus:
+            """Every reply waits until what it could reflect is durable; the HA status and a log push reflect no
+            namespace state a client could see (and must answer while a deposed NameNode rolls back)."""
+            if type(req) not in UNGATED:
                 await journal.durable(meta.seq)
 
         rpc = RpcServer(handlers, settings.cluster_secret, max_payload=settings.rpc_max_payload, before_reply=durable)

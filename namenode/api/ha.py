@@ -1,6 +1,6 @@
 """The HA handlers: the status (who is active, how far each NameNode applied the log; served by every NameNode,
 active or standby; embedded: the one NameNode) and msync (the active one's log position, for read-your-writes on
-standbys: messages.StaleOk)."""
+standbys: messages.StaleOk); in HA mode the log push (the active NameNode's committed log groups, to a standby)."""
 from __future__ import annotations
 
 from epochfs.common import messages as m
@@ -15,4 +15,10 @@ def handlers(journal: Journal) -> dict:
     async def msync(req: m.Msync, _) -> m.LogPosition:
         return m.LogPosition(seq=journal.durable_seq())
 
-    return {m.HaStatus: ha_status, m.Msync: msync}
+    async def log_push(req: m.LogPush, payload) -> m.LogPosition:
+        return m.LogPosition(seq=journal.receive(req.groups, payload))
+
+    out = {m.HaStatus: ha_status, m.Msync: msync}
+    if hasattr(journal, "receive"):  # HA mode: a standby takes the log groups the active one pushes
+        out[m.LogPush] = log_push
+    return out

@@ -182,13 +182,16 @@ class Etcd:
             return ok
         return await self._call(fn)
 
-    async def put_guarded(self, guard: bytes, guard_rev: int, key: bytes, value: bytes) -> bool:
-        """Put new `key` only while `guard` is the key created at revision `guard_rev` (the leader's log append)."""
+    async def put_guarded(self, guard: bytes, guard_rev: int, key: bytes, value: bytes) -> int:
+        """Put new `key` only while `guard` is the key created at revision `guard_rev` (the leader's log append);
+        the revision that wrote it, 0 if the guards refused it."""
         async def fn(c):
             tx = c.transactions
-            ok, _ = await c.transaction(compare=[tx.create(guard) == guard_rev, tx.create(key) == 0],
-                                        success=[tx.put(key, value)], failure=[])
-            return ok
+            req = rpc.TxnRequest(compare=[(tx.create(guard) == guard_rev).build_message(),
+                                          (tx.create(key) == 0).build_message()],
+                                 success=[rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))])
+            r = await c.kvstub.Txn(req, timeout=self.timeout, metadata=c.metadata)
+            return r.header.revision if r.succeeded else 0
         return await self._call(fn)
 
     async def delete_range(self, start: bytes, end: bytes) -> int:
