@@ -51,7 +51,7 @@ from typing import Callable
 
 import httpx
 import msgspec
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 
 from epochfs.common import errors
 from epochfs.common import messages as m
@@ -82,6 +82,9 @@ PUSH_RETRY_S = 0.5  # after a failed push, the next one waits this long (the sta
 
 APPEND_SECONDS = Histogram("epochfs_nn_log_append_seconds", "Time of one log append txn in etcd (leader)",
                            buckets=(.001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2))
+GROUPS_APPLIED = Counter("epochfs_nn_log_groups_applied_total",
+                         "Log groups a standby applied, by how they came: pushed by the active NameNode, or read "
+                         "from etcd (catching up, a gap, no push)", ["via"])
 GROUP_SIZE = Histogram("epochfs_nn_log_group_commands", "Commands per log append (group commit)",
                        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024))
 
@@ -366,14 +369,17 @@ class EtcdJournal(Journal):
             await asyncio.sleep(PUBLISH_S)
 
     # ---------------------------------------------------------------- following
-    def _apply_group(self, value: bytes) -> None:
+    def _apply_group(self, value: bytes, via: str) -> None:
         """Apply a log group from the first command past ours: its runs of [command, writes] entries by their writes
-        in one write batch each (a standby reads nothing to apply them), bare commands (an older log's) one by one."""
+        in one write batch each (a standby reads nothing to apply them), bare commands (an older log's) one by one.
+        `via`: how it came (GROUPS_APPLIED)."""
         first, entries = _unpack(value)
         last = first + len(entries) - 1
         if first > self.meta.seq + 1:
             raise Gap(first)
         i = self.meta.seq + 1 - first
+        if i < len(entries):
+            GROUPS_APPLIED.labels(via).inc()
         while i < len(entries):
             j = i
             while j < len(entries) and not isinstance(entries[j], bytes):
@@ -402,7 +408,7 @@ class EtcdJournal(Journal):
                     continue
             try:
                 for e in entries:
-                    self._apply_group(e.value)
+                    self._apply_group(e.value, "etcd")
             except Gap:
                 continue
             self.log_end = max(self.log_end, self.meta.seq)
@@ -472,7 +478,7 @@ class EtcdJournal(Journal):
         view, off = memoryview(data), 0
         try:
             for g in groups:
-                self._apply_group(bytes(view[off:off + g.size]))
+                self._apply_group(bytes(view[off:off + g.size]), "push")
                 off += g.size
                 self._applied(g.rev)
         except Gap:
@@ -501,7 +507,7 @@ class EtcdJournal(Journal):
             entries, rev = await self.etcd.range(self.log_key(self.meta.seq + 1), self.k_log[:-1] + b"0")
             try:
                 for e in entries:
-                    self._apply_group(e.value)
+                    self._apply_group(e.value, "etcd")
             except Gap:
                 return await self._catch_up()
             self._applied(rev, sent)

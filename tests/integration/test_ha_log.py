@@ -7,6 +7,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import httpx
+import msgspec
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -14,6 +16,8 @@ from ha import Etcd, HaNameNodes  # noqa: E402
 
 from epochfs.common import errors  # noqa: E402
 from epochfs.common import messages as m  # noqa: E402
+from epochfs.common.clients import StandbyClient  # noqa: E402
+from epochfs.namenode.ha.etcd_journal import _pack_group  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("etcd") is None, reason="no etcd binary")]
 
@@ -73,6 +77,48 @@ def test_standbys_apply_the_log_into_stores_equal_key_by_key(ha):
                 ha.call(i, lambda c: c.bucket_list())
             assert e.value.details["leader"] == ha.addr(a)
     assert listed(ha, a, "b1") == keys
+
+
+def groups_applied(nns: HaNameNodes, i: int) -> dict[str, float]:
+    """NameNode i's epochfs_nn_log_groups_applied_total by `via` (push, etcd)."""
+    out = {}
+    for line in httpx.get(f"http://127.0.0.1:{nns.ports[i][0]}/metrics", timeout=5).text.splitlines():
+        if line.startswith("epochfs_nn_log_groups_applied_total{"):
+            out[line.split('via="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_standbys_take_the_log_pushed_by_the_active_one_or_from_etcd_when_no_push_comes(tmp_path):
+    """nn1 leads; nn2 gets the log groups pushed; nn3 advertises an address nothing listens on, so every push to it
+    fails: it reads the log from etcd and ends with the same store. A push is only a copy: one past the next command
+    is not applied (the standby reads etcd), the active one applies none, and sizes that do not add up are refused."""
+    etcd = Etcd(tmp_path).start()
+    nns = HaNameNodes(tmp_path, etcd, env_for={3: {"NN_ADVERTISE_HOST": "127.0.0.2"}})
+    try:
+        nns.start_led_by_first()
+        write(nns, 1, "b1", 300)
+        nns.caught_up()
+        assert nns.dump(2) == nns.dump(1) and nns.dump(3) == nns.dump(1)
+        g2, g3 = groups_applied(nns, 2), groups_applied(nns, 3)
+        assert g2.get("push", 0) >= 10 and g2["push"] > g2.get("etcd", 0), g2
+        assert g3.get("push", 0) == 0 and g3.get("etcd", 0) >= 1, g3
+
+        def push(i: int, first: int, value: bytes, size: int | None = None) -> int:
+            group = m.LogGroup(first=first, rev=1, size=len(value) if size is None else size)
+            return nns.call(i, lambda c: StandbyClient(c.rpc).log_push([group], value))
+        seq = nns.status(2).log_end
+        junk = _pack_group(seq + 1, [msgspec.msgpack.encode(b"not a command")])
+        assert push(2, seq + 50, _pack_group(seq + 50, [msgspec.msgpack.encode(b"x")])) == seq  # a gap
+        assert push(1, seq + 1, junk) == seq  # the active one applies the log it writes, never a push
+        with pytest.raises(errors.InvalidInput):
+            push(2, seq + 1, junk, size=len(junk) + 1)
+        write(nns, 1, "b2", 100)
+        nns.caught_up()
+        assert nns.dump(2) == nns.dump(1) and nns.dump(3) == nns.dump(1)
+        assert listed(nns, 1, "b2") == [f"k{j:05d}" for j in range(100)]
+    finally:
+        nns.close()
+        etcd.close()
 
 
 def test_a_standby_with_its_data_folder_deleted_rebuilds_from_a_peer(ha):
