@@ -75,7 +75,8 @@ PUBLISH_S = 0.5
 REPUBLISH_S = 10.0  # an unchanged member record is put again this often (_publish)
 STALE_WAIT_S = 0.1  # a stale read waits at most this long for the log position it needs (min_seq, a confirmation)
 TRUNCATE_S = 2.0
-POLL_S = 0.5  # a standby that got no push for this long reads the log past what it applied from etcd (_poll)
+POLL_S = 0.5  # a standby that got no push for this long reads the log past what it applied from etcd (_poll); after
+# a read that found nothing it waits twice as long, up to the lease TTL (an idle standby: one read per TTL, as before)
 PUSH_MAX_BYTES = 8 << 20  # log groups queued for one standby at most (more: dropped, the standby reads them from etcd)
 PUSH_TIMEOUT_S = 2.0
 PUSH_RETRY_S = 0.5  # after a failed push, the next one waits this long (the standby reads from etcd meanwhile)
@@ -196,7 +197,8 @@ class EtcdJournal(Journal):
         self._applied_rev = 0  # the etcd revision up to which the log is applied
         self._advanced = asyncio.Event()  # set (and replaced) whenever the applied position moves
         self._confirm: asyncio.Task | None = None
-        self._pushed_at = 0.0  # monotonic: when a push was last applied with no gap (a standby polls etcd without)
+        self._pushed_at = 0.0  # monotonic: when a push or a read of etcd last brought the log (else: _poll)
+        self._poll_every = POLL_S
         self._poll_lock = asyncio.Lock()
         self._poll_task: asyncio.Task | None = None
         self._pushers: dict[str, _Pusher] = {}  # the active one's: per standby RPC address
@@ -452,7 +454,7 @@ class EtcdJournal(Journal):
                             self._set_leader(cur=None, value=ev.value, rev=ev.mod_revision)
                             since = time.monotonic()
                             continue
-                        if time.monotonic() - self._pushed_at >= POLL_S and not await self._poll():
+                        if time.monotonic() - self._pushed_at >= self._poll_every and not await self._poll():
                             return
                         if time.monotonic() - since >= self.ttl:
                             break  # a stream to a member that died can stay silent: check by a read
@@ -484,7 +486,7 @@ class EtcdJournal(Journal):
         except Gap:
             self._poll_soon()
             return self.meta.seq
-        self._pushed_at = time.monotonic()
+        self._pushed_at, self._poll_every = time.monotonic(), POLL_S
         return self.meta.seq
 
     def _poll_soon(self) -> None:
@@ -511,6 +513,8 @@ class EtcdJournal(Journal):
             except Gap:
                 return await self._catch_up()
             self._applied(rev, sent)
+            self._pushed_at = time.monotonic()
+            self._poll_every = POLL_S if entries else min(self.ttl, 2 * self._poll_every)
             return True
 
     # ---------------------------------------------------------------- stale reads

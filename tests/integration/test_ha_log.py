@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -96,12 +97,17 @@ def test_standbys_take_the_log_pushed_by_the_active_one_or_from_etcd_when_no_pus
     nns = HaNameNodes(tmp_path, etcd, env_for={3: {"NN_ADVERTISE_HOST": "127.0.0.2"}})
     try:
         nns.start_led_by_first()
+        # the active one learns of its standbys from their member records (read every 2 s, TRUNCATE_S)
+        nns.wait(lambda: write(nns, 1, f"w{time.monotonic_ns()}", 1) and groups_applied(nns, 2).get("push"), 15,
+                 "a push to nn2")
+        before2, before3 = groups_applied(nns, 2), groups_applied(nns, 3)
         write(nns, 1, "b1", 300)
         nns.caught_up()
         assert nns.dump(2) == nns.dump(1) and nns.dump(3) == nns.dump(1)
         g2, g3 = groups_applied(nns, 2), groups_applied(nns, 3)
-        assert g2.get("push", 0) >= 10 and g2["push"] > g2.get("etcd", 0), g2
-        assert g3.get("push", 0) == 0 and g3.get("etcd", 0) >= 1, g3
+        pushed, read = (g2.get(v, 0) - before2.get(v, 0) for v in ("push", "etcd"))
+        assert pushed >= 10 and pushed > 2 * read, (before2, g2)
+        assert g3.get("push", 0) == 0 and g3.get("etcd", 0) > before3.get("etcd", 0), (before3, g3)
 
         def push(i: int, first: int, value: bytes, size: int | None = None) -> int:
             group = m.LogGroup(first=first, rev=1, size=len(value) if size is None else size)
