@@ -287,7 +287,8 @@ class EtcdJournal(Journal):
                     cur = await self.etcd.get(self.k_leader)
                     if cur is None:
                         log.info("%s: no leader; campaigning at seq %d", self.name, self.meta.seq)
-                        if await self._catch_up() and await self.etcd.create(self.k_leader, self.me, self.lease):
+                        if await self._catch_up_locked() and \
+                                await self.etcd.create(self.k_leader, self.me, self.lease):
                             await self._lead()
                         continue
                     log.info("%s: following %s (epoch %d)", self.name, cur.value[:200], cur.create_revision)
@@ -395,6 +396,11 @@ class EtcdJournal(Journal):
         self.confirmed = self.meta.seq
         self.log_end = max(self.log_end, last)
 
+    async def _catch_up_locked(self) -> bool:
+        """_catch_up, one at a time with _poll (a push's gap may have one running: never two rebuilds at once)."""
+        async with self._poll_lock:
+            return await self._catch_up()
+
     async def _catch_up(self) -> bool:
         """Apply the log to its end (rebuilding from a peer first if the log no longer reaches back to us); the
         revision read at. False: we need a checkpoint and none could be had (do not campaign)."""
@@ -419,12 +425,11 @@ class EtcdJournal(Journal):
         return False
 
     async def _follow(self, cur) -> None:
-        """Standby until the leader key goes: tail the log by a watch on [P/leader, P/log0) from the revision the
-        catch-up read at (the leader key and the log in one stream), falling back to a range read on a gap, a
-        compaction or a broken stream."""
+        """Standby until the leader key goes: catch up with the log, then tail it (_tail) from the revision the
+        catch-up read at."""
         self.role = "standby"
         self._set_leader(cur)
-        if not await self._catch_up():
+        if not await self._catch_up_locked():
             await asyncio.sleep(1.0)
             return
         if await self.etcd.get(self.k_leader) is None:  # went before the revision we watch from
@@ -498,7 +503,8 @@ class EtcdJournal(Journal):
 
     async def _poll_logged(self) -> None:
         try:
-            await self._poll()
+            if self.role == "standby" and self._tailing:
+                await self._poll()
         except (Compacted, EtcdUnavailable) as e:
             log.info("reading the log: %r", e)
         except Exception:  # noqa: BLE001 -- the tail loop polls again
@@ -602,7 +608,7 @@ class EtcdJournal(Journal):
         self.deadline = sent + self.ttl - min(0.5, self.ttl / 4)
         self.epoch, self.leader = cur.create_revision, self.addr
         log.warning("%s won the election: epoch %d", self.name, self.epoch)
-        if not await self._catch_up():  # the log moved on while we campaigned: give way to a member that can lead
+        if not await self._catch_up_locked():  # the log moved on while we campaigned: give way to one that can lead
             await self.etcd.delete(self.k_leader)
             return
         self.confirmed = self.meta.seq
