@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -37,6 +38,9 @@ class LeaseNotFound(Exception):
 
 class Compacted(Exception):
     """A watch or read asked for revisions etcd compacted away: read the current state instead."""
+
+
+_UNREACHABLE = (aetcd.ClientError, OSError, asyncio.TimeoutError, rpc.AioRpcError)  # this member did not answer
 
 
 @dataclass(frozen=True)
@@ -85,22 +89,62 @@ class Etcd:
     async def _call(self, fn):
         """fn(client) on the current endpoint, then on each next one while etcd cannot be reached."""
         last: Exception | None = None
+        start = self._cur
         for k in range(len(self.endpoints)):
-            i = (self._cur + k) % len(self.endpoints)
-            c = None
+            i = (start + k) % len(self.endpoints)
             try:
-                c = await self._client(i)
-                out = await self._bounded(fn(c), self.timeout + 0.5)
+                out = await self._attempt(i, fn)
                 self._cur = i
                 return out
-            except aetcd.RevisionCompactedError as e:
-                raise Compacted(str(e)) from None
-            except (aetcd.ClientError, OSError, asyncio.TimeoutError, rpc.AioRpcError) as e:
-                if "lease not found" in str(e):  # etcd's answer, not a member out of reach
-                    raise LeaseNotFound(str(e)) from None
+            except _UNREACHABLE as e:
                 last = e
-                await self._drop(i, c)
         raise EtcdUnavailable(f"no etcd endpoint of {self.endpoints} answered: {last!r}")
+
+    async def _hedged(self, fn, hedge_s: float):
+        """fn(client) on the current endpoint, then on the next one (round and round: a member that forwarded to a
+        raft leader that hangs answers once it knows the new one) whenever `hedge_s` passed with no answer or an
+        attempt failed, for at most one call timeout; the first answer, whose endpoint becomes the current one.
+        For idempotent calls only."""
+        n, start = len(self.endpoints), self._cur
+        end = time.monotonic() + self.timeout + 0.5
+        running: dict[asyncio.Task, int] = {}
+        launched, last = 0, None
+        try:
+            while True:
+                left = end - time.monotonic()
+                if left > 0:
+                    i = (start + launched) % n
+                    running[asyncio.ensure_future(self._attempt(i, fn))] = i
+                    launched += 1
+                elif not running:
+                    raise EtcdUnavailable(f"no etcd endpoint of {self.endpoints} answered: {last!r}")
+                done, _ = await asyncio.wait(running, timeout=min(hedge_s, left) if left > 0 else None,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    i = running.pop(t)
+                    if t.exception() is None:
+                        self._cur = i
+                        return t.result()
+                    if not isinstance(t.exception(), _UNREACHABLE):
+                        raise t.exception()
+                    last = t.exception()
+        finally:
+            for t in running:
+                self._abandon(t)
+
+    async def _attempt(self, i: int, fn):
+        """fn(client of endpoint i), bounded; a client that failed to reach etcd is dropped."""
+        c = None
+        try:
+            c = await self._client(i)
+            return await self._bounded(fn(c), self.timeout + 0.5)
+        except aetcd.RevisionCompactedError as e:
+            raise Compacted(str(e)) from None
+        except _UNREACHABLE as e:
+            if "lease not found" in str(e):  # etcd's answer, not a member out of reach
+                raise LeaseNotFound(str(e)) from None
+            await self._drop(i, c)
+            raise
 
     async def _drop(self, i: int, c: aetcd.Client | None) -> None:
         """Throw away the client that failed (a new one is made on next use: a gRPC channel that failed to connect
@@ -220,11 +264,14 @@ class Etcd:
         return (await c.lease(max(1, round(ttl)))).id
 
     async def keepalive(self, lease: int) -> int:
-        """Refresh the lease; its remaining TTL (s), 0 if it expired already."""
+        """Refresh the lease; its remaining TTL (s), 0 if it expired already. Hedged (a quarter of the call timeout
+        per member): a member that hangs (stopped, its disk stalled) held the refresh for the whole call timeout, and
+        an active NameNode with a 2 s lease was deposed though the other two members had a quorum (seen once in
+        test_ha_stale_reads, which stops a member: it was etcd's raft leader, where the NameNode's calls went)."""
         async def fn(c):
             return (await c.refresh_lease(lease)).TTL
         try:
-            return await self._call(fn)
+            return await self._hedged(fn, self.timeout / 4)
         except LeaseNotFound:
             return 0
 

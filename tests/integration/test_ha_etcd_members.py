@@ -2,7 +2,10 @@
 with an Unavailable error (a 503 at the gateway) and nothing acknowledged is lost; a member back, writes resume."""
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -14,6 +17,7 @@ from ha import Etcd, HaNameNodes  # noqa: E402
 
 from epochfs.common import errors  # noqa: E402
 from epochfs.common import messages as m  # noqa: E402
+from epochfs.namenode.ha.etcd import Etcd as Etcd_  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("etcd") is None, reason="no etcd binary")]
 
@@ -59,3 +63,50 @@ def test_one_etcd_member_lost_service_continues_two_lost_writes_fail_then_resume
     finally:
         ha.close()
         etcd.close()
+
+
+def etcd_raft_leader(etcd: Etcd) -> int:
+    """The index of the member that leads etcd's raft."""
+    for st in json.loads(etcd.ctl("endpoint", "status", "--write-out=json").stdout):
+        if st["Status"]["leader"] == st["Status"]["header"]["member_id"]:
+            return next(i for i, (c, _) in enumerate(etcd.ports) if st["Endpoint"].endswith(f":{c}"))
+    raise AssertionError("no etcd leader")
+
+
+
+def test_a_hung_etcd_member_costs_a_lease_refresh_a_quarter_of_the_call_timeout(tmp_path):
+    """The NameNode's etcd client talking to a member that hangs (SIGSTOP: its connections stay open), a follower
+    so that no raft election is involved: the lease refresh goes to another member after a quarter of the call
+    timeout and makes it the current one; an unhedged call waits the whole timeout (and a 2 s lease's holder
+    could pass its deadline)."""
+    etcd = Etcd(tmp_path, n=3).start()
+
+    async def go():
+        cl = Etcd_(",".join(etcd.endpoint(i) for i in range(3)), timeout=1.0)
+        try:
+            lease = await cl.grant(2)
+            cl._cur = follower
+            assert await cl.keepalive(lease) > 0
+            etcd.procs[follower].send_signal(signal.SIGSTOP)
+            try:
+                cl._cur = follower
+                t0 = time.monotonic()
+                assert await cl.keepalive(lease) > 0
+                hedged = time.monotonic() - t0
+                assert cl._cur != follower
+                cl._cur = follower
+                t0 = time.monotonic()
+                await cl.put(b"/hung-test", b"x")  # a call that is not hedged (a write): waits out the member
+                unhedged = time.monotonic() - t0
+            finally:
+                etcd.procs[follower].send_signal(signal.SIGCONT)
+            return hedged, unhedged
+        finally:
+            await cl.close()
+    try:
+        follower = next(i for i in range(3) if i != etcd_raft_leader(etcd))
+        hedged, unhedged = asyncio.run(go())
+    finally:
+        etcd.close()
+    print(f"lease refresh with a hung member current: {hedged:.3f} s; a put: {unhedged:.3f} s")
+    assert 0.2 <= hedged < 0.7 and unhedged >= 0.9
