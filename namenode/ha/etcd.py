@@ -108,18 +108,24 @@ class Etcd:
         n, start = len(self.endpoints), self._cur
         end = time.monotonic() + self.timeout + 0.5
         running: dict[asyncio.Task, int] = {}
-        launched, last = 0, None
+        launched, last, next_at = 0, None, 0.0
         try:
             while True:
-                left = end - time.monotonic()
-                if left > 0:
+                now = time.monotonic()
+                # a new attempt each hedge_s, and at once after a failure while some member was not tried yet (every
+                # member refusing costs a few attempts a round, not a busy loop)
+                if now < end and (now >= next_at or (not running and launched < n)):
                     i = (start + launched) % n
                     running[asyncio.ensure_future(self._attempt(i, fn))] = i
                     launched += 1
-                elif not running:
-                    raise EtcdUnavailable(f"no etcd endpoint of {self.endpoints} answered: {last!r}")
-                done, _ = await asyncio.wait(running, timeout=min(hedge_s, left) if left > 0 else None,
-                                             return_when=asyncio.FIRST_COMPLETED)
+                    next_at = now + hedge_s
+                wait = max(0.0, min(next_at, end) - now) if now < end else None
+                if not running:
+                    if wait is None:
+                        raise EtcdUnavailable(f"no etcd endpoint of {self.endpoints} answered: {last!r}")
+                    await asyncio.sleep(wait)
+                    continue
+                done, _ = await asyncio.wait(running, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
                 for t in done:
                     i = running.pop(t)
                     if t.exception() is None:
