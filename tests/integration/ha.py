@@ -64,20 +64,24 @@ class Etcd:
         return subprocess.run(["etcdctl", "--endpoints", eps, "--command-timeout=3s", *args], capture_output=True,
                               text=True, check=check, env={**os.environ, "ETCDCTL_API": "3"})
 
+    def status(self) -> dict[int, dict]:
+        """Each running member's `etcdctl endpoint status` (its member_id, the raft leader's id...), by index."""
+        sts = json.loads(self.ctl("endpoint", "status", "--write-out=json").stdout)
+        port = {str(c): j for j, (c, _) in enumerate(self.ports)}
+        return {port[st["Endpoint"].rsplit(":", 1)[1]]: st["Status"] for st in sts}
+
+    def raft_leader(self) -> int | None:
+        """The index of the member that leads etcd's raft (None: none known)."""
+        return next((j for j, st in self.status().items() if st["leader"] == st["header"]["member_id"]), None)
+
     def step_down(self, i: int) -> None:
         """Make sure member i does not lead etcd's raft (its leadership moved to another member if it does)."""
-        def status() -> dict[int, dict]:
-            sts = json.loads(self.ctl("endpoint", "status", "--write-out=json").stdout)
-            port = {str(c): j for j, (c, _) in enumerate(self.ports)}
-            return {port[st["Endpoint"].rsplit(":", 1)[1]]: st["Status"] for st in sts}
-        st = status()
-        if st[i]["leader"] != st[i]["header"]["member_id"]:
+        if self.raft_leader() != i:
             return
-        target = next(s for j, s in st.items() if j != i)["header"]["member_id"]
+        target = next(st for j, st in self.status().items() if j != i)["header"]["member_id"]
         subprocess.run(["etcdctl", "--endpoints", f"127.0.0.1:{self.ports[i][0]}", "move-leader", f"{target:x}"],
                        capture_output=True, check=True, env={**os.environ, "ETCDCTL_API": "3"})
-        HaNameNodes.wait(lambda: status()[i]["leader"] != status()[i]["header"]["member_id"], 10,
-                         f"etcd member {i} no longer leading")
+        HaNameNodes.wait(lambda: self.raft_leader() not in (i, None), 10, f"etcd member {i} no longer leading")
 
     def kill(self, i: int) -> None:
         p = self.procs.pop(i)

@@ -3,7 +3,6 @@ with an Unavailable error (a 503 at the gateway) and nothing acknowledged is los
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import signal
 import sys
@@ -65,15 +64,6 @@ def test_one_etcd_member_lost_service_continues_two_lost_writes_fail_then_resume
         etcd.close()
 
 
-def etcd_raft_leader(etcd: Etcd) -> int:
-    """The index of the member that leads etcd's raft."""
-    for st in json.loads(etcd.ctl("endpoint", "status", "--write-out=json").stdout):
-        if st["Status"]["leader"] == st["Status"]["header"]["member_id"]:
-            return next(i for i, (c, _) in enumerate(etcd.ports) if st["Endpoint"].endswith(f":{c}"))
-    raise AssertionError("no etcd leader")
-
-
-
 def test_a_hung_etcd_member_costs_a_lease_refresh_a_quarter_of_the_call_timeout(tmp_path):
     """The NameNode's etcd client talking to a member that hangs (SIGSTOP: its connections stay open), a follower
     so that no raft election is involved: the lease refresh goes to another member after a quarter of the call
@@ -104,7 +94,8 @@ def test_a_hung_etcd_member_costs_a_lease_refresh_a_quarter_of_the_call_timeout(
         finally:
             await cl.close()
     try:
-        follower = next(i for i in range(3) if i != etcd_raft_leader(etcd))
+        leader = etcd.raft_leader()  # (start() waited for a healthy cluster: it has a leader)
+        follower = next(i for i in range(3) if i != leader)
         hedged, unhedged = asyncio.run(go())
     finally:
         etcd.close()
