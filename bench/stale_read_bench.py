@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -113,6 +114,7 @@ def main() -> None:
               f"({stale_a / strong_a:.2f}x); throughput stale/strong {ratio:.2f}x")
     finally:
         t.close()
+        shutil.rmtree(t.root, ignore_errors=True)
 
 
 if __name__ == "__main__":
