@@ -110,7 +110,7 @@ def _pack_group(first: int, group: list[bytes]) -> bytes:
     return ZIP + zlib.compress(value, 1) if len(value) > ZIP_MIN else value
 
 
-def _unpack(value: bytes) -> tuple[int, list]:
+def _unpack(value: bytes | memoryview) -> tuple[int, list]:
     if value[:1] == ZIP:
         z = zlib.decompressobj()
         value = z.decompress(memoryview(value)[1:], MAX_GROUP_UNZIPPED)
@@ -197,7 +197,7 @@ class EtcdJournal(Journal):
         self._applied_rev = 0  # the etcd revision up to which the log is applied
         self._advanced = asyncio.Event()  # set (and replaced) whenever the applied position moves
         self._confirm: asyncio.Task | None = None
-        self._pushed_at = 0.0  # monotonic: when a push or a read of etcd last brought the log (else: _poll)
+        self._fed_at = 0.0  # monotonic: when a push or a read of etcd last brought the log (else: _poll)
         self._poll_every = POLL_S
         self._poll_lock = asyncio.Lock()
         self._poll_task: asyncio.Task | None = None
@@ -375,7 +375,7 @@ class EtcdJournal(Journal):
             await asyncio.sleep(PUBLISH_S)
 
     # ---------------------------------------------------------------- following
-    def _apply_group(self, value: bytes, via: str) -> None:
+    def _apply_group(self, value: bytes | memoryview, via: str) -> None:
         """Apply a log group from the first command past ours: its runs of [command, writes] entries by their writes
         in one write batch each (a standby reads nothing to apply them), bare commands (an older log's) one by one.
         `via`: how it came (GROUPS_APPLIED)."""
@@ -465,7 +465,7 @@ class EtcdJournal(Journal):
                             self._set_leader(cur=None, value=ev.value, rev=ev.mod_revision)
                             since = time.monotonic()
                             continue
-                        if time.monotonic() - self._pushed_at >= self._poll_every and not await self._poll():
+                        if time.monotonic() - self._fed_at >= self._poll_every and not await self._poll():
                             return
                         if time.monotonic() - since >= self.ttl:
                             break  # a stream to a member that died can stay silent: check by a read
@@ -491,13 +491,13 @@ class EtcdJournal(Journal):
         view, off = memoryview(data), 0
         try:
             for g in groups:
-                self._apply_group(bytes(view[off:off + g.size]), "push")
+                self._apply_group(view[off:off + g.size], "push")  # (_unpack reads a buffer: no copy)
                 off += g.size
                 self._applied(g.rev)
         except Gap:
             self._poll_soon()
             return self.meta.seq
-        self._pushed_at, self._poll_every = time.monotonic(), POLL_S
+        self._fed_at, self._poll_every = time.monotonic(), POLL_S
         return self.meta.seq
 
     def _poll_soon(self) -> None:
@@ -525,7 +525,7 @@ class EtcdJournal(Journal):
             except Gap:
                 return await self._catch_up()
             self._applied(rev, sent)
-            self._pushed_at = time.monotonic()
+            self._fed_at = time.monotonic()
             self._poll_every = POLL_S if entries else min(self.ttl, 2 * self._poll_every)
             return True
 
