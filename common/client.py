@@ -548,12 +548,17 @@ class S3Client:
                                                              ("locate", 1), *await self._stale_q()])
         return _reply(_decode_file_located, r.content, "locate")
 
-    async def fs_write(self, bucket: str, ino: int, layout: m.FileWrite, chunks: AsyncIterator[bytes]) -> dict:
+    async def fs_write(self, bucket: str, ino: int, layout: m.FileWrite,
+                       chunks: AsyncIterator[bytes] | bytes) -> dict:
         """New content of file `ino` (in `bucket`): `layout` says which blocks of version `layout.base` stay and
-        which extents are new, `chunks` streams the new extents' bytes (gateway/s3/posix.py fs_write; a layout of
-        one RestOfBody: all of the content, sent chunked as it comes); returns the
+        which extents are new, `chunks` the new extents' bytes, streamed or (small ones) whole (gateway/s3/posix.py
+        fs_write; a layout of one RestOfBody: all of the content, sent chunked as it comes); returns the
         file's new attributes, with its new layout, once the content is committed."""
         head = msgspec.json.encode(layout)
+        if isinstance(chunks, bytes):  # one body: the lean transport's request (common/http1.py)
+            r = await self._fs_send("PUT", f"fs/{bucket}", query=[("ino", ino)],
+                                    content=b"".join((len(head).to_bytes(4, "big"), head, chunks)))
+            return _fs_answer(r.content)
         new = sum(seg.length for seg in layout.segs if type(seg) is m.NewExtent)
 
         async def body():
@@ -565,10 +570,7 @@ class S3Client:
         r = await self._fs_send("PUT", f"fs/{bucket}", query=[("ino", ino)],
                                 headers={} if streamed else {"content-length": str(4 + len(head) + new)},
                                 content=body())
-        res = orjson.loads(r.content)
-        if "err" in res:
-            raise errors.by_name(res["err"])(res.get("msg", ""))
-        return res["r"]
+        return _fs_answer(r.content)
 
     async def fs_reserve_inodes(self, bucket: str, n: int) -> range:
         """Inode numbers for the files this client will create itself (fs_create_files)."""
@@ -598,10 +600,7 @@ class S3Client:
         new attributes with its new layout once committed."""
         r = await self._fs_send("PUT", f"fs/{bucket}", query=[("ino", ino), ("direct", 1)],
                                 content=msgspec.json.encode(layout))
-        res = orjson.loads(r.content)
-        if "err" in res:
-            raise errors.by_name(res["err"])(res.get("msg", ""))
-        return res["r"]
+        return _fs_answer(r.content)
 
     # ---------------------------------------------------------------- loaders (gateway/s3/batch.py)
     async def batch_get(self, items: list[tuple[str, str, int | None, int | None]]) -> list[bytes | errors.DomainError]:
@@ -981,6 +980,14 @@ _decode_file_located = msgspec.json.Decoder(m.FileLocated).decode
 _decode_batch_located = msgspec.json.Decoder(m.BatchLocated).decode
 _decode_batch_index = msgspec.json.Decoder(m.BatchIndex).decode
 _decode_put_results = msgspec.json.Decoder(m.PutResults).decode
+
+
+def _fs_answer(body: bytes) -> dict:
+    """A file write's answer (gateway/s3/posix.py): the file's new attributes, or its error raised."""
+    res = orjson.loads(body)
+    if "err" in res:
+        raise errors.by_name(res["err"])(res.get("msg", ""))
+    return res["r"]
 
 
 def _reply(decode, body: bytes, what: str):
