@@ -218,12 +218,16 @@ class S3Client:
         return "/" + bucket + ("/" + key if key else "") if bucket else "/"
 
     async def _send(self, method: str, bucket: str = "", key: str = "", *, query=(), headers=None,
-                    content: bytes | None = None, stream: bool = False, read: bool = False) -> httpx.Response:
-        """`read`: a POST that changes nothing (every PUT, POST and DELETE else counts as a write for msync)."""
+                    content: bytes | None = None, stream: bool = False, read: bool = False,
+                    whole: bool = False) -> httpx.Response:
+        """`read`: a POST that changes nothing (every PUT, POST and DELETE else counts as a write for msync).
+        `whole`: an answer of any size is read whole (an object's bytes: the caller asked for them in one piece),
+        not only a small one (common/http1.py MAX_ANSWER)."""
         headers = {k.lower(): v for k, v in (headers or {}).items()}
         q = [(k, str(v)) for k, v in query]
         url = self._sign(method, self._path(bucket, key), q, headers)
-        req = httpx.Request(method, httpx.URL(url), headers=headers, content=content, extensions=self._timeouts)
+        req = httpx.Request(method, httpx.URL(url), headers=headers, content=content,
+                            extensions={**self._timeouts, "max_answer": None} if whole else self._timeouts)
         lean = self._lean is not None and not stream and (content is None or isinstance(content, bytes))
         resp = await (self._lean if lean else self._http).handle_async_request(req)
         resp.request = req
@@ -316,7 +320,7 @@ class S3Client:
                 return b""
             headers["range"] = f"bytes={start}-{'' if end is None else end - 1}"
         try:
-            return (await self._send("GET", bucket, key, headers=headers)).content
+            return (await self._send("GET", bucket, key, headers=headers, whole=True)).content
         except errors.DomainError as e:
             if e.details.get("status") == 416:  # range starts past the end: like a slice, nothing
                 return b""
@@ -757,7 +761,8 @@ class S3Client:
         return out
 
     async def _batch_proxy(self, items: list, body: bytes) -> list[bytes | errors.DomainError]:
-        content = (await self._fs_send("POST", "batch", content=body, query=await self._stale_q(), read=True)).content
+        content = (await self._fs_send("POST", "batch", content=body, query=await self._stale_q(), read=True,
+                                        whole=True)).content
         n = int.from_bytes(content[:4], "big")
         pos = 4 + n
         out: list[bytes | errors.DomainError] = []

@@ -30,18 +30,21 @@ import sniffio
 IDLE_S = 4.0  # an idle connection older than this is closed, not reused (uvicorn's default keep-alive is 5 s; a
 # gateway or proxy in front may use it, ours keeps 65 s)
 RECV_BYTES = 1 << 16
-MAX_ANSWER = 64 << 20  # bytes of an answer read whole, at most (the gateway's small answers are far below)
+MAX_ANSWER = 64 << 20  # bytes of an answer read whole, at most (the gateway's small answers are far below), unless
+# the request's extensions say otherwise: "max_answer", a number or None (no bound: S3Client.get of a whole object,
+# which its caller asked for in one piece)
 
 
 class _Answer:
     """httptools' callbacks: the answer as it is parsed."""
-    __slots__ = ("parser", "headers", "body", "size", "head_done", "done", "keep_alive")
+    __slots__ = ("parser", "headers", "body", "size", "limit", "head_done", "done", "keep_alive")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None) -> None:
         self.parser = httptools.HttpResponseParser(self)
         self.headers: list[tuple[bytes, bytes]] = []
         self.body: list[bytes] = []
         self.size = 0
+        self.limit = limit
         self.head_done = self.done = self.keep_alive = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -53,8 +56,8 @@ class _Answer:
 
     def on_body(self, body: bytes) -> None:
         self.size += len(body)
-        if self.size > MAX_ANSWER:
-            raise httpx.RemoteProtocolError(f"answer larger than {MAX_ANSWER} bytes")
+        if self.limit is not None and self.size > self.limit:
+            raise OverflowError  # (httptools raises its own callback error: `run` says why)
         self.body.append(body)
 
     def on_message_complete(self) -> None:
@@ -80,7 +83,7 @@ class _Exchange:
         except OSError as e:
             raise httpx.WriteError(str(e), request=request) from None
         self.sent = True
-        answer = _Answer()
+        answer = _Answer(request.extensions.get("max_answer", MAX_ANSWER))
         parser = answer.parser
         head_only = request.method == "HEAD"
         while not (answer.done or head_only and answer.head_done):
@@ -93,6 +96,9 @@ class _Exchange:
             try:
                 parser.feed_data(data)
             except httptools.HttpParserError as e:
+                if answer.limit is not None and answer.size > answer.limit:
+                    raise httpx.RemoteProtocolError(f"answer larger than {answer.limit} bytes",
+                                                    request=request) from None
                 raise httpx.RemoteProtocolError(f"bad answer: {e}", request=request) from None
         self.keep = answer.keep_alive and (answer.done or head_only and not answer.body)
         answer.parser = None  # (no cycle left for the garbage collector)

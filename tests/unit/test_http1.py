@@ -191,6 +191,30 @@ def test_the_s3_client_sends_only_small_requests_through_it(server):
     trio.run(main)
 
 
+def test_an_answer_past_its_bound_is_refused_saying_so_and_an_objects_bytes_are_not_bounded(server, monkeypatch):
+    """A whole-read answer is bounded (MAX_ANSWER, or the request's "max_answer"): past it, an httpx error that
+    names the bound. An object's bytes asked for in one piece (S3Client.get) and a batch read are not: before,
+    `get` of an object larger than 64 MiB (fsspec's cat_file) failed with "bad answer: `on_body` callback error"."""
+    async def main():
+        t = LeanTransport("127.0.0.1", server.port, max_connections=2)
+        req = _req(server.port, "/ok", "POST", b"x" * 100)
+        req.extensions["max_answer"] = 50
+        with pytest.raises(httpx.RemoteProtocolError, match="answer larger than 50 bytes"):
+            await t.handle_async_request(req)
+        req = _req(server.port, "/ok", "POST", b"x" * 100)
+        req.extensions["max_answer"] = None
+        assert (await t.handle_async_request(req)).content == b"answer to /ok " + b"x" * 100
+        await t.aclose()
+
+        monkeypatch.setattr("epochfs.common.http1.MAX_ANSWER", 64)  # every answer below is larger than that
+        c = S3Client(f"http://127.0.0.1:{server.port}", "AK", "SK")
+        with pytest.raises(httpx.RemoteProtocolError, match="answer larger than 64 bytes"):
+            await c._send("POST", "b", "small", content=b"y" * 100)
+        assert await c.get("b", "k" * 100) == b"answer to /b/" + b"k" * 100 + b" "
+        await c.close()
+    trio.run(main)
+
+
 def test_one_transport_across_event_loops(server):
     """A connection and the connection limit belong to one event loop: another loop (a second asyncio.run, trio)
     starts its own, without error."""
