@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 import os
 import shutil
 from contextlib import contextmanager
@@ -108,8 +109,8 @@ class RocksKV:
     and compression cost CPU on every put), no blob files (blob files made 4 MiB reads several times slower), level
     compaction (universal cost more CPU per MB written), bloom filters for the point lookups, XXH3 block checksums,
     a 64 MiB write buffer, and the WAL written but not fsynced per batch: that survives kill -9 of the process, and an
-    fsync per put would cap small writes at disk-flush rate (and hold the event loop: rocksdict keeps the GIL in a
-    write). What must survive a power loss is made durable by `WalSync` (group commit) after its write.
+    fsync per put would cap small writes at disk-flush rate (and hold the event loop for the fsync of a write made
+    on it). What must survive a power loss is made durable by `WalSync` (group commit) after its write.
     """
 
     def __init__(self, db: rocksdict.Rdict, bulk: RocksBulk | None = None) -> None:
@@ -356,7 +357,7 @@ class RocksBulk:
         shutil.rmtree(tmp, ignore_errors=True)  # files of an ingest that a crash interrupted
         tmp.mkdir(parents=True)
         self._tmp = tmp
-        self._seq = 0
+        self._names = itertools.count(1)
 
     @classmethod
     def _gen_of(cls, name: str) -> int:
@@ -397,8 +398,8 @@ class RocksBulk:
     def ingest(self, items, gen: int = 0) -> None:
         """Durably store `items`, (key, value) pairs in ascending key order, as one file of generation `gen`."""
         cf = self._cf(gen)
-        self._seq += 1
-        path = str(self._tmp / f"{os.getpid()}-{self._seq}.sst")
+        path = str(self._tmp / f"{os.getpid()}-{next(self._names)}.sst")  # (next() of a count: one name per call,
+        # whichever thread calls: a DataNode ingests in its worker thread, datanode/blockstore.py put_async)
         w = rocksdict.SstFileWriter(options=self._writer_opts)
         try:
             w.open(path)
@@ -412,7 +413,8 @@ class RocksBulk:
             if os.path.exists(path):
                 os.unlink(path)
         if gen == self._newest:
-            self._files += 1
+            self._files += 1  # (from a worker thread too: a count off by one against a drop's recount only moves
+            # where the next generation starts, FILES_PER_GEN is no hard bound)
 
     def get(self, key: bytes, gen: int = 0) -> bytes | None:
         cf = self._cf(gen)

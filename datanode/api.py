@@ -42,7 +42,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
             raise errors.NotEnoughReplicas(f"block {bid}: the write policy requires {acks} replicas and only "
                                            f"{1 + len(targets)} nodes were placed")
         check_room(bid, len(payload))
-        store.store(bid, payload, crc, targets, jobs_due_in=FAST_PATH_GRACE_S if targets else 0.0)
+        await store.store(bid, payload, crc, targets, jobs_due_in=FAST_PATH_GRACE_S if targets else 0.0)
         if acks > 1:
             try:  # this copy's fsync overlaps the pushes; each secondary acknowledges once its copy is on disk
                 await asyncio.gather(store.synced(), replicator.push_acked(bid, payload, crc, targets, acks - 1))
@@ -61,7 +61,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         bid = req.block_id
         if not (req.fresh and store.recently_deleted(bid)):
             check_room(bid, len(payload))
-            store.store(bid, payload, req.crc)
+            await store.store(bid, payload, req.crc)
             await store.synced()  # on disk before the primary counts it (sync:N) or completes its job
         return DONE
 
@@ -88,7 +88,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
                 continue
             todo.append((h.id, data, h.crc, targets))
             where.append(i)
-        for j, err in store.store_many(todo, jobs_due_in=FAST_PATH_GRACE_S).items():
+        for j, err in (await store.store_many(todo, jobs_due_in=FAST_PATH_GRACE_S)).items():
             errs[where[j]] = err
         stored = [(blk, i) for blk, i in zip(todo, where) if i not in errs]
         if acks > 1:
@@ -124,7 +124,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
                     continue
                 todo.append((h.id, data, h.crc, []))
                 where.append(i)
-            for j, err in store.store_many(todo).items():
+            for j, err in (await store.store_many(todo)).items():
                 errs[where[j]] = err
             await store.synced()
             return m.Stored(errs=errs)
@@ -132,7 +132,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
             data, off = mv[off:off + h.size], off + h.size
             try:
                 check_room(h.id, h.size)
-                store.store(h.id, data, h.crc)
+                await store.store(h.id, data, h.crc)
             except errors.DomainError as e:
                 errs[i] = type(e).__name__
         return m.Stored(errs=errs)

@@ -1,3 +1,4 @@
+import asyncio
 import os
 
 import anyio
@@ -177,6 +178,89 @@ def test_bulk_blocks_in_rocksdb_survive_reopen_and_deletes_free_their_files(tmp_
     s = BlockStore(kv)
     assert s.purge() == 1 and kv.bulk.get(keys.chunk(7, 0)) is None and kv.get(keys.pending(7)) is None
     assert joined(s.read(3)) == blocks[3]
+    kv.close()
+
+
+def _held_ingests(kv):
+    """Hold every bulk ingest (put_async's worker thread) until `release` is set; `entered` is set once one waits."""
+    import threading
+    entered, release = threading.Event(), threading.Event()
+    real = kv.bulk.ingest
+
+    def held(items, gen=0):
+        entered.set()
+        assert release.wait(10)
+        real(items, gen)
+    kv.bulk.ingest = held
+    return entered, release
+
+
+async def _until(event) -> None:
+    while not event.is_set():
+        await asyncio.sleep(0.005)
+
+
+def test_a_bulk_block_is_written_off_the_event_loop_and_a_delete_meanwhile_wins(tmp_path):
+    """put_async writes a bulk block's file in a worker thread: the loop runs meanwhile (reads of other blocks
+    are served), `purge` leaves the block's pending marker alone, and a delete that arrives meanwhile wins as it
+    would after the put (no meta, no jobs, counts unchanged; purge then drops the file)."""
+    kv = RocksKV.open(tmp_path / "blocks", bulk=True)
+    s = BlockStore(kv)
+    other = os.urandom(1000)
+    s.put(9, other, crc32c(other))
+    data = os.urandom(BULK_MIN)
+    entered, release = _held_ingests(kv)
+
+    async def main():
+        put = asyncio.ensure_future(s.put_async(1, data, crc32c(data), [(2, "127.0.0.1:2")]))
+        await _until(entered)  # the file is being written: the loop goes on
+        assert joined(s.read(9)) == other and not s.has(1)
+        assert s.purge() == 0 and kv.get(keys.pending(1)) is not None, "an ingest under way is not a leftover"
+        s.delete([1])
+        release.set()
+        await put
+    asyncio.run(main())
+    assert not s.has(1) and s.count == 1 and s.due_replications(10) == []
+    assert s.purge() == 1 and kv.get(keys.pending(1)) is None and kv.bulk.get(keys.chunk(1, 0)) is None
+    kv.close()
+
+
+def test_puts_of_one_bulk_block_take_turns_and_count_it_once(tmp_path):
+    kv = RocksKV.open(tmp_path / "blocks", bulk=True)
+    s = BlockStore(kv)
+    a, b = os.urandom(BULK_MIN), os.urandom(BULK_MIN)
+    entered, release = _held_ingests(kv)
+    order = []
+
+    async def put(bid, data):
+        await s.put_async(bid, data, crc32c(data))
+        order.append(bid if data is not b else -bid)
+
+    async def main():
+        first = asyncio.ensure_future(put(1, a))
+        await _until(entered)
+        second = asyncio.ensure_future(put(1, b))  # a retry of the same block with other bytes: after the first
+        third = asyncio.ensure_future(put(2, a))
+        await asyncio.sleep(0.05)
+        assert order == [] and s._storing.keys() == {1, 2}  # the second put of 1 waits, outside
+        release.set()
+        await asyncio.gather(first, second, third)
+    asyncio.run(main())
+    assert order.index(1) < order.index(-1), "the second put of block 1 waited for the first"
+    assert joined(s.read(1)) == b and joined(s.read(2)) == a
+    assert s.count == 2 and s.used == 2 * BULK_MIN and s._storing == {}
+    kv.close()
+
+
+def test_a_corrupt_bulk_block_in_a_batch_is_that_blocks_error_and_the_others_are_stored(tmp_path):
+    kv = RocksKV.open(tmp_path / "blocks", bulk=True)
+    s = BlockStore(kv)
+    big, bad, small = os.urandom(BULK_MIN), os.urandom(BULK_MIN), os.urandom(1000)
+    errs = asyncio.run(s.store_many([(1, memoryview(big), crc32c(big), []), (2, memoryview(bad), 123, []),
+                                     (3, memoryview(small), crc32c(small), [(4, "127.0.0.1:4")])]))
+    assert errs == {1: "CorruptBlock"}
+    assert joined(s.read(1)) == big and joined(s.read(3)) == small and not s.has(2)
+    assert [(t, bid) for t, bid, _ in s.due_replications(10)] == [(4, 3)]
     kv.close()
 
 

@@ -1,5 +1,7 @@
 """Issue 18 follow-ups: a read-only DataNode (its store refuses writes) gets no new copies from placement, repair or
 read repair; a commit's new blocks must be acknowledged by as many copies as the bucket's write policy wants."""
+import asyncio
+
 import pytest
 
 from epochfs.common import errors
@@ -108,13 +110,13 @@ def test_a_store_refusing_writes_notes_why_for_the_heartbeat_and_still_serves_re
     db = RocksKV.open(tmp_path / "b", bulk=True)
     store = BlockStore(db)
     try:
-        store.store(2, blobs[2], crc32c(blobs[2]))  # rewritten in a newer file: the store still takes writes
+        asyncio.run(store.store(2, blobs[2], crc32c(blobs[2])))  # rewritten in a newer file: the store still takes writes
         assert store.write_error == ""
         db.flush_memtables()
         db._db.get_column_family(RocksSpace.CHUNKS).compact_range(keys.CHUNKS, None)  # merging the files meets the rotten one: a background error
         blob = os.urandom(1000)
         with pytest.raises(errors.Unavailable):
-            store.store(77, blob, crc32c(blob))
+            asyncio.run(store.store(77, blob, crc32c(blob)))
         assert "orruption" in store.write_error
         assert b"".join(store.read(5)) == blobs[5]
     finally:
