@@ -12,7 +12,7 @@ own cluster (`epochfs up`) and mount (needs root and /dev/fuse) and tears both d
 
 Measured (2 cores; alternating with the tree before the DataNodes wrote bulk blocks in a worker thread, two runs
 each): during the dd, GETs served 386 / 400 against 258 / 239, p50 18.5 / 17.6 ms against 23.9 / 31.7, p99 79.6 /
-67.1 against 97.0 / 153.0; the dd 123 / 129 MB/s against 139 / 108 (alone, 1.5 ms p50 in both).
+67.1 against 97.0 / 153.0; the dd 123 / 129 MB/s against 139 / 108 (alone: p50 1.5 / 1.5 against 1.1 / 1.7).
 """
 from __future__ import annotations
 

@@ -163,17 +163,25 @@ class BlockStore:
         while (busy := self._storing.get(block_id)) is not None:
             await asyncio.wait([busy])
         done = self._storing[block_id] = loop.create_future()
+        ingest = None
         try:
             since = time.monotonic()
             crcs, old, gen = self._begin(block_id, mv, crc)
-            await loop.run_in_executor(self._ingester, lambda: self.bulk.ingest(
+            ingest = loop.run_in_executor(self._ingester, lambda: self.bulk.ingest(
                 self._chunk_items(keys.chunks_of(block_id), mv, crcs), gen))
+            await asyncio.shield(ingest)
             if self._tombstones.get(block_id, 0.0) >= since:
                 return  # deleted meanwhile: its file goes with the pending marker (purge)
             self._finish(block_id, mv, crc, crcs, old, gen, secondaries, jobs_due_in)
         finally:
-            del self._storing[block_id]
-            done.set_result(None)
+            if ingest is None or ingest.done():
+                self._stored(block_id, done)
+            else:  # the caller was cancelled while the file is written: purge leaves it alone until it is
+                ingest.add_done_callback(lambda _: self._stored(block_id, done))
+
+    def _stored(self, block_id: int, done: asyncio.Future) -> None:
+        del self._storing[block_id]
+        done.set_result(None)
 
     def _begin(self, block_id: int, mv: memoryview, crc: int) -> tuple[list[int], bytes | None, int | None]:
         """A put's first step: the chunks' CRC32Cs (CorruptBlock if they don't make `crc`), the meta of the copy it
@@ -301,6 +309,8 @@ class BlockStore:
         whether the storage engine takes writes (as `store`); the error class of each block (by index) not
         stored."""
         bulk = [i for i, (_, data, _, _) in enumerate(blocks) if self.bulk is not None and len(data) >= self.bulk_min]
+        is_bulk = set(bulk)
+        small = [i for i in range(len(blocks)) if i not in is_bulk]
         errs: dict[int, str] = {}
         with self._engine_write():
             for i in bulk:
@@ -309,7 +319,6 @@ class BlockStore:
                     await self.put_async(bid, data, crc, secondaries, jobs_due_in=jobs_due_in)
                 except errors.CorruptBlock as e:
                     errs[i] = type(e).__name__
-            small = [i for i in range(len(blocks)) if i not in set(bulk)]
             if small:
                 errs.update({small[j]: e for j, e in self.put_many([blocks[i] for i in small],
                                                                      jobs_due_in=jobs_due_in).items()})

@@ -225,6 +225,28 @@ def test_a_bulk_block_is_written_off_the_event_loop_and_a_delete_meanwhile_wins(
     kv.close()
 
 
+def test_a_put_cancelled_while_its_file_is_written_stores_nothing_and_purge_waits_for_the_file(tmp_path):
+    kv = RocksKV.open(tmp_path / "blocks", bulk=True)
+    s = BlockStore(kv)
+    data = os.urandom(BULK_MIN)
+    entered, release = _held_ingests(kv)
+
+    async def main():
+        put = asyncio.ensure_future(s.put_async(1, data, crc32c(data)))
+        await _until(entered)
+        put.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await put
+        assert s.purge() == 0, "the file is still being written: not dropped under the writer"
+        release.set()
+        while s._storing:
+            await asyncio.sleep(0.005)
+    asyncio.run(main())
+    assert not s.has(1) and s.count == 0
+    assert s.purge() == 1 and kv.bulk.get(keys.chunk(1, 0)) is None
+    kv.close()
+
+
 def test_puts_of_one_bulk_block_take_turns_and_count_it_once(tmp_path):
     kv = RocksKV.open(tmp_path / "blocks", bulk=True)
     s = BlockStore(kv)
