@@ -102,15 +102,30 @@ def cmd_mount(args) -> int:
     except Exception as e:  # noqa: BLE001 -- the command's one place to turn a failure into a message
         print(f"epochfs mount: {e}", file=sys.stderr)
         return 1
+    _drop_empty_log()
     return 0
+
+
+LOG_ENV = "EPOCHFS_MOUNT_LOG"  # the daemon's log file (_mount_background), dropped at a clean exit if it is empty
+
+
+def _drop_empty_log() -> None:
+    path = os.environ.get(LOG_ENV)
+    try:
+        if path and os.path.getsize(path) == 0:
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def _mount_background(mp: str) -> int:
     """Run this same command with -f in a new session and wait until the mount is up (or the child gave up). The
-    daemon logs to a file of its own: the terminal that started it may be long gone when it has something to say."""
+    daemon logs to a file of its own: the terminal that started it may be long gone when it has something to say
+    (the file goes when the mount ends cleanly with nothing in it)."""
     argv = [sys.executable, "-m", "epochfs.frontends.cli.main", *sys.argv[1:], "--foreground"]
     log = tempfile.NamedTemporaryFile(prefix="epochfs-mount-", suffix=".log", delete=False)
-    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                         env={**os.environ, LOG_ENV: log.name})
     log.close()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

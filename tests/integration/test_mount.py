@@ -5,6 +5,7 @@ import ctypes
 import errno
 import os
 import random
+import re
 import signal
 import stat
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -264,10 +266,16 @@ def test_daemon_mount_and_umount(cluster, bucket, s3, tmp_path):
            "AWS_SECRET_ACCESS_KEY": MAIN[1]}
     cli = [sys.executable, "-m", "epochfs.frontends.cli.main"]
     try:
-        subprocess.run([*cli, "mount", bucket, str(mp)], env=env, check=True, timeout=60)
-        assert (mp / "k").read_bytes() == b"v"
+        out = subprocess.run([*cli, "mount", bucket, str(mp)], env=env, check=True, timeout=60, capture_output=True,
+                             text=True).stderr
+        log = Path(re.search(r"log (\S+\.log)\)", out).group(1))
+        assert log.exists() and (mp / "k").read_bytes() == b"v"
         subprocess.run([*cli, "umount", str(mp)], check=True, timeout=30)
         assert not os.path.ismount(mp)
+        deadline = time.monotonic() + 15
+        while log.exists() and time.monotonic() < deadline:  # the daemon ends after the unmount
+            time.sleep(0.05)
+        assert not log.exists(), "a clean mount's empty log file is not left behind"
     finally:
         if os.path.ismount(mp):
             subprocess.call(["fusermount3", "-u", "-z", str(mp)])
