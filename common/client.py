@@ -559,21 +559,18 @@ class S3Client:
         fs_write; a layout of one RestOfBody: all of the content, sent chunked as it comes); returns the
         file's new attributes, with its new layout, once the content is committed."""
         head = msgspec.json.encode(layout)
+        prefix = len(head).to_bytes(4, "big") + head
         if isinstance(chunks, bytes):  # one body: the lean transport's request (common/http1.py)
-            r = await self._fs_send("PUT", f"fs/{bucket}", query=[("ino", ino)],
-                                    content=b"".join((len(head).to_bytes(4, "big"), head, chunks)))
-            return _fs_answer(r.content)
-        new = sum(seg.length for seg in layout.segs if type(seg) is m.NewExtent)
-
-        async def body():
-            yield len(head).to_bytes(4, "big") + head
-            async for c in chunks:
-                yield c
-
-        streamed = any(type(seg) is m.RestOfBody for seg in layout.segs)  # of a length not yet known
-        r = await self._fs_send("PUT", f"fs/{bucket}", query=[("ino", ino)],
-                                headers={} if streamed else {"content-length": str(4 + len(head) + new)},
-                                content=body())
+            content, headers = prefix + chunks, {}
+        else:
+            async def body():
+                yield prefix
+                async for c in chunks:
+                    yield c
+            new = sum(seg.length for seg in layout.segs if type(seg) is m.NewExtent)
+            streamed = any(type(seg) is m.RestOfBody for seg in layout.segs)  # of a length not yet known
+            content, headers = body(), {} if streamed else {"content-length": str(len(prefix) + new)}
+        r = await self._fs_send("PUT", f"fs/{bucket}", query=[("ino", ino)], headers=headers, content=content)
         return _fs_answer(r.content)
 
     async def fs_reserve_inodes(self, bucket: str, n: int) -> range:

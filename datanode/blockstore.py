@@ -252,19 +252,13 @@ class BlockStore:
 
     def put_many(self, blocks: list[tuple[int, memoryview, int, list[tuple[int, str]]]], *,
                  jobs_due_in: float = 0.0) -> dict[int, str]:
-        """Store many blocks, each (id, data, crc, secondaries), with their replication jobs in one atomic write
-        batch (a block of bulk_min bytes or more goes through `put` on its own). Returns the error class of each
-        block (by index) not stored: its data doesn't match its CRC."""
+        """Store many small blocks, each (id, data, crc, secondaries), with their replication jobs in one atomic
+        write batch, their chunks through it (`store_many` sends the bulk ones to `put_async` instead). Returns the
+        error class of each block (by index) not stored: its data doesn't match its CRC."""
         errs: dict[int, str] = {}
         small = []
         for i, (bid, data, crc, secondaries) in enumerate(blocks):
             mv = memoryview(data)
-            if self.bulk is not None and len(mv) >= self.bulk_min:
-                try:
-                    self.put(bid, mv, crc, secondaries, jobs_due_in=jobs_due_in)
-                except errors.CorruptBlock as e:
-                    errs[i] = type(e).__name__
-                continue
             try:
                 crcs = self._chunk_crcs(bid, mv, crc)
             except errors.CorruptBlock as e:

@@ -59,8 +59,10 @@ class Etcd:
             time.sleep(0.2)
         raise TimeoutError("etcd not healthy")
 
-    def ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        eps = ",".join(f"127.0.0.1:{c}" for j, (c, _) in enumerate(self.ports) if j in self.procs)
+    def ctl(self, *args: str, check: bool = True, members: list[int] | None = None) -> subprocess.CompletedProcess:
+        """etcdctl against the running members (or those of `members`)."""
+        eps = ",".join(f"127.0.0.1:{c}" for j, (c, _) in enumerate(self.ports)
+                       if j in self.procs and (members is None or j in members))
         return subprocess.run(["etcdctl", "--endpoints", eps, "--command-timeout=3s", *args], capture_output=True,
                               text=True, check=check, env={**os.environ, "ETCDCTL_API": "3"})
 
@@ -79,8 +81,7 @@ class Etcd:
         if self.raft_leader() != i:
             return
         target = next(st for j, st in self.status().items() if j != i)["header"]["member_id"]
-        subprocess.run(["etcdctl", "--endpoints", f"127.0.0.1:{self.ports[i][0]}", "move-leader", f"{target:x}"],
-                       capture_output=True, check=True, env={**os.environ, "ETCDCTL_API": "3"})
+        self.ctl("move-leader", f"{target:x}", members=[i])
         HaNameNodes.wait(lambda: self.raft_leader() not in (i, None), 10, f"etcd member {i} no longer leading")
 
     def kill(self, i: int) -> None:

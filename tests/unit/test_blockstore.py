@@ -349,7 +349,7 @@ def test_a_missing_chunk_fails_only_the_reads_that_need_it(tmp_path, where):
         kv.close()
 
 
-def test_put_many_stores_blocks_and_jobs_in_one_batch_and_refuses_a_bad_one_alone(tmp_path):
+def test_store_many_stores_blocks_and_jobs_in_one_batch_and_refuses_a_bad_one_alone(tmp_path):
     kv = RocksKV.open(tmp_path / "db", bulk=True)
     s = BlockStore(kv)
     small = [os.urandom(n) for n in (0, 1, 1000, CHUNK_SIZE + 5)]
@@ -357,7 +357,7 @@ def test_put_many_stores_blocks_and_jobs_in_one_batch_and_refuses_a_bad_one_alon
     blocks = [(10 + i, d, crc32c(d), [(2, "h:2")]) for i, d in enumerate(small)]
     blocks.insert(2, (99, b"corrupt", crc32c(b"other"), [(2, "h:2")]))
     blocks.append((50, big, crc32c(big), [(3, "h:3")]))
-    errs = s.put_many(blocks, jobs_due_in=5.0)
+    errs = asyncio.run(s.store_many(blocks, jobs_due_in=5.0))
     assert errs == {2: "CorruptBlock"} and not s.has(99)
     for i, d in enumerate(small):
         assert joined(s.read(10 + i)) == d
