@@ -232,13 +232,18 @@ class Etcd:
             return ok
         return await self._call(fn)
 
-    async def put_guarded(self, guard: bytes, guard_rev: int, key: bytes, value: bytes) -> int:
-        """Put new `key` only while `guard` is the key created at revision `guard_rev` (the leader's log append);
-        the revision that wrote it, 0 if the guards refused it."""
+    async def put_guarded(self, guard: bytes, guard_rev: int, key: bytes, end: bytes, value: bytes) -> int:
+        """Put `key` only while `guard` is the key created at revision `guard_rev` and no key in [key, end) exists
+        (the leader's log append, `end` the log's prefix end); the revision that wrote it, 0 if the guards refused it.
+        Not only `key` absent: a request can reach etcd long after it was sent (held in a member that hung, or in a
+        socket, while the call timed out and was retried elsewhere), and by then its key may have been truncated
+        away: a guard on the key alone let such a late append put an old log group back below newer ones, a hole
+        no NameNode behind it could get past (test_ha_log's late-append test)."""
         async def fn(c):
             tx = c.transactions
             req = rpc.TxnRequest(compare=[(tx.create(guard) == guard_rev).build_message(),
-                                          (tx.create(key) == 0).build_message()],
+                                          rpc.Compare(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=key,
+                                                      range_end=end, create_revision=0)],
                                  success=[rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))])
             r = await c.kvstub.Txn(req, timeout=self.timeout, metadata=c.metadata)
             return r.header.revision if r.succeeded else 0

@@ -168,6 +168,7 @@ class EtcdJournal(Journal):
         self.etcd = Etcd(settings.etcd_endpoints, timeout=max(0.5, settings.lease_ttl_s / 2))
         p = settings.etcd_prefix.rstrip("/").encode()
         self.k_leader, self.k_log, self.k_members = p + b"/leader", p + b"/log/", p + b"/members/"
+        self.k_log_end = self.k_log[:-1] + b"0"  # the end of the log's key range
         self.name, self.addr, self.http = settings.member_name, settings.addr, settings.http_addr
         self.me = json.dumps({"name": self.name, "addr": self.addr, "http": self.http}).encode()
         self.ttl = settings.lease_ttl_s
@@ -409,7 +410,7 @@ class EtcdJournal(Journal):
         revision read at. False: we need a checkpoint and none could be had (do not campaign)."""
         for _ in range(3):
             sent = time.monotonic()
-            entries, rev = await self.etcd.range(self.k_log, self.k_log[:-1] + b"0")
+            entries, rev = await self.etcd.range(self.k_log, self.k_log_end)
             self._read_rev = rev
             if entries:
                 self.log_first = int(entries[0].key[len(self.k_log):])
@@ -420,7 +421,14 @@ class EtcdJournal(Journal):
             try:
                 for e in entries:
                     self._apply_group(e.value, "etcd")
-            except Gap:
+            except Gap as gap:  # a hole in the log as one read saw it: the commands we need are gone as if truncated
+                # (an old group put back below newer ones by a late append of a version without put_guarded's range
+                # guard): only a checkpoint brings us past them
+                log.warning("%s: the log lacks commands %d..%d; rebuilding from a peer", self.name,
+                            self.meta.seq + 1, gap.args[0] - 1)
+                self.log_first = gap.args[0]
+                if not await self._rebuild():
+                    return False
                 continue
             self.log_end = max(self.log_end, self.meta.seq)
             self._applied(rev, sent)
@@ -518,7 +526,7 @@ class EtcdJournal(Journal):
         when the group holding the next command starts before it); False as _catch_up."""
         async with self._poll_lock:
             sent = time.monotonic()
-            entries, rev = await self.etcd.range(self.log_key(self.meta.seq + 1), self.k_log[:-1] + b"0")
+            entries, rev = await self.etcd.range(self.log_key(self.meta.seq + 1), self.k_log_end)
             try:
                 for e in entries:
                     self._apply_group(e.value, "etcd")
@@ -556,7 +564,7 @@ class EtcdJournal(Journal):
         before the read was sent is in the store (fresh_at moves to the send time)."""
         sent = time.monotonic()
         try:
-            last, _ = await self.etcd.range(self.k_log, self.k_log[:-1] + b"0", keys_only=True, descending=True,
+            last, _ = await self.etcd.range(self.k_log, self.k_log_end, keys_only=True, descending=True,
                                             limit=1)
         except (EtcdUnavailable, Compacted, LeaseNotFound) as e:
             log.info("stale reads: cannot confirm the log's end: %s", e)
@@ -696,20 +704,23 @@ class EtcdJournal(Journal):
         while True:
             await self._kick.wait()
             self._kick.clear()
+            value = None
             while self._pending and self.role == "active":
-                await self._linger(target)
-                group, size = [], 0
-                for seq, raw in self._pending:
-                    if group and size + len(raw) > MAX_GROUP_BYTES:
-                        break
-                    group.append(raw)
-                    size += len(raw)
-                first = self._pending[0][0]
-                value = _pack_group(first, group)
-                key = self.log_key(first)
+                if value is None:  # else the append before failed without an answer: the same group again, for
+                    # it may have committed after all (the check below finds it only if it is the same)
+                    await self._linger(target)
+                    group, size = [], 0
+                    for seq, raw in self._pending:
+                        if group and size + len(raw) > MAX_GROUP_BYTES:
+                            break
+                        group.append(raw)
+                        size += len(raw)
+                    first = self._pending[0][0]
+                    value = _pack_group(first, group)
+                    key = self.log_key(first)
                 t0 = time.monotonic()
                 try:
-                    rev = await self.etcd.put_guarded(self.k_leader, self.epoch, key, value)
+                    rev = await self.etcd.put_guarded(self.k_leader, self.epoch, key, self.k_log_end, value)
                     if not rev:  # a retried txn that had committed? else we are no longer the leader
                         e = await self.etcd.get(key)
                         lead = await self.etcd.get(self.k_leader)
@@ -736,9 +747,10 @@ class EtcdJournal(Journal):
                 self.confirmed = self.log_end = last
                 self._release()
                 if len(value) <= PUSH_MAX_BYTES:  # (a larger one is read from etcd by the standbys)
-                    group = m.LogGroup(first=first, rev=rev, size=len(value))
+                    pushed = m.LogGroup(first=first, rev=rev, size=len(value))
                     for p in self._pushers.values():
-                        p.add(group, value)
+                        p.add(pushed, value)
+                value = None
 
     async def _truncate_loop(self) -> None:
         while True:
@@ -843,8 +855,8 @@ class EtcdJournal(Journal):
         members, log_end, log_first = [], self.log_end, self.log_first
         try:
             recs, _ = await self.etcd.range(self.k_members, self.k_members[:-1] + b"0")
-            last, _ = await self.etcd.range(self.k_log, self.k_log[:-1] + b"0", descending=True, limit=1)
-            firsts, _ = await self.etcd.range(self.k_log, self.k_log[:-1] + b"0", keys_only=True, limit=1)
+            last, _ = await self.etcd.range(self.k_log, self.k_log_end, descending=True, limit=1)
+            firsts, _ = await self.etcd.range(self.k_log, self.k_log_end, keys_only=True, limit=1)
             if last:
                 f, raws = _unpack(last[0].value)
                 log_end = f + len(raws) - 1

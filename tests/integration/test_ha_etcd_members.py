@@ -101,3 +101,50 @@ def test_a_hung_etcd_member_costs_a_lease_refresh_a_quarter_of_the_call_timeout(
         etcd.close()
     print(f"lease refresh with a hung member current: {hedged:.3f} s; a put: {unhedged:.3f} s")
     assert 0.2 <= hedged < 0.7 and unhedged >= 0.9
+
+
+def test_a_log_append_held_in_a_hung_member_and_run_after_truncation_puts_nothing_back(tmp_path):
+    """A request can reach etcd long after it was sent: the leader's log append to a member that hangs times out,
+    goes again through another member, the log moves on and is truncated past it; then the hung member resumes and
+    runs the append it held. Guarded on its own key only, it put the old group back below the newer ones: a hole
+    that stalled every NameNode behind it (test_ha_stale_reads' nn3, now and then). Guarded on the whole rest of the
+    log, it is refused."""
+    etcd = Etcd(tmp_path, n=3).start()
+    log_ = b"/late/log/"
+    end = log_[:-1] + b"0"
+
+    def key(first: int) -> bytes:
+        return log_ + b"%020d" % first
+
+    async def go():
+        good = Etcd_(",".join(etcd.endpoint(i) for i in range(3) if i != follower), timeout=1.0)
+        hung = Etcd_(etcd.endpoint(follower), timeout=30.0)  # a call that is not given up (in etcd: delayed)
+        try:
+            assert await good.create(b"/late/leader", b"nn1")
+            epoch = (await good.get(b"/late/leader")).create_revision
+            assert await hung.put_guarded(b"/late/leader", epoch, key(1), end, b"group 1")
+            etcd.procs[follower].send_signal(signal.SIGSTOP)
+            try:
+                late = asyncio.ensure_future(hung.put_guarded(b"/late/leader", epoch, key(2), end, b"group 2"))
+                await asyncio.sleep(0.5)  # it reached the hung member, which holds it
+                assert not late.done()
+                # the leader tries again elsewhere, appends more, and the log is truncated past group 2
+                assert await good.put_guarded(b"/late/leader", epoch, key(2), end, b"group 2")
+                assert await good.put_guarded(b"/late/leader", epoch, key(5), end, b"group 5")
+                assert not await good.put_guarded(b"/late/leader", epoch, key(2), end, b"group 2")  # (a retry)
+                await good.delete_range(log_, key(5))
+            finally:
+                etcd.procs[follower].send_signal(signal.SIGCONT)
+            assert not await late  # the resumed member ran the append it held: refused
+            got, _ = await good.range(log_, end)
+            return [(e.key, e.value) for e in got]
+        finally:
+            await hung.close()
+            await good.close()
+    try:
+        leader = etcd.raft_leader()
+        follower = next(i for i in range(3) if i != leader)
+        logged = asyncio.run(go())
+    finally:
+        etcd.close()
+    assert logged == [(key(5), b"group 5")]

@@ -18,6 +18,7 @@ from ha import Etcd, HaNameNodes  # noqa: E402
 from epochfs.common import errors  # noqa: E402
 from epochfs.common import messages as m  # noqa: E402
 from epochfs.common.clients import StandbyClient  # noqa: E402
+from epochfs.namenode.ha.etcd import Etcd as Etcd_  # noqa: E402
 from epochfs.namenode.ha.etcd_journal import _pack_group  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("etcd") is None, reason="no etcd binary")]
@@ -141,6 +142,36 @@ def test_a_standby_with_its_data_folder_deleted_rebuilds_from_a_peer(ha):
     ha.caught_up(timeout=40)
     assert ha.dump(s) == ha.dump(a)
     assert "rebuilt from" in (ha.root / "logs" / f"nn{s}.log").read_text()
+
+
+def test_a_standby_behind_a_hole_in_the_log_rebuilds_from_a_peer(ha):
+    """An old group put back in etcd below newer ones after the log was truncated past it (what a late log append
+    did before Etcd.put_guarded guarded on the rest of the log; test_ha_etcd_members): a standby behind it reads the
+    log from there, finds a hole after that group and rebuilds from a peer's checkpoint (it retried for ever)."""
+    a = ha.active()
+    s = next(i for i in (1, 2, 3) if i != a)
+    write(ha, a, "b1", 20)
+    behind = ha.caught_up()
+    ha.kill(s)
+    write(ha, a, "b2", 1, concurrency=1)  # the bucket: command behind + 1, in a group of its own
+    key = f"{ha.prefix}/log/{behind + 1:020d}".encode()
+
+    async def etcd(fn):
+        cl = Etcd_(ha.etcd.endpoints)
+        try:
+            return await fn(cl)
+        finally:
+            await cl.close()
+    group = asyncio.run(etcd(lambda cl: cl.get(key)))
+    assert group is not None
+    write(ha, a, "b3", 100)
+    ha.wait(lambda: ha.status(a).log_first > behind + 2, 20, "the log truncated past the dead member")
+    asyncio.run(etcd(lambda cl: cl.put(key, group.value)))  # the old group back, below the log's first
+    ha.start(s)
+    ha.caught_up(timeout=40)
+    assert ha.dump(s) == ha.dump(a)
+    text = (ha.root / "logs" / f"nn{s}.log").read_text()
+    assert f"the log lacks commands {behind + 2}.." in text and "rebuilt from" in text
 
 
 def test_the_log_is_truncated_once_every_member_applied_it_and_etcd_is_compacted(ha):
