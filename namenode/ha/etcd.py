@@ -49,6 +49,7 @@ class Entry:
     value: bytes
     create_revision: int
     mod_revision: int
+    lease: int = 0
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Event:
 
 
 def _entry(kv) -> Entry:
-    return Entry(kv.key, kv.value, kv.create_revision, kv.mod_revision)
+    return Entry(kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.lease)
 
 
 class Etcd:

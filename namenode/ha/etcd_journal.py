@@ -292,6 +292,9 @@ class EtcdJournal(Journal):
                                 await self.etcd.create(self.k_leader, self.me, self.lease):
                             await self._lead()
                         continue
+                    if self._ours(cur):  # our create committed, its answer never came (an etcd call that timed out):
+                        await self._lead()  # followed as another's, the key under our live lease stayed for good
+                        continue
                     log.info("%s: following %s (epoch %d)", self.name, cur.value[:200], cur.create_revision)
                     await self._follow(cur)
                 except LeaseNotFound:
@@ -443,7 +446,8 @@ class EtcdJournal(Journal):
         if not await self._catch_up_locked():
             await asyncio.sleep(1.0)
             return
-        if await self.etcd.get(self.k_leader) is None:  # went before the revision we watch from
+        now = await self.etcd.get(self.k_leader)
+        if now is None or self._ours(now):  # went (or became ours) before the revision we watch from
             return
         self._tailing = True
         try:
@@ -468,8 +472,8 @@ class EtcdJournal(Journal):
                     while True:
                         ev = await events.next(POLL_S)
                         if ev is not None:
-                            if not ev.put:
-                                return  # the leader is gone: campaign
+                            if not ev.put or ev.value == self.me:
+                                return  # the leader is gone (campaign), or the key is ours (run: lead)
                             self._set_leader(cur=None, value=ev.value, rev=ev.mod_revision)
                             since = time.monotonic()
                             continue
@@ -484,7 +488,7 @@ class EtcdJournal(Journal):
             if not await self._poll():
                 return
             got, rev = await self.etcd.range(self.k_leader, None)  # last: the watch starts where this read was
-            if not got:
+            if not got or self._ours(got[0]):
                 return
             self._set_leader(got[0])
             self._read_rev = rev
@@ -609,9 +613,14 @@ class EtcdJournal(Journal):
             self.epoch = rev
 
     # ---------------------------------------------------------------- leading
+    def _ours(self, cur) -> bool:
+        """The leader key is this NameNode's, under its current lease (one held under an earlier lease, by this
+        NameNode before a restart, expires by itself)."""
+        return cur.value == self.me and cur.lease == self.lease != 0
+
     async def _lead(self) -> None:
         cur = await self.etcd.get(self.k_leader)
-        if cur is None or cur.value != self.me:
+        if cur is None or not self._ours(cur):
             return
         sent = time.monotonic()  # the lease let us win, but how long it has left is known only from a refresh
         if not await self.etcd.keepalive(self.lease):
