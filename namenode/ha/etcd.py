@@ -255,8 +255,15 @@ class Etcd:
             return (await c.delete_range(start, end)).header.revision
         return await self._call(fn)
 
-    async def delete(self, key: bytes) -> None:
-        await self._call(lambda c: c.delete(key))
+    async def delete(self, key: bytes, create_revision: int) -> bool:
+        """Delete `key` only if it is the key created at `create_revision` (a request that reaches etcd late must
+        not delete a newer key of the same name: another NameNode's leadership, say)."""
+        async def fn(c):
+            tx = c.transactions
+            ok, _ = await c.transaction(compare=[tx.create(key) == create_revision], success=[tx.delete(key)],
+                                        failure=[])
+            return ok
+        return await self._call(fn)
 
     async def compact(self, revision: int) -> None:
         async def fn(c):

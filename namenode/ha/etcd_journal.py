@@ -629,7 +629,7 @@ class EtcdJournal(Journal):
         self.epoch, self.leader = cur.create_revision, self.addr
         log.warning("%s won the election: epoch %d", self.name, self.epoch)
         if not await self._catch_up_locked():  # the log moved on while we campaigned: give way to one that can lead
-            await self.etcd.delete(self.k_leader)
+            await self.etcd.delete(self.k_leader, cur.create_revision)
             return
         self.confirmed = self.meta.seq
         self._deposed = asyncio.Event()

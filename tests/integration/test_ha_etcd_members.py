@@ -108,7 +108,7 @@ def test_a_log_append_held_in_a_hung_member_and_run_after_truncation_puts_nothin
     goes again through another member, the log moves on and is truncated past it; then the hung member resumes and
     runs the append it held. Guarded on its own key only, it put the old group back below the newer ones: a hole
     that stalled every NameNode behind it (test_ha_stale_reads' nn3, now and then). Guarded on the whole rest of the
-    log, it is refused."""
+    log, it is refused; so is a late delete of the leader key once another NameNode's key has the name."""
     etcd = Etcd(tmp_path, n=3).start()
     log_ = b"/late/log/"
     end = log_[:-1] + b"0"
@@ -126,16 +126,22 @@ def test_a_log_append_held_in_a_hung_member_and_run_after_truncation_puts_nothin
             etcd.procs[follower].send_signal(signal.SIGSTOP)
             try:
                 late = asyncio.ensure_future(hung.put_guarded(b"/late/leader", epoch, key(2), end, b"group 2"))
-                await asyncio.sleep(0.5)  # it reached the hung member, which holds it
-                assert not late.done()
+                late_delete = asyncio.ensure_future(hung.delete(b"/late/leader", epoch))  # (a leader giving way)
+                await asyncio.sleep(0.5)  # they reached the hung member, which holds them
+                assert not late.done() and not late_delete.done()
                 # the leader tries again elsewhere, appends more, and the log is truncated past group 2
                 assert await good.put_guarded(b"/late/leader", epoch, key(2), end, b"group 2")
                 assert await good.put_guarded(b"/late/leader", epoch, key(5), end, b"group 5")
                 assert not await good.put_guarded(b"/late/leader", epoch, key(2), end, b"group 2")  # (a retry)
                 await good.delete_range(log_, key(5))
+                # and the leader gave way; another leads
+                assert await good.delete(b"/late/leader", epoch)
+                assert await good.create(b"/late/leader", b"nn2")
             finally:
                 etcd.procs[follower].send_signal(signal.SIGCONT)
             assert not await late  # the resumed member ran the append it held: refused
+            assert not await late_delete  # and the delete: nn2's leadership stays
+            assert (await good.get(b"/late/leader")).value == b"nn2"
             got, _ = await good.range(log_, end)
             return [(e.key, e.value) for e in got]
         finally:
