@@ -239,7 +239,7 @@ class Etcd:
         Not only `key` absent: a request can reach etcd long after it was sent (held in a member that hung, or in a
         socket, while the call timed out and was retried elsewhere), and by then its key may have been truncated
         away: a guard on the key alone let such a late append put an old log group back below newer ones, a hole
-        no NameNode behind it could get past (test_ha_log's late-append test)."""
+        no NameNode behind it could get past (test_ha_etcd_members' late-request test)."""
         async def fn(c):
             tx = c.transactions
             req = rpc.TxnRequest(compare=[(tx.create(guard) == guard_rev).build_message(),
