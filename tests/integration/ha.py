@@ -24,6 +24,22 @@ from epochfs.common.kv import RocksKV
 from epochfs.common.rpc import RpcClient
 
 
+def wait_stopped(pid: int, timeout: float = 5.0) -> None:
+    """Wait until every thread of process `pid` is stopped (SIGSTOP takes effect a moment after it is sent)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                pass  # a thread that ended meanwhile
+        if states and all(s in "tT" for s in states):
+            return
+        assert time.monotonic() < deadline, f"process {pid} not stopped: {states}"
+        time.sleep(0.01)
+
+
 class Etcd:
     """n etcd members in one cluster, each killable and restartable."""
 

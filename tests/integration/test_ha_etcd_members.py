@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ha import Etcd, HaNameNodes  # noqa: E402
+from ha import Etcd, HaNameNodes, wait_stopped  # noqa: E402
 
 from epochfs.common import errors  # noqa: E402
 from epochfs.common import messages as m  # noqa: E402
@@ -79,6 +79,7 @@ def test_a_hung_etcd_member_costs_a_lease_refresh_a_quarter_of_the_call_timeout(
             assert await cl.keepalive(lease) > 0
             etcd.procs[follower].send_signal(signal.SIGSTOP)
             try:
+                await asyncio.to_thread(wait_stopped, etcd.procs[follower].pid)
                 cl._cur = follower
                 t0 = time.monotonic()
                 assert await cl.keepalive(lease) > 0
@@ -117,7 +118,8 @@ def test_a_log_append_held_in_a_hung_member_and_run_after_truncation_puts_nothin
         return log_ + b"%020d" % first
 
     async def go():
-        good = Etcd_(",".join(etcd.endpoint(i) for i in range(3) if i != follower), timeout=1.0)
+        good = Etcd_(",".join(etcd.endpoint(i) for i in range(3) if i != follower), timeout=10.0)  # (no retry
+        # of a txn that committed though its answer came late: that one would be refused)
         hung = Etcd_(etcd.endpoint(follower), timeout=30.0)  # a call that is not given up (in etcd: delayed)
         try:
             assert await good.create(b"/late/leader", b"nn1")
@@ -125,6 +127,7 @@ def test_a_log_append_held_in_a_hung_member_and_run_after_truncation_puts_nothin
             assert await hung.put_guarded(b"/late/leader", epoch, key(1), end, b"group 1")
             etcd.procs[follower].send_signal(signal.SIGSTOP)
             try:
+                await asyncio.to_thread(wait_stopped, etcd.procs[follower].pid)  # (else it may yet run what comes)
                 late = asyncio.ensure_future(hung.put_guarded(b"/late/leader", epoch, key(2), end, b"group 2"))
                 late_delete = asyncio.ensure_future(hung.delete(b"/late/leader", epoch))  # (a leader giving way)
                 await asyncio.sleep(0.5)  # they reached the hung member, which holds them
