@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cluster import MAIN, SECRET, wait_until  # noqa: E402
-from ha import Etcd, HaCluster, HaNameNodes  # noqa: E402
+from ha import Etcd, HaCluster, HaNameNodes, wait_stopped  # noqa: E402
 from mounting import Mount, needs_fuse  # noqa: E402
 
 from epochfs.common import errors  # noqa: E402
@@ -224,6 +224,7 @@ def test_b_a_standby_cut_off_from_etcd_stops_serving_within_the_bound(ha):
     nns.etcd.step_down(2)  # (the active one's lease refreshes must not wait for a raft election: not what this tests)
     etcd = nns.etcd.procs[2]
     etcd.send_signal(signal.SIGSTOP)  # nn3's tailing (and every etcd call it makes) stalls; nn3 itself runs on
+    wait_stopped(etcd.pid)
     stopped = time.monotonic()
     try:
         write("b", 20)  # etcd's other two members go on (after electing a raft leader, if member 2 was it)
@@ -299,6 +300,7 @@ def test_e_a_client_with_stale_reads_sees_its_own_writes_and_those_before_it(ha)
                 await asyncio.to_thread(run, nns, (3,), lambda nn: manifest_keys(nn, "own", True))
                 etcd.send_signal(signal.SIGSTOP)
                 try:
+                    await asyncio.to_thread(wait_stopped, etcd.pid)
                     if j % 2:  # past the bound: nn3 can no longer vouch for its freshness and must refuse
                         await asyncio.sleep(BOUND_S + 0.1)
                     await cl.put("own", f"k{j}", b"v%d" % j)
