@@ -22,6 +22,7 @@ from epochfs.common import messages as m
 from epochfs.common.clients import NameNodeClient
 from epochfs.common.kv import RocksKV
 from epochfs.common.rpc import RpcClient
+from epochfs.namenode.ha.etcd import Etcd as EtcdClient
 
 
 def wait_stopped(pid: int, timeout: float = 5.0) -> None:
@@ -104,6 +105,16 @@ class Etcd:
         p = self.procs.pop(i)
         p.kill()
         p.wait()
+
+    def call(self, fn):
+        """fn(a NameNode's etcd client of every member: namenode/ha/etcd.py) run to completion."""
+        async def go():
+            cl = EtcdClient(self.endpoints)
+            try:
+                return await fn(cl)
+            finally:
+                await cl.close()
+        return asyncio.run(go())
 
     def close(self) -> None:
         for i in list(self.procs):

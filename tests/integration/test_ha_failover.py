@@ -25,7 +25,6 @@ from epochfs.common import errors  # noqa: E402
 from epochfs.common import messages as m  # noqa: E402
 from epochfs.common.clients import NameNodeClient  # noqa: E402
 from epochfs.common.rpc import RpcClient  # noqa: E402
-from epochfs.namenode.ha.etcd import Etcd as Etcd_  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("etcd") is None, reason="no etcd binary")]
 
@@ -185,26 +184,19 @@ def test_a_campaign_committed_without_an_answer_still_makes_its_namenode_lead(tm
     nns = HaNameNodes(tmp_path, etcd, n=1)
     k_leader = f"{nns.prefix}/leader".encode()
 
-    async def etcd_call(fn):
-        cl = Etcd_(etcd.endpoints)
-        try:
-            return await fn(cl)
-        finally:
-            await cl.close()
-
     async def other_leads(cl):
         lease = await cl.grant(60)
         await cl.put(k_leader, json.dumps({"name": "other", "addr": "127.0.0.1:1", "http": "127.0.0.1:2"}).encode(),
                      lease)
     try:
-        asyncio.run(etcd_call(other_leads))
+        etcd.call(other_leads)
         nns.start(1)
         nns.wait(lambda: nns.status(1).leader == "127.0.0.1:1", 10, "nn1 following the other")
-        rec = nns.wait(lambda: asyncio.run(etcd_call(lambda cl: cl.get(f"{nns.prefix}/members/nn1".encode()))), 10,
+        rec = nns.wait(lambda: etcd.call(lambda cl: cl.get(f"{nns.prefix}/members/nn1".encode())), 10,
                        "nn1's member record")
         d = json.loads(rec.value)
         me = json.dumps({"name": d["name"], "addr": d["addr"], "http": d["http"]}).encode()
-        asyncio.run(etcd_call(lambda cl: cl.put(k_leader, me, rec.lease)))
+        etcd.call(lambda cl: cl.put(k_leader, me, rec.lease))
         assert nns.active(timeout=10, among=[1]) == 1
         nns.call(1, lambda c: c.bucket_create("ours", owner="alice"))
         assert nns.call(1, lambda c: c.put_object("ours", "k", OBJ)) is not None

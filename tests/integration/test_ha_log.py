@@ -18,7 +18,6 @@ from ha import Etcd, HaNameNodes  # noqa: E402
 from epochfs.common import errors  # noqa: E402
 from epochfs.common import messages as m  # noqa: E402
 from epochfs.common.clients import StandbyClient  # noqa: E402
-from epochfs.namenode.ha.etcd import Etcd as Etcd_  # noqa: E402
 from epochfs.namenode.ha.etcd_journal import _pack_group  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("etcd") is None, reason="no etcd binary")]
@@ -155,18 +154,11 @@ def test_a_standby_behind_a_hole_in_the_log_rebuilds_from_a_peer(ha):
     ha.kill(s)
     write(ha, a, "b2", 1, concurrency=1)  # the bucket: command behind + 1, in a group of its own
     key = f"{ha.prefix}/log/{behind + 1:020d}".encode()
-
-    async def etcd(fn):
-        cl = Etcd_(ha.etcd.endpoints)
-        try:
-            return await fn(cl)
-        finally:
-            await cl.close()
-    group = asyncio.run(etcd(lambda cl: cl.get(key)))
+    group = ha.etcd.call(lambda cl: cl.get(key))
     assert group is not None
     write(ha, a, "b3", 100)
     ha.wait(lambda: ha.status(a).log_first > behind + 2, 20, "the log truncated past the dead member")
-    asyncio.run(etcd(lambda cl: cl.put(key, group.value)))  # the old group back, below the log's first
+    ha.etcd.call(lambda cl: cl.put(key, group.value))  # the old group back, below the log's first
     ha.start(s)
     ha.caught_up(timeout=40)
     assert ha.dump(s) == ha.dump(a)
