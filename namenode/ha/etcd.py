@@ -49,7 +49,7 @@ class Entry:
     value: bytes
     create_revision: int
     mod_revision: int
-    lease: int = 0
+    lease: int  # 0: none
 
 
 @dataclass(frozen=True)
