@@ -36,7 +36,7 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         kv = RocksKV.open(settings.data_dir / "blocks", bulk=True)
-        store = BlockStore(kv)
+        store = BlockStore(kv, files=settings.data_dir / "blocks.files")
         peers = Peers(settings.cluster_secret)
         replicator = Replicator(store, peers, interval_s=settings.replication_interval_s,
                                 concurrency=settings.replication_concurrency)

@@ -1,4 +1,5 @@
-"""Blocks in RocksDB, each stored with its CRC32C and checked on every read.
+"""Blocks in RocksDB (large ones: a file of their own, indexed in RocksDB), each stored with its CRC32C and checked on
+every read.
 
 A read that finds this node's copy bad -- a chunk failing its CRC32C, a chunk missing, or the storage engine unable
 to read it (RocksDB's `Corruption: block checksum mismatch` in one of its files, an I/O error) -- raises CorruptBlock
@@ -10,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -33,13 +37,16 @@ log = logging.getLogger("epochfs.datanode")
 # touches (a 1 MiB range of a 4 MiB block reads at most 1.25 MiB, not 4), and a bad chunk is found without reading
 # the rest. Measured with bench/s3_bench.py: 1 MiB chunks cost 1.5 ms of DataNode CPU per random 1 MiB range.
 CHUNK_SIZE = 256 << 10
-# Blocks at least this large go to the bulk key space as one ingested file each (no WAL, memtable, flush or
-# compaction copies); smaller ones through a write batch, whose fixed cost is lower. bench/kv_write_path.py, CPU per
+# Blocks at least this large go to a file of their own (FILED; before, to the bulk key space as one ingested SST file
+# each: no WAL, memtable, flush or compaction copies); smaller ones through a write batch, whose fixed cost is lower.
+# The threshold was measured for the ingest (a file costs less, but every one waits for an fsync in the one writer
+# thread and adds an inode): bench/kv_write_path.py, CPU per
 # MB written, ingest / batch (its flushes and compactions included): 18.6 / 3.0 ms at 128 KiB, 3.3 / 4.4 at 1 MiB,
 # 1.7 / 3.0 at 2 MiB, 1.4 / 3.9 at 4 MiB (more for batch as the LSM grows). Not 1 MiB: every ingest also waits for
 # an fsync (~5-10 ms here), in the one ingest thread (put_async), and adds a file.
 BULK_MIN = 2 << 20
 TOMBSTONE_S = 600.0
+PURGE_FILES = 1000  # files deleted per purge step at most (an unlink each)
 BULK = b"\x01"  # layout byte after size and CRC in a meta whose chunks are in the bulk key space, then the
 # generation (common/kv.RocksBulk) if not 0; a `pending` marker's value is the generation of the chunks it drops
 SPACED = b"\x02"  # layout byte of a meta whose chunks are in the chunks key space (kv.chunks, common/kv.RocksSpace);
@@ -49,8 +56,17 @@ SEQUENCED = b"\x03"  # layout byte of a meta whose chunks are in the chunks key 
 # other primaries push, block ids of three streams that interleave, so with block-id keys every flushed file overlapped
 # the last ones and compaction rewrote them (`epochfs cp` of 10,000 files of 110 KiB: 825 MiB compacted per DataNode,
 # 2.3-2.8 s of CPU); arrival numbers only grow, each flushed file lies past the others and compaction moves it
+FILED = b"\x04"  # layout byte of a meta whose data is a plain file of its own (`_file_path`): then its arrival number
+# (8 bytes) and the CRC32C of each chunk (4 bytes each); a `pending` marker naming such a file is FILED + the number.
+# Why files and not an ingested SST (BULK, the layout before): bench/block_file_write.py, 256 blocks of 4 MiB, CPU
+# per GiB written: SstFileWriter + ingest 1.5-1.9 s (0.7 user: three copies of the data on the way, XXH3, the
+# ingest's MANIFEST edit; 1.0 sys: page faults of the writer's fresh buffers, the page-cache copy, fsyncs) and at most
+# ~400 MB/s from one thread, against 0.2-0.3 s and ~1.3 GB/s for write() + fdatasync of the bytes as they came.
+# RocksDB keeps what it is good at: the index (metas), small blocks, the replication queue.
 IN_CHUNKS = -1  # where a SPACED or SEQUENCED block's chunks are (`_where`: None for the main key space, a bulk
 # generation >= 0)
+IN_FILE = -2  # (`_where`) a FILED block's data is its own file
+FILE_DIRS = 256  # files spread over this many folders (by arrival number): no folder grows past a few thousand
 
 
 def _in_bulk(meta: bytes | None) -> bool:
@@ -58,14 +74,17 @@ def _in_bulk(meta: bytes | None) -> bool:
 
 
 def _where(meta: bytes) -> int | None:
-    """Where a stored block's chunks are: None (the main key space), IN_CHUNKS, or its bulk generation."""
+    """Where a stored block's chunks are: None (the main key space), IN_CHUNKS, IN_FILE, or its bulk generation."""
     layout = meta[12:13]
-    return _meta_gen(meta) if layout == BULK else IN_CHUNKS if layout in (SPACED, SEQUENCED) else None
+    return _meta_gen(meta) if layout == BULK else IN_CHUNKS if layout in (SPACED, SEQUENCED) else \
+        IN_FILE if layout == FILED else None
 
 
 def chunk_prefix(block_id: int, meta: bytes) -> bytes:
-    """The prefix of a stored block's chunk keys (in the key space `_where` names)."""
-    return keys.seq_chunks(int.from_bytes(meta[13:21], "big")) if meta[12:13] == SEQUENCED else keys.chunks_of(block_id)
+    """The prefix of a stored block's chunk keys (in the key space `_where` names; a FILED block's: its arrival
+    number, which names its file)."""
+    return keys.seq_chunks(int.from_bytes(meta[13:21], "big")) if meta[12:13] in (SEQUENCED, FILED) else \
+        keys.chunks_of(block_id)
 
 
 def _loc(block_id: int, meta: bytes) -> tuple[int | None, bytes]:
@@ -86,8 +105,15 @@ def _meta_gen(meta: bytes) -> int:
     return _gen(meta[13:17])
 
 
+class _File(NamedTuple):
+    """Where a put sends a large block: its own file, copy number `seq` (`_begin`)."""
+    seq: int
+
+
 class BlockStore:
-    def __init__(self, kv: KV, chunk_size: int = CHUNK_SIZE, bulk_min: int = BULK_MIN) -> None:
+    def __init__(self, kv: KV, chunk_size: int = CHUNK_SIZE, bulk_min: int = BULK_MIN, *,
+                 files: Path | None = None) -> None:
+        """`files`: the folder of the large blocks' files (FILED); without it they go to the bulk key space."""
         self.kv = kv
         self.bulk = kv.bulk
         self.chunks = kv.chunks
@@ -114,13 +140,22 @@ class BlockStore:
         for _, v in self._scan_past_damage(keys.METAS, prefix_end(keys.METAS)):
             self.used += int.from_bytes(v[:8], "big")
             self.count += 1
-            if v[12:13] == SEQUENCED:
+            if v[12:13] in (SEQUENCED, FILED):
                 top = max(top, int.from_bytes(v[13:21], "big"))
+        for k, _ in self._scan_past_damage(keys.DOOMED_FILES, prefix_end(keys.DOOMED_FILES)):
+            top = max(top, int.from_bytes(k[1:], "big"))  # a file not deleted yet keeps its number
         # the next arrival number: past every stored copy's (a deleted copy's chunks went with its meta, in one batch)
         self._seq = top + 1
+        self.files = files
+        self._writing: set[int] = set()  # copy numbers whose file a put is writing (purge leaves them alone)
+        if files is not None:
+            for i in range(FILE_DIRS):
+                (files / f"{i:02x}").mkdir(parents=True, exist_ok=True)
+            _fsync_dir(files)
+            _fsync_dir(files.parent)
 
-    def _meta(self, block_id: int) -> tuple[int, int, int | None, bytes]:
-        """(size, crc, where its chunks are: see `_where`, their key prefix) of a stored block."""
+    def _meta(self, block_id: int) -> tuple[int, int, int | None, bytes, bytes]:
+        """(size, crc, where its chunks are: see `_where`, their key prefix, the meta) of a stored block."""
         try:
             raw = self.kv.get(keys.meta(block_id))
         except StorageError as e:
@@ -128,7 +163,7 @@ class BlockStore:
         if raw is None:
             raise errors.NoSuchBlock(f"block {block_id} is not stored here")
         return (int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:12], "big"), _where(raw),
-                chunk_prefix(block_id, raw))
+                chunk_prefix(block_id, raw), raw)
 
     def put(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
             jobs_due_in: float = 0.0) -> None:
@@ -141,10 +176,10 @@ class BlockStore:
         `jobs_due_in` delays the jobs: the caller pushes the block from memory right away and the queued jobs are
         the durable fallback if that push fails or the process dies."""
         mv = memoryview(data)
-        crcs, old, gen = self._begin(block_id, mv, crc)
-        if gen is not None:
-            self.bulk.ingest(self._chunk_items(keys.chunks_of(block_id), mv, crcs), gen)
-        self._finish(block_id, mv, crc, crcs, old, gen, secondaries, jobs_due_in)
+        crcs, old, place = self._begin(block_id, mv, crc)
+        if place is not None:
+            self._write_large(block_id, mv, crcs, place)
+        self._finish(block_id, mv, crc, crcs, old, place, secondaries, jobs_due_in)
 
     async def put_async(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
                         jobs_due_in: float = 0.0) -> None:
@@ -156,7 +191,7 @@ class BlockStore:
         this one; `purge` leaves its `pending` marker alone; a delete of it wins (as a delete after the put would):
         the batch is not written and `purge` drops the file."""
         mv = memoryview(data)
-        if self.bulk is None or len(mv) < self.bulk_min:
+        if not self._large(len(mv)):
             self.put(block_id, mv, crc, secondaries, jobs_due_in=jobs_due_in)
             return
         loop = asyncio.get_running_loop()
@@ -166,13 +201,12 @@ class BlockStore:
         ingest = None
         try:
             since = time.monotonic()
-            crcs, old, gen = self._begin(block_id, mv, crc)
-            ingest = loop.run_in_executor(self._ingester, lambda: self.bulk.ingest(
-                self._chunk_items(keys.chunks_of(block_id), mv, crcs), gen))
+            crcs, old, place = self._begin(block_id, mv, crc)
+            ingest = loop.run_in_executor(self._ingester, self._write_large, block_id, mv, crcs, place)
             await asyncio.shield(ingest)
             if self._tombstones.get(block_id, 0.0) >= since:
                 return  # deleted meanwhile: its file goes with the pending marker (purge)
-            self._finish(block_id, mv, crc, crcs, old, gen, secondaries, jobs_due_in)
+            self._finish(block_id, mv, crc, crcs, old, place, secondaries, jobs_due_in)
         finally:
             if ingest is None or ingest.done():
                 self._stored(block_id, done)
@@ -183,31 +217,75 @@ class BlockStore:
         del self._storing[block_id]
         done.set_result(None)
 
-    def _begin(self, block_id: int, mv: memoryview, crc: int) -> tuple[list[int], bytes | None, int | None]:
+    def _large(self, n: int) -> bool:
+        """Does a block of `n` bytes go to a file of its own (or the bulk space), not through a write batch?"""
+        return n >= self.bulk_min and (self.files is not None or self.bulk is not None)
+
+    def _begin(self, block_id: int, mv: memoryview, crc: int) -> tuple[list[int], bytes | None, _File | int | None]:
         """A put's first step: the chunks' CRC32Cs (CorruptBlock if they don't make `crc`), the meta of the copy it
-        replaces, and for a bulk block the generation its file goes to, under a `pending` marker."""
+        replaces, and for a large block where it goes (its file, or a bulk generation) under a marker that has
+        `purge` delete it unless the put's batch removes the marker."""
         crcs = self._chunk_crcs(block_id, mv, crc)
         try:
             old = self.kv.get(keys.meta(block_id))
         except StorageError:  # the copy being replaced is unreadable: written over as if absent
             old = None
-        if self.bulk is None or len(mv) < self.bulk_min:
+        if not self._large(len(mv)):
             return crcs, old, None
+        if self.files is not None:
+            self._seq += 1
+            seq = self._seq - 1
+            self._writing.add(seq)
+            self.kv.put(keys.doomed_file(seq), block_id.to_bytes(8, "big"))
+            return crcs, old, _File(seq)
         gen = self.bulk.target()
         self.kv.put(keys.pending(block_id), _gen_bytes(gen))
         return crcs, old, gen
 
-    def _finish(self, block_id: int, mv: memoryview, crc: int, crcs: list[int], old: bytes | None, gen: int | None,
-                secondaries, jobs_due_in: float) -> None:
-        """A put's last step: the batch with the block's meta (and its chunks, unless they went to the bulk space
-        as generation `gen`), the replication jobs, the counts."""
+    def _write_large(self, block_id: int, mv: memoryview, crcs: list[int], place: _File | int) -> None:
+        """Write a large block where `_begin` sent it, durably (run in the ingest thread by put_async)."""
+        if not isinstance(place, _File):
+            self.bulk.ingest(self._chunk_items(keys.chunks_of(block_id), mv, crcs), place)
+            return
+        path = self._file_path(block_id, place.seq)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                view = mv
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fdatasync(fd)
+                # drop-behind, as RocksDB's SST writer did: pages freed at once are the next block's (on this VM
+                # a fresh page-cache page costs ~6x a recycled one: a 1 GiB write 2.0 s of sys time against 0.35)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+            _fsync_dir(path.parent)  # its name too: a file fsynced but not its folder can vanish in a power cut
+        except OSError as e:
+            raise StorageError(f"writing block {block_id}'s file {path}: {e}") from None
+        finally:
+            self._writing.discard(place.seq)
+
+    def _file_path(self, block_id: int, seq: int) -> Path:
+        return block_file(self.files, block_id, seq)
+
+    def _finish(self, block_id: int, mv: memoryview, crc: int, crcs: list[int], old: bytes | None,
+                place: _File | int | None, secondaries, jobs_due_in: float) -> None:
+        """A put's last step: the batch with the block's meta (and its chunks, unless they went to a file or to the
+        bulk space: `place`), the replication jobs, the counts."""
         n = len(mv)
-        bulk = gen is not None
-        meta = n.to_bytes(8, "big") + crc.to_bytes(4, "big") + BULK + _gen_bytes(gen) if bulk else \
-            self._small_meta(n, crc)
+        head = n.to_bytes(8, "big") + crc.to_bytes(4, "big")
+        if isinstance(place, _File):
+            meta = head + FILED + place.seq.to_bytes(8, "big") + b"".join(c.to_bytes(4, "big") for c in crcs)
+        elif place is not None:
+            meta = head + BULK + _gen_bytes(place)
+        else:
+            meta = self._small_meta(n, crc)
         with self.kv.batch() as b:
             b.put(keys.meta(block_id), meta)
-            if bulk:
+            if isinstance(place, _File):
+                b.delete(keys.doomed_file(place.seq))
+            elif place is not None:
                 b.delete(keys.pending(block_id))
             else:
                 self._put_chunks(b, self._chunk_items(chunk_prefix(block_id, meta), mv, crcs))
@@ -302,7 +380,7 @@ class BlockStore:
         """`put_many` for the small blocks (one batch) and `put_async` for each bulk one, noting in `write_error`
         whether the storage engine takes writes (as `store`); the error class of each block (by index) not
         stored."""
-        bulk = [i for i, (_, data, _, _) in enumerate(blocks) if self.bulk is not None and len(data) >= self.bulk_min]
+        bulk = [i for i, (_, data, _, _) in enumerate(blocks) if self._large(len(data))]
         is_bulk = set(bulk)
         small = [i for i in range(len(blocks)) if i not in is_bulk]
         errs: dict[int, str] = {}
@@ -339,9 +417,12 @@ class BlockStore:
                 b.put(k, v, column_family=self.chunks.handle)
 
     def _forget_chunks(self, b, block_id: int, meta: bytes) -> None:
-        """In batch `b`: delete a stored block's chunks, or for a bulk block mark them for `purge` (the block is gone
-        for readers at once; its file goes with the Purger's next step)."""
+        """In batch `b`: delete a stored block's chunks, or for a bulk or FILED block mark them for `purge` (the block
+        is gone for readers at once; its file goes with the Purger's next step)."""
         where, prefix = _loc(block_id, meta)
+        if where == IN_FILE:
+            b.put(keys.doomed_file(int.from_bytes(meta[13:21], "big")), block_id.to_bytes(8, "big"))
+            return
         if where is not None and where >= 0:
             b.put(keys.pending(block_id), _gen_bytes(where))
             return
@@ -383,10 +464,12 @@ class BlockStore:
     def read(self, block_id: int, offset: int = 0, length: int = -1) -> list[memoryview]:
         """Bytes [offset, offset+length) of a block as a list of buffers (no copy), every chunk read CRC-checked.
         A bad copy raises CorruptBlock (or NoSuchBlock for a missing chunk)."""
-        size, _, where, prefix = self._meta(block_id)
+        size, _, where, prefix, raw = self._meta(block_id)
         end = size if length < 0 else min(size, offset + length)
         if offset >= end:
             return []
+        if where == IN_FILE:
+            return self._read_file(block_id, raw, offset, end)
         cs = self.chunk_size
         out = []
         first = offset // cs
@@ -396,6 +479,36 @@ class BlockStore:
                 out.append(data[lo:hi] if (lo, hi) != (0, len(data)) else data)
         except StorageError as e:
             raise self._damaged(block_id, e) from None
+        return out
+
+    def _read_file(self, block_id: int, meta: bytes, offset: int, end: int) -> list[memoryview]:
+        """Bytes [offset, end) of a FILED block: the chunks they touch read in one pread, each checked against its
+        CRC32C in the meta."""
+        cs, size = self.chunk_size, int.from_bytes(meta[:8], "big")
+        first, stop = offset // cs, (end - 1) // cs + 1
+        lo, hi = first * cs, min(size, stop * cs)
+        path = self._file_path(block_id, int.from_bytes(meta[13:21], "big"))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise errors.NoSuchBlock(f"block {block_id}: its file {path.name} is missing") from None
+        except OSError as e:
+            raise self._damaged(block_id, StorageError(str(e))) from None
+        try:
+            data = memoryview(os.pread(fd, hi - lo, lo))
+        except OSError as e:
+            raise self._damaged(block_id, StorageError(str(e))) from None
+        finally:
+            os.close(fd)
+        if len(data) != hi - lo:
+            raise errors.CorruptBlock(f"block {block_id}: its file is short ({lo + len(data)} of {hi} bytes)")
+        out = []
+        for i in range(first, stop):
+            chunk = data[(i - first) * cs:(i - first + 1) * cs]
+            if crc32c(chunk) != int.from_bytes(meta[21 + 4 * i:25 + 4 * i], "big"):
+                raise errors.CorruptBlock(f"block {block_id} chunk {i} failed its crc32c check")
+            a, z = max(offset - i * cs, 0), min(end - i * cs, len(chunk))
+            out.append(chunk[a:z] if (a, z) != (0, len(chunk)) else chunk)
         return out
 
     @staticmethod
@@ -472,10 +585,13 @@ class BlockStore:
                     del self._jobs[(target, bid)]
 
     def purge(self, limit: int | None = None) -> int:
-        """Drop the bulk chunks of up to `limit` `pending` blocks in the generation their marker names, unless the
-        block's meta says its copy is there (deleted, rewritten elsewhere, or a put that a crash kept from its
-        batch), one block at a time (see common/kv.RocksBulk.drop); returns how many."""
-        done = 0
+        """Delete the files of deleted or replaced FILED copies (and of puts a crash kept from their batch), up to
+        PURGE_FILES at a time, then drop the bulk chunks of up to `limit` `pending` blocks in the generation their
+        marker names, unless the block's meta says its copy is there (deleted, rewritten elsewhere, or a put that a
+        crash kept from its batch), one block at a time (see common/kv.RocksBulk.drop); returns how many."""
+        done = self._purge_files()
+        if limit is not None and done >= limit:
+            return done
         for k, v in self.kv.scan(keys.PENDING, prefix_end(keys.PENDING)):
             bid, gen = int.from_bytes(k[1:], "big"), _gen(v)
             if bid in self._storing:  # its file is being written (put_async): not a crash's leftover
@@ -487,6 +603,25 @@ class BlockStore:
             self.kv.delete(k)
             done += 1
             if done == limit:
+                break
+        return done
+
+    def _purge_files(self) -> int:
+        done = 0
+        for k, v in self.kv.scan(keys.DOOMED_FILES, prefix_end(keys.DOOMED_FILES)):
+            seq, bid = int.from_bytes(k[1:], "big"), int.from_bytes(v, "big")
+            if seq in self._writing:  # a put is writing it
+                continue
+            meta = self.kv.get(keys.meta(bid))
+            if not (meta is not None and meta[12:13] == FILED and int.from_bytes(meta[13:21], "big") == seq):
+                try:
+                    self._file_path(bid, seq).unlink(missing_ok=True)
+                except OSError as e:
+                    log.error("block %s: cannot delete its file: %s", bid, e)
+                    continue
+            self.kv.delete(k)
+            done += 1
+            if done >= PURGE_FILES:
                 break
         return done
 
@@ -536,6 +671,19 @@ def _checked(block_id: int, index: int, raw: bytes) -> memoryview:
     if crc32c(mv[4:]) != int.from_bytes(mv[:4], "big"):
         raise errors.CorruptBlock(f"block {block_id} chunk {index} failed its crc32c check")
     return mv[4:]
+
+
+def block_file(files: Path, block_id: int, seq: int) -> Path:
+    """The file of copy number `seq` of a block (FILED) in the folder `files`."""
+    return files / f"{seq % FILE_DIRS:02x}" / f"{block_id}.{seq}"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class Purger(Worker):

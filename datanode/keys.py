@@ -7,11 +7,15 @@
                                that copy (its meta says which): these keys only grow, so the key space's flushed
                                files never overlap and compaction only moves them
   r <target:4> <block:8>    -> replication job: JSON {"a": target address, "n": tries, "due": unix time, "t": queued at}
+  f <seq:8>                 -> block:8: the file of copy number `seq` (layout 4) is to be deleted unless the block's
+                               meta names it (written before the file, removed with the meta's batch; written when
+                               that copy is deleted or replaced)
   p <block:8>               -> b"": the block's bulk chunks are to be dropped unless its meta says "bulk" (written
                                before an ingest and removed with the meta's batch; written when a bulk block is deleted)
 
 The chunks of blocks of at least BlockStore.bulk_min bytes live under the same `b` keys in the store's separate bulk
-key space (a column family, one ingested file per block; see common/kv.RocksBulk); their meta has layout 1.
+key space (a column family, one ingested file per block; see common/kv.RocksBulk); their meta has layout 1. Such
+blocks are now written as plain files (layout 4, datanode/blockstore.py FILED); the bulk space is still read.
 """
 from __future__ import annotations
 
@@ -55,3 +59,10 @@ def pending(block_id: int) -> bytes:
 
 
 PENDING = b"p"
+
+
+def doomed_file(seq: int) -> bytes:
+    return b"f" + seq.to_bytes(8, "big")
+
+
+DOOMED_FILES = b"f"

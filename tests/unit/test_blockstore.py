@@ -8,7 +8,7 @@ from epochfs.common import errors
 from epochfs.common.blocks import crc32c
 from epochfs.common.kv import MemoryKV, RocksBulk, RocksKV, RocksSpace, prefix_end
 from epochfs.datanode import keys
-from epochfs.datanode.blockstore import BULK_MIN, CHUNK_SIZE, SPACED, BlockStore, Purger
+from epochfs.datanode.blockstore import BULK_MIN, CHUNK_SIZE, FILED, SPACED, BlockStore, Purger, block_file
 from epochfs.datanode.scrubber import Scrubber
 
 
@@ -501,4 +501,138 @@ def test_blocks_of_the_chunks_space_keyed_by_block_id_are_read_rewritten_and_del
     assert by_id() == {1} and [k[:9] for k, _ in kv.chunks.scan(keys.SEQ_CHUNKS, prefix_end(keys.SEQ_CHUNKS))] == \
         [keys.seq_chunks(1)] * 2
     assert joined(s.read(1)) == blocks[1] and joined(s.read(2)) == blocks[2] and not s.has(3)
+    kv.close()
+
+
+# ---------------------------------------------------------------- large blocks as files of their own (FILED)
+def _filed(tmp_path, **kw):
+    kv = RocksKV.open(tmp_path / "blocks", bulk=True)
+    return kv, BlockStore(kv, files=tmp_path / "files", **kw)
+
+
+def _file_of(s: BlockStore, block_id: int):
+    meta = s.kv.get(keys.meta(block_id))
+    assert meta[12:13] == FILED
+    return block_file(s.files, block_id, int.from_bytes(meta[13:21], "big"))
+
+
+def _doomed(kv) -> list[int]:
+    return [int.from_bytes(k[1:], "big") for k in kv.scan_keys(keys.DOOMED_FILES, prefix_end(keys.DOOMED_FILES))]
+
+
+def test_a_large_block_is_a_file_of_its_own_read_by_ranges_checked_and_deleted_with_its_copy(tmp_path):
+    kv, s = _filed(tmp_path, bulk_min=CHUNK_SIZE)
+    data = os.urandom(3 * CHUNK_SIZE + 1000)  # above bulk_min: a file; the last chunk short
+    s.put(1, data, crc32c(data), [(2, "127.0.0.1:2")])
+    path = _file_of(s, 1)
+    assert path.read_bytes() == data and _doomed(kv) == [] and s.kv.get(keys.pending(1)) is None
+    assert list(kv.bulk.scan(keys.CHUNKS)) == [], "nothing of it in RocksDB but its meta"
+    assert joined(s.read(1)) == data and s.read_raw(1)[0] == crc32c(data)
+    for off, n in [(0, 1), (CHUNK_SIZE - 5, 10), (2 * CHUNK_SIZE, CHUNK_SIZE + 1000), (3 * CHUNK_SIZE + 999, 50)]:
+        assert joined(s.read(1, off, n)) == data[off:off + n]
+    kv.close()
+    kv, s = _filed(tmp_path, bulk_min=CHUNK_SIZE)  # reopened: found again, counted
+    assert joined(s.read(1)) == data and s.count == 1 and s.used == len(data)
+    raw = bytearray(path.read_bytes())
+    raw[2 * CHUNK_SIZE + 7] ^= 1  # rot in chunk 2: a read touching it fails, the others pass
+    path.write_bytes(bytes(raw))
+    with pytest.raises(errors.CorruptBlock):
+        s.read(1, 2 * CHUNK_SIZE, 10)
+    assert joined(s.read(1, 0, CHUNK_SIZE)) == data[:CHUNK_SIZE]
+    path.write_bytes(bytes(raw[:CHUNK_SIZE]))  # cut short
+    with pytest.raises(errors.CorruptBlock):
+        s.read(1, 2 * CHUNK_SIZE, 10)
+    s.delete([1])
+    assert not s.has(1) and s.count == 0 and path.exists() and _doomed(kv) != []
+    assert s.purge(limit=1) == 1 and not path.exists() and _doomed(kv) == []
+    kv.close()
+
+
+def test_a_large_block_rewritten_goes_to_a_new_file_and_the_old_one_is_purged(tmp_path):
+    kv, s = _filed(tmp_path)
+    a, b = os.urandom(BULK_MIN), os.urandom(BULK_MIN)
+    s.put(1, a, crc32c(a))
+    old = _file_of(s, 1)
+    s.put(1, b, crc32c(b))  # a repair push over a copy
+    new = _file_of(s, 1)
+    assert new != old and joined(s.read(1)) == b and s.count == 1 and s.used == len(b)
+    assert s.purge() == 1 and not old.exists() and new.exists()
+    small = b"x" * 100
+    s.put(1, small, crc32c(small))  # and a small copy over it (through the batch): its file goes too
+    assert s.purge() == 1 and not new.exists() and joined(s.read(1)) == small
+    kv.close()
+
+
+def test_a_missing_file_is_no_such_block_and_a_crash_leftover_file_is_purged(tmp_path):
+    kv, s = _filed(tmp_path)
+    data = os.urandom(BULK_MIN)
+    s.put(1, data, crc32c(data))
+    _file_of(s, 1).unlink()
+    with pytest.raises(errors.NoSuchBlock):
+        s.read(1)
+    # a put that a crash stopped after its file, before its batch: the marker names the file, no meta does
+    s._begin(2, memoryview(data), crc32c(data))
+    seq = _doomed(kv)[0]
+    leftover = block_file(s.files, 2, seq)
+    leftover.write_bytes(data)
+    kv.close()
+    kv, s = _filed(tmp_path)
+    assert not s.has(2) and s._seq > seq, "its number is not given out again"
+    assert s.purge() == 1 and not leftover.exists()
+    kv.close()
+
+
+def _held_files(s):
+    import threading
+    entered, release = threading.Event(), threading.Event()
+    real = s._write_large
+
+    def held(*args):
+        entered.set()
+        assert release.wait(10)
+        real(*args)
+    s._write_large = held
+    return entered, release
+
+
+def test_a_large_block_is_written_off_the_event_loop_and_a_delete_or_cancel_meanwhile_leaves_no_file(tmp_path):
+    kv, s = _filed(tmp_path)
+    other, data = os.urandom(1000), os.urandom(BULK_MIN)
+    s.put(9, other, crc32c(other))
+    entered, release = _held_files(s)
+
+    async def main():
+        put = asyncio.ensure_future(s.put_async(1, data, crc32c(data), [(2, "127.0.0.1:2")]))
+        await _until(entered)  # the file is being written: the loop goes on
+        assert joined(s.read(9)) == other and not s.has(1)
+        assert s.purge() == 0 and _doomed(kv) != [], "a file being written is not a leftover"
+        s.delete([1])
+        release.set()
+        await put
+        assert s.purge() == 1 and _doomed(kv) == [], "the deleted block's file goes"
+        entered.clear()
+        release.clear()
+        put = asyncio.ensure_future(s.put_async(3, data, crc32c(data)))
+        await _until(entered)
+        put.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await put
+        assert s.purge() == 0, "the file is still being written: not deleted under the writer"
+        release.set()
+        while s._storing:
+            await asyncio.sleep(0.005)
+    asyncio.run(main())
+    assert not s.has(1) and not s.has(3) and s.count == 1 and s.due_replications(10) == []
+    assert s.purge() == 1 and _doomed(kv) == [] and [p for p in s.files.rglob("*") if p.is_file()] == []
+    kv.close()
+
+
+def test_a_file_that_cannot_be_written_is_a_refused_write_and_leaves_no_block(tmp_path):
+    kv, s = _filed(tmp_path)
+    data = os.urandom(BULK_MIN)
+    (s.files / "00").rename(s.files / "gone")  # its folder missing: the open fails (as on a full or failed disk)
+    s._seq = 256  # the next copy's folder is "00"
+    with pytest.raises(errors.Unavailable):
+        asyncio.run(s.store(1, data, crc32c(data)))
+    assert s.write_error and not s.has(1) and s.count == 0
     kv.close()
