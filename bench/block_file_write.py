@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """How a DataNode should write a large block: RocksDB's SstFileWriter + ingest (the bulk key space, the layout up to
-2026-11-27) against a plain file of its own (write + fdatasync + drop-behind, datanode/blockstore.py FILED).
+2026-11-27) against a plain file of its own (datanode/blockstore.py write_file: write, fdatasync, drop-behind, the folder
+fsynced; FILED).
 
 Each way writes N blocks of 4 MiB (256 KiB chunks, as a DataNode does) from one thread and reports wall time, MB/s
 and the process's user and sys CPU (getrusage) per GiB written. The ways alternate (--rounds) with a pause between,
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 from epochfs.common.kv import RocksKV
+from epochfs.datanode.blockstore import write_file
 
 BLOCK, CHUNK = 4 << 20, 256 << 10
 
@@ -45,15 +47,7 @@ def sst(root: Path, data: bytes, n: int) -> None:
 def plain(root: Path, data: bytes, n: int) -> None:
     (root / "files").mkdir()
     for i in range(n):
-        fd = os.open(root / "files" / str(i), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        write_file(root / "files" / str(i), data)
 
 
 def main() -> None:

@@ -181,17 +181,18 @@ def test_bulk_blocks_in_rocksdb_survive_reopen_and_deletes_free_their_files(tmp_
     kv.close()
 
 
-def _held_ingests(kv):
-    """Hold every bulk ingest (put_async's worker thread) until `release` is set; `entered` is set once one waits."""
+def _held(obj, name: str):
+    """Hold every call of `obj.<name>` (put_async's worker thread: a bulk ingest, a file write) until `release` is
+    set; `entered` is set once one waits."""
     import threading
     entered, release = threading.Event(), threading.Event()
-    real = kv.bulk.ingest
+    real = getattr(obj, name)
 
-    def held(items, gen=0):
+    def held(*args, **kw):
         entered.set()
         assert release.wait(10)
-        real(items, gen)
-    kv.bulk.ingest = held
+        real(*args, **kw)
+    setattr(obj, name, held)
     return entered, release
 
 
@@ -209,7 +210,7 @@ def test_a_bulk_block_is_written_off_the_event_loop_and_a_delete_meanwhile_wins(
     other = os.urandom(1000)
     s.put(9, other, crc32c(other))
     data = os.urandom(BULK_MIN)
-    entered, release = _held_ingests(kv)
+    entered, release = _held(kv.bulk, "ingest")
 
     async def main():
         put = asyncio.ensure_future(s.put_async(1, data, crc32c(data), [(2, "127.0.0.1:2")]))
@@ -229,7 +230,7 @@ def test_a_put_cancelled_while_its_file_is_written_stores_nothing_and_purge_wait
     kv = RocksKV.open(tmp_path / "blocks", bulk=True)
     s = BlockStore(kv)
     data = os.urandom(BULK_MIN)
-    entered, release = _held_ingests(kv)
+    entered, release = _held(kv.bulk, "ingest")
 
     async def main():
         put = asyncio.ensure_future(s.put_async(1, data, crc32c(data)))
@@ -251,7 +252,7 @@ def test_puts_of_one_bulk_block_take_turns_and_count_it_once(tmp_path):
     kv = RocksKV.open(tmp_path / "blocks", bulk=True)
     s = BlockStore(kv)
     a, b = os.urandom(BULK_MIN), os.urandom(BULK_MIN)
-    entered, release = _held_ingests(kv)
+    entered, release = _held(kv.bulk, "ingest")
     order = []
 
     async def put(bid, data):
@@ -582,24 +583,11 @@ def test_a_missing_file_is_no_such_block_and_a_crash_leftover_file_is_purged(tmp
     kv.close()
 
 
-def _held_files(s):
-    import threading
-    entered, release = threading.Event(), threading.Event()
-    real = s._write_large
-
-    def held(*args):
-        entered.set()
-        assert release.wait(10)
-        real(*args)
-    s._write_large = held
-    return entered, release
-
-
 def test_a_large_block_is_written_off_the_event_loop_and_a_delete_or_cancel_meanwhile_leaves_no_file(tmp_path):
     kv, s = _filed(tmp_path)
     other, data = os.urandom(1000), os.urandom(BULK_MIN)
     s.put(9, other, crc32c(other))
-    entered, release = _held_files(s)
+    entered, release = _held(s, "_write_large")
 
     async def main():
         put = asyncio.ensure_future(s.put_async(1, data, crc32c(data), [(2, "127.0.0.1:2")]))
