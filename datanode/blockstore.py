@@ -147,7 +147,6 @@ class BlockStore:
         # the next arrival number: past every stored copy's (a deleted copy's chunks went with its meta, in one batch)
         self._seq = top + 1
         self.files = files
-        self._writing: set[int] = set()  # copy numbers whose file a put is writing (purge leaves them alone)
         if files is not None:
             for i in range(FILE_DIRS):
                 (files / f"{i:02x}").mkdir(parents=True, exist_ok=True)
@@ -235,7 +234,6 @@ class BlockStore:
         if self.files is not None:
             self._seq += 1
             seq = self._seq - 1
-            self._writing.add(seq)
             self.kv.put(keys.doomed_file(seq), block_id.to_bytes(8, "big"))
             return crcs, old, _File(seq)
         gen = self.bulk.target()
@@ -252,8 +250,6 @@ class BlockStore:
             write_file(path, mv)
         except OSError as e:
             raise StorageError(f"writing block {block_id}'s file {path}: {e}") from None
-        finally:
-            self._writing.discard(place.seq)
 
     def _file_path(self, block_id: int, seq: int) -> Path:
         return block_file(self.files, block_id, seq)
@@ -600,7 +596,7 @@ class BlockStore:
         done = 0
         for k, v in self.kv.scan(keys.DOOMED_FILES, prefix_end(keys.DOOMED_FILES)):
             seq, bid = int.from_bytes(k[1:], "big"), int.from_bytes(v, "big")
-            if seq in self._writing:  # a put is writing it
+            if bid in self._storing:  # a put of the block is under way: its file may be written, its batch not yet
                 continue
             meta = self.kv.get(keys.meta(bid))
             if not (meta is not None and meta[12:13] == FILED and int.from_bytes(meta[13:21], "big") == seq):
