@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""How a DataNode should write a large block: RocksDB's SstFileWriter + ingest (the bulk key space, the layout up to
-2026-11-27) against a plain file of its own (datanode/blockstore.py write_file: write, fdatasync, drop-behind, the folder
-fsynced; FILED).
+"""How a DataNode stores a large block: as an SST file ingested into RocksDB's bulk key space (the layout up to
+2026-11-27) against a plain file of its own (datanode/blockstore.py FILED, write_file: write, fdatasync, the folder
+fsynced, drop-behind). Both through BlockStore.put, the path every DataNode write takes.
 
-Each way writes N blocks of 4 MiB (256 KiB chunks, as a DataNode does) from one thread and reports wall time, MB/s
-and the process's user and sys CPU (getrusage) per GiB written. The ways alternate (--rounds) with a pause between,
-as the machine's speed drifts.
+Each way stores N blocks of 4 MiB from one thread, then reads them all back twice: at once (from the page cache, as
+far as the way left the blocks there) and after the page cache is dropped (`echo 1 > /proc/sys/vm/drop_caches`,
+needs root; skipped otherwise; the SST way's blocks stay in memory even then: RocksDB keeps its files mapped, and
+mapped pages are not dropped). Reported: wall time and MB/s, the process's user and sys CPU per GiB (getrusage),
+and read MB/s. The ways alternate (--rounds) with a pause between, as the machine's speed drifts.
 
     python bench/block_file_write.py [--blocks 256] [--rounds 2]
 
-Measured 2026-11-27 (2 cores, ext4 on virtio, a VM whose freed pages go back to the host): SST 2.8-3.1 s wall,
-user 0.69-0.81 s, sys 0.95-1.14 s per GiB (perf: memmove 18%, page-cache copy 11%, page faults of fresh buffers 6%,
-XXH3 4%); file 0.82-0.90 s wall, user 0.00, sys 0.28 s.
+Measured 2026-11-27 (2 cores, ext4 on virtio, a VM whose freed pages go back to the host, so a fresh page-cache page
+costs ~6x a recycled one): see the README's DataNode paragraph.
 """
 from __future__ import annotations
 
@@ -19,35 +20,59 @@ import argparse
 import os
 import resource
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from epochfs.common.blocks import crc32c
 from epochfs.common.kv import RocksKV
-from epochfs.datanode.blockstore import write_file
+from epochfs.datanode.blockstore import BlockStore
 
-BLOCK, CHUNK = 4 << 20, 256 << 10
+BLOCK = 4 << 20
 
 
-def _ru() -> tuple[float, float]:
+def _cpu() -> tuple[float, float]:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime, r.ru_stime
 
 
-def sst(root: Path, data: bytes, n: int) -> None:
-    kv = RocksKV.open(root / "kv", bulk=True)
+def _drop_caches() -> bool:
     try:
+        subprocess.run(["sync"], check=True)
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+        return True
+    except OSError:
+        return False
+
+
+def _read_all(s: BlockStore, n: int) -> float:
+    t = time.perf_counter()
+    for i in range(n):
+        assert sum(len(b) for b in s.read(i + 1)) == BLOCK
+    return n * BLOCK / (time.perf_counter() - t) / 1e6
+
+
+def one(way: str, n: int, data: bytes, crc: int) -> str:
+    root = Path(tempfile.mkdtemp(prefix="epochfs-blockwrite-"))
+    kv = RocksKV.open(root / "blocks", bulk=True)
+    try:
+        s = BlockStore(kv, files=root / "files" if way == "file" else None)
+        u0, s0 = _cpu()
+        t = time.perf_counter()
         for i in range(n):
-            kv.bulk.ingest([(i.to_bytes(8, "big") + j.to_bytes(4, "big"), data[j * CHUNK:(j + 1) * CHUNK])
-                            for j in range(BLOCK // CHUNK)])
+            s.put(i + 1, data, crc)
+        dt = time.perf_counter() - t
+        u1, s1 = _cpu()
+        warm = _read_all(s, n)
+        cold = f"{_read_all(s, n):9.0f}" if _drop_caches() else f"{'-':>9s}"
+        gib = n * BLOCK / (1 << 30)
+        return (f"{way:5s} {dt:7.2f} {n * BLOCK / dt / 1e6:7.0f} {(u1 - u0) / gib:11.2f} {(s1 - s0) / gib:10.2f} "
+                f"{warm:11.0f} {cold}")
     finally:
         kv.close()
-
-
-def plain(root: Path, data: bytes, n: int) -> None:
-    (root / "files").mkdir()
-    for i in range(n):
-        write_file(root / "files" / str(i), data)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(str(root / "blocks") + ".ingest", ignore_errors=True)
 
 
 def main() -> None:
@@ -56,20 +81,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
     data = os.urandom(BLOCK)
-    gib = a.blocks * BLOCK / (1 << 30)
-    print(f"{'way':6s} {'wall s':>7s} {'MB/s':>7s} {'user s/GiB':>11s} {'sys s/GiB':>10s}")
+    crc = crc32c(data)
+    print(f"{'way':5s} {'wall s':>7s} {'MB/s':>7s} {'user s/GiB':>11s} {'sys s/GiB':>10s} {'read MB/s':>11s} "
+          f"{'cold MB/s':>9s}")
     for _ in range(a.rounds):
-        for name, fn in (("sst", sst), ("file", plain)):
-            root = Path(tempfile.mkdtemp(prefix="epochfs-blockwrite-"))
-            try:
-                u0, s0 = _ru()
-                t = time.perf_counter()
-                fn(root, data, a.blocks)
-                dt = time.perf_counter() - t
-                u1, s1 = _ru()
-            finally:
-                shutil.rmtree(root, ignore_errors=True)
-            print(f"{name:6s} {dt:7.2f} {a.blocks * BLOCK / dt / 1e6:7.0f} {(u1 - u0) / gib:11.2f} {(s1 - s0) / gib:10.2f}")
+        for way in ("sst", "file"):
+            print(one(way, a.blocks, data, crc), flush=True)
             time.sleep(3)
 
 

@@ -469,9 +469,11 @@ class BlockStore:
     def _read_file(self, block_id: int, meta: bytes, offset: int, end: int) -> list[memoryview]:
         """Bytes [offset, end) of a FILED block: the chunks they touch, each read by a pread and checked against its
         CRC32C in the meta. pread, not a mapping: a disk's read error is then an OSError (a bad copy, read from
-        another replica), not a SIGBUS that kills the node. (`python bench/s3_bench.py --phases "MPU PUT,GET
-        stream"`: GET stream 744-965 MB/s with a pread per chunk, 748-827 with a mapping, with or without
-        MADV_WILLNEED or POSIX_FADV_WILLNEED; the SST layout 1,067-1,375 in the same runs, cause not found yet.)"""
+        another replica), not a SIGBUS that kills the node. Its pages were dropped behind at write, so a read right
+        after the write comes from the disk: ~1 GB/s here (bench/block_file_write.py), no slower than the SST
+        layout's reads from the disk; that layout's blocks stayed in memory (RocksDB keeps them mapped: 512 of 512
+        MiB resident after a PUT, untouched by drop_caches), which is why `s3_bench.py`'s GET stream right after its
+        MPU PUT measured 1,067-1,375 MB/s then and 744-965 now, and why its writes took fresh pages.)"""
         cs, size = self.chunk_size, int.from_bytes(meta[:8], "big")
         path = self._file_path(block_id, int.from_bytes(meta[13:21], "big"))
         try:
