@@ -57,7 +57,8 @@ SEQUENCED = b"\x03"  # layout byte of a meta whose chunks are in the chunks key 
 # the last ones and compaction rewrote them (`epochfs cp` of 10,000 files of 110 KiB: 825 MiB compacted per DataNode,
 # 2.3-2.8 s of CPU); arrival numbers only grow, each flushed file lies past the others and compaction moves it
 FILED = b"\x04"  # layout byte of a meta whose data is a plain file of its own (`_file_path`): then its arrival number
-# (8 bytes) and the CRC32C of each chunk (4 bytes each); a `pending` marker naming such a file is FILED + the number.
+# (8 bytes) and the CRC32C of each chunk (4 bytes each); a file a put wrote or a delete left is named by a
+# keys.doomed_file marker until its meta names it or `purge` deletes it.
 # Why files and not an ingested SST (BULK, the layout before): bench/block_file_write.py, 256 blocks of 4 MiB, CPU
 # per GiB written: SstFileWriter + ingest 1.5-1.9 s (0.7 user: three copies of the data on the way, XXH3, the
 # ingest's MANIFEST edit; 1.0 sys: page faults of the writer's fresh buffers, the page-cache copy, fsyncs) and at most
