@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
 
 import orjson
 
@@ -106,15 +105,12 @@ def _meta_gen(meta: bytes) -> int:
     return _gen(meta[13:17])
 
 
-class _File(NamedTuple):
-    """Where a put sends a large block: its own file, copy number `seq` (`_begin`)."""
-    seq: int
-
-
 class BlockStore:
     def __init__(self, kv: KV, chunk_size: int = CHUNK_SIZE, bulk_min: int = BULK_MIN, *,
                  files: Path | None = None) -> None:
-        """`files`: the folder of the large blocks' files (FILED); without it they go to the bulk key space."""
+        """`files`: the folder of the large blocks' files (FILED); without it (stores in memory, tests) every block goes
+        through the write batch. Large blocks a store wrote in the bulk key space before files (BULK) are read and
+        purged."""
         self.kv = kv
         self.bulk = kv.bulk
         self.chunks = kv.chunks
@@ -169,27 +165,27 @@ class BlockStore:
             jobs_due_in: float = 0.0) -> None:
         """Store a block and its replication jobs in one atomic batch; raises CorruptBlock if `crc` doesn't match.
         On return the block survives a kill of the process; `await self.synced()` then makes it survive a power
-        loss too (its WAL fsynced; a bulk block's file and the MANIFEST entry ingesting it are fsynced by the ingest).
+        loss too (its WAL fsynced; a large block's file and its folder are fsynced by write_file).
 
-        A block of at least `bulk_min` bytes is first ingested into the bulk space under a `pending` marker; the
-        batch with its meta removes the marker, so a crash in between leaves data for `purge` to drop.
+        A block of at least `bulk_min` bytes is first written to a file of its own under a `doomed_file` marker; the
+        batch with its meta removes the marker, so a crash in between leaves a file for `purge` to delete.
         `jobs_due_in` delays the jobs: the caller pushes the block from memory right away and the queued jobs are
         the durable fallback if that push fails or the process dies."""
         mv = memoryview(data)
-        crcs, old, place = self._begin(block_id, mv, crc)
-        if place is not None:
-            self._write_large(block_id, mv, crcs, place)
-        self._finish(block_id, mv, crc, crcs, old, place, secondaries, jobs_due_in)
+        crcs, old, seq = self._begin(block_id, mv, crc)
+        if seq is not None:
+            self._write_large(block_id, mv, seq)
+        self._finish(block_id, mv, crc, crcs, old, seq, secondaries, jobs_due_in)
 
     async def put_async(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
                         jobs_due_in: float = 0.0) -> None:
-        """`put`, with a bulk block's file written, fsynced and ingested in a worker thread (RocksDB lets go of the
-        GIL there), so that the event loop receives, sends and serves reads meanwhile: inline, the ~4 MiB file's
-        page-cache copy and fsyncs held a DataNode's loop ~27 ms per block under a `dd` through the mount.
+        """`put`, with a large block's file written and fsynced in a worker thread (the GIL is let go meanwhile), so
+        that the event loop receives, sends and serves reads meanwhile: inline, the ~4 MiB file's page-cache copy and
+        fsyncs held a DataNode's loop ~27 ms per block under a `dd` through the mount (measured with the SST files).
 
-        The rest runs on the loop, as in `put`. While the file is written: another put of the same block waits for
-        this one; `purge` leaves its `pending` marker alone; a delete of it wins (as a delete after the put would):
-        the batch is not written and `purge` drops the file."""
+        The rest runs on the loop, as in `put`. Until the batch is written: another put of the same block waits for
+        this one; `purge` leaves its file alone; a delete of it wins (as a delete after the put would): the batch
+        is not written and `purge` deletes the file."""
         mv = memoryview(data)
         if not self._large(len(mv)):
             self.put(block_id, mv, crc, secondaries, jobs_due_in=jobs_due_in)
@@ -201,12 +197,12 @@ class BlockStore:
         ingest = None
         try:
             since = time.monotonic()
-            crcs, old, place = self._begin(block_id, mv, crc)
-            ingest = loop.run_in_executor(self._ingester, self._write_large, block_id, mv, crcs, place)
+            crcs, old, seq = self._begin(block_id, mv, crc)
+            ingest = loop.run_in_executor(self._ingester, self._write_large, block_id, mv, seq)
             await asyncio.shield(ingest)
             if self._tombstones.get(block_id, 0.0) >= since:
                 return  # deleted meanwhile: its file goes with the pending marker (purge)
-            self._finish(block_id, mv, crc, crcs, old, place, secondaries, jobs_due_in)
+            self._finish(block_id, mv, crc, crcs, old, seq, secondaries, jobs_due_in)
         finally:
             if ingest is None or ingest.done():
                 self._stored(block_id, done)
@@ -218,13 +214,13 @@ class BlockStore:
         done.set_result(None)
 
     def _large(self, n: int) -> bool:
-        """Does a block of `n` bytes go to a file of its own (or the bulk space), not through a write batch?"""
-        return n >= self.bulk_min and (self.files is not None or self.bulk is not None)
+        """Does a block of `n` bytes go to a file of its own, not through the write batch?"""
+        return n >= self.bulk_min and self.files is not None
 
-    def _begin(self, block_id: int, mv: memoryview, crc: int) -> tuple[list[int], bytes | None, _File | int | None]:
+    def _begin(self, block_id: int, mv: memoryview, crc: int) -> tuple[list[int], bytes | None, int | None]:
         """A put's first step: the chunks' CRC32Cs (CorruptBlock if they don't make `crc`), the meta of the copy it
-        replaces, and for a large block where it goes (its file, or a bulk generation) under a marker that has
-        `purge` delete it unless the put's batch removes the marker."""
+        replaces, and for a large block the copy number of its file, under a marker that has `purge` delete the
+        file unless the put's batch removes the marker."""
         crcs = self._chunk_crcs(block_id, mv, crc)
         try:
             old = self.kv.get(keys.meta(block_id))
@@ -232,21 +228,14 @@ class BlockStore:
             old = None
         if not self._large(len(mv)):
             return crcs, old, None
-        if self.files is not None:
-            self._seq += 1
-            seq = self._seq - 1
-            self.kv.put(keys.doomed_file(seq), block_id.to_bytes(8, "big"))
-            return crcs, old, _File(seq)
-        gen = self.bulk.target()
-        self.kv.put(keys.pending(block_id), _gen_bytes(gen))
-        return crcs, old, gen
+        self._seq += 1
+        seq = self._seq - 1
+        self.kv.put(keys.doomed_file(seq), block_id.to_bytes(8, "big"))
+        return crcs, old, seq
 
-    def _write_large(self, block_id: int, mv: memoryview, crcs: list[int], place: _File | int) -> None:
-        """Write a large block where `_begin` sent it, durably (run in the ingest thread by put_async)."""
-        if not isinstance(place, _File):
-            self.bulk.ingest(self._chunk_items(keys.chunks_of(block_id), mv, crcs), place)
-            return
-        path = self._file_path(block_id, place.seq)
+    def _write_large(self, block_id: int, mv: memoryview, seq: int) -> None:
+        """Write a large block's file, durably (run in the ingest thread by put_async)."""
+        path = self._file_path(block_id, seq)
         try:
             write_file(path, mv)
         except OSError as e:
@@ -255,24 +244,20 @@ class BlockStore:
     def _file_path(self, block_id: int, seq: int) -> Path:
         return block_file(self.files, block_id, seq)
 
-    def _finish(self, block_id: int, mv: memoryview, crc: int, crcs: list[int], old: bytes | None,
-                place: _File | int | None, secondaries, jobs_due_in: float) -> None:
-        """A put's last step: the batch with the block's meta (and its chunks, unless they went to a file or to the
-        bulk space: `place`), the replication jobs, the counts."""
+    def _finish(self, block_id: int, mv: memoryview, crc: int, crcs: list[int], old: bytes | None, seq: int | None,
+                secondaries, jobs_due_in: float) -> None:
+        """A put's last step: the batch with the block's meta (and its chunks, unless they went to file number `seq`),
+        the replication jobs, the counts."""
         n = len(mv)
-        head = n.to_bytes(8, "big") + crc.to_bytes(4, "big")
-        if isinstance(place, _File):
-            meta = head + FILED + place.seq.to_bytes(8, "big") + b"".join(c.to_bytes(4, "big") for c in crcs)
-        elif place is not None:
-            meta = head + BULK + _gen_bytes(place)
+        if seq is not None:
+            meta = n.to_bytes(8, "big") + crc.to_bytes(4, "big") + FILED + seq.to_bytes(8, "big") + \
+                b"".join(c.to_bytes(4, "big") for c in crcs)
         else:
             meta = self._small_meta(n, crc)
         with self.kv.batch() as b:
             b.put(keys.meta(block_id), meta)
-            if isinstance(place, _File):
-                b.delete(keys.doomed_file(place.seq))
-            elif place is not None:
-                b.delete(keys.pending(block_id))
+            if seq is not None:
+                b.delete(keys.doomed_file(seq))
             else:
                 self._put_chunks(b, self._chunk_items(chunk_prefix(block_id, meta), mv, crcs))
             if old is not None and _loc(block_id, old) != _loc(block_id, meta):

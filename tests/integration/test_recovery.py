@@ -45,13 +45,13 @@ def settle_replication(c: Cluster, block_lists: list) -> None:
 
 def flip_byte(c: Cluster, dn: str, block_id: int, chunk: int = 0, at: int = 1000) -> None:
     """Corrupt one byte of a stored chunk directly in the stopped DataNode's store: in its file if the block is
-    large (FILED), else in RocksDB's chunks space (or its bulk space, as a newer file over the good one)."""
-    from epochfs.datanode.blockstore import BULK, CHUNK_SIZE, FILED, SEQUENCED, block_file, chunk_prefix
+    large (FILED), else in RocksDB's chunks space."""
+    from epochfs.datanode.blockstore import CHUNK_SIZE, FILED, SEQUENCED, block_file, chunk_prefix
     kv = RocksKV.open(c.root / dn / "blocks", bulk=True)
     try:
         meta = kv.get(dnkeys.meta(block_id))
-        key = chunk_prefix(block_id, meta) + chunk.to_bytes(4, "big")
         layout = meta[12:13]
+        assert layout in (FILED, SEQUENCED), "a block written now is in a file or the chunks space"
         if layout == FILED:
             path = block_file(c.root / dn / "blocks.files", block_id, int.from_bytes(meta[13:21], "big"))
             with open(path, "r+b") as f:
@@ -60,14 +60,11 @@ def flip_byte(c: Cluster, dn: str, block_id: int, chunk: int = 0, at: int = 1000
                 f.seek(chunk * CHUNK_SIZE + at)
                 f.write(bytes([byte ^ 0x40]))
             return
-        assert layout in (BULK, SEQUENCED), "a block written now is in a file or the chunks space"
-        raw = bytearray((kv.bulk if layout == BULK else kv.chunks).get(key))
+        key = chunk_prefix(block_id, meta) + chunk.to_bytes(4, "big")
+        raw = bytearray(kv.chunks.get(key))
         raw[4 + at] ^= 0x40  # after the 4-byte CRC header
-        if layout == BULK:
-            kv.bulk.ingest([(key, bytes(raw))])
-        else:
-            with kv.batch() as b:
-                b.put(key, bytes(raw), column_family=kv.chunks.handle)
+        with kv.batch() as b:
+            b.put(key, bytes(raw), column_family=kv.chunks.handle)
         kv.flush()
     finally:
         kv.close()

@@ -8,7 +8,7 @@ from epochfs.common import errors
 from epochfs.common.blocks import crc32c
 from epochfs.common.kv import MemoryKV, RocksBulk, RocksKV, RocksSpace, prefix_end
 from epochfs.datanode import keys
-from epochfs.datanode.blockstore import BULK_MIN, CHUNK_SIZE, FILED, SPACED, BlockStore, Purger, block_file
+from epochfs.datanode.blockstore import BULK, BULK_MIN, CHUNK_SIZE, FILED, SPACED, BlockStore, Purger, block_file
 from epochfs.datanode.scrubber import Scrubber
 
 
@@ -83,7 +83,7 @@ def test_deleted_block_is_remembered_so_a_late_replica_push_is_dropped():
     assert s.recently_deleted(7) and not s.has(7)
 
 
-# ---------------------------------------------------------------- bulk blocks (one ingested file each)
+# ---------------------------------------------------------------- the old bulk layout (one ingested SST per block)
 def bulk_keys(kv) -> list[bytes]:
     return [k for k, _ in kv.bulk.scan(keys.CHUNKS)]
 
@@ -92,28 +92,40 @@ def pending(kv) -> list[bytes]:
     return list(kv.scan_keys(keys.PENDING, prefix_end(keys.PENDING)))
 
 
-def test_large_blocks_go_to_the_bulk_space_small_ones_through_the_batch():
+def _old_bulk(kv, bid: int, data: bytes, chunk_size: int) -> None:
+    """Store a block as a store did in its bulk key space before block files (layout BULK), in the generation
+    RocksBulk.target names: its CRC-prefixed chunks ingested, then its meta."""
+    gen = kv.bulk.target()
+    kv.bulk.ingest([(keys.chunk(bid, i), crc32c(data[o:o + chunk_size]).to_bytes(4, "big") + data[o:o + chunk_size])
+                    for i, o in enumerate(range(0, len(data), chunk_size))], gen)
+    kv.put(keys.meta(bid), len(data).to_bytes(8, "big") + crc32c(data).to_bytes(4, "big") + BULK +
+           (gen.to_bytes(4, "big") if gen else b""))
+
+
+def test_a_block_in_the_old_bulk_layout_is_read_deleted_and_purged_and_a_store_without_files_batches_all():
     kv = MemoryKV(bulk=True)
-    s = BlockStore(kv, chunk_size=4, bulk_min=10)
     big, small = bytes(range(23)), b"tiny"
-    s.put(1, big, crc32c(big), [(2, "a:1")])
+    _old_bulk(kv, 1, big, 4)
+    s = BlockStore(kv, chunk_size=4, bulk_min=10)
+    assert s.count == 1 and s.used == 23
     s.put(2, small, crc32c(small))
+    s.put(3, big, crc32c(big))  # no files folder: a large block goes through the batch
     assert bulk_keys(kv) == [keys.chunk(1, i) for i in range(6)] and kv.get(keys.chunk(1, 0)) is None
-    assert kv.chunks.get(seq_chunk(1, 0)) is not None and kv.chunks.get(keys.chunk(2, 0)) is None
+    assert kv.chunks.get(seq_chunk(1, 0)) is not None and kv.chunks.get(seq_chunk(2, 5)) is not None
     assert pending(kv) == []
     for off, n in [(0, -1), (3, 9), (20, 3), (22, 10)]:
-        assert joined(s.read(1, off, n)) == (big[off:] if n < 0 else big[off:off + n])
-    assert [(t, b) for t, b, _ in s.due_replications(10)] == [(2, 1)]
+        want = big[off:] if n < 0 else big[off:off + n]
+        assert joined(s.read(1, off, n)) == want and joined(s.read(3, off, n)) == want
     s.delete([1, 2])
-    assert not s.has(1) and s.used == 0 and s.count == 0 and pending(kv) == [keys.pending(1)]
+    assert not s.has(1) and s.used == 23 and s.count == 1 and pending(kv) == [keys.pending(1)]
     assert s.purge(limit=1) == 1 and bulk_keys(kv) == [] and pending(kv) == [] and s.purge() == 0
 
 
 def test_a_corrupt_bulk_chunk_fails_its_read_and_the_scrubber_finds_it():
     kv = MemoryKV(bulk=True)
-    s = BlockStore(kv, chunk_size=4, bulk_min=10)
     data = bytes(range(12))
-    s.put(3, data, crc32c(data))
+    _old_bulk(kv, 3, data, 4)
+    s = BlockStore(kv, chunk_size=4, bulk_min=10)
     raw = bytearray(kv.bulk.get(keys.chunk(3, 2)))
     raw[-1] ^= 1
     kv.bulk.ingest([(keys.chunk(3, 2), bytes(raw))])
@@ -126,7 +138,7 @@ def test_a_corrupt_bulk_chunk_fails_its_read_and_the_scrubber_finds_it():
 
 
 def test_an_ingest_without_its_meta_is_dropped_on_restart():
-    """What a crash between the ingest and the meta's batch leaves: chunks under a pending marker, purged."""
+    """What a crash between the ingest and the meta's batch left: chunks under a pending marker, purged."""
     kv = MemoryKV(bulk=True)
     kv.put(keys.pending(4), b"")
     kv.bulk.ingest([(keys.chunk(4, 0), b"\0\0\0\0orphan")])
@@ -135,14 +147,12 @@ def test_an_ingest_without_its_meta_is_dropped_on_restart():
     assert bulk_keys(kv) == [] and pending(kv) == [] and not s.has(4)
 
 
-def test_a_block_stored_in_the_other_layout_is_replaced_without_leftovers():
+def test_a_block_in_the_old_bulk_layout_written_again_leaves_nothing_there(tmp_path):
     kv = MemoryKV(bulk=True)
     data = bytes(range(16))
-    BlockStore(kv, chunk_size=4, bulk_min=100).put(5, data, crc32c(data))
-    s = BlockStore(kv, chunk_size=4, bulk_min=10)  # bulk_min lowered: a repair push now goes to the bulk space
-    s.put(5, data, crc32c(data))
-    assert list(kv.scan_keys(keys.CHUNKS, prefix_end(keys.CHUNKS))) == [] and len(bulk_keys(kv)) == 4
-    BlockStore(kv, chunk_size=4, bulk_min=100).put(5, data, crc32c(data))  # and back
+    _old_bulk(kv, 5, data, 4)
+    s = BlockStore(kv, chunk_size=4, bulk_min=10)
+    s.put(5, data, crc32c(data))  # a repair push
     s.purge()
     assert bulk_keys(kv) == [] and joined(s.read(5)) == data and s.count == 1 and s.used == 16
 
@@ -150,10 +160,10 @@ def test_a_block_stored_in_the_other_layout_is_replaced_without_leftovers():
 def test_bulk_blocks_in_rocksdb_survive_reopen_and_deletes_free_their_files(tmp_path):
     path = tmp_path / "blocks"
     kv = RocksKV.open(path, bulk=True)
-    s = BlockStore(kv)
     blocks = {bid: os.urandom(BULK_MIN + bid * 1000) for bid in (1, 2, 3)}
     for bid, data in blocks.items():
-        s.put(bid, data, crc32c(data))
+        _old_bulk(kv, bid, data, CHUNK_SIZE)
+    s = BlockStore(kv)
     small = os.urandom(1000)
     s.put(9, small, crc32c(small))
     kv.close()
@@ -201,58 +211,10 @@ async def _until(event) -> None:
         await asyncio.sleep(0.005)
 
 
-def test_a_bulk_block_is_written_off_the_event_loop_and_a_delete_meanwhile_wins(tmp_path):
-    """put_async writes a bulk block's file in a worker thread: the loop runs meanwhile (reads of other blocks
-    are served), `purge` leaves the block's pending marker alone, and a delete that arrives meanwhile wins as it
-    would after the put (no meta, no jobs, counts unchanged; purge then drops the file)."""
-    kv = RocksKV.open(tmp_path / "blocks", bulk=True)
-    s = BlockStore(kv)
-    other = os.urandom(1000)
-    s.put(9, other, crc32c(other))
-    data = os.urandom(BULK_MIN)
-    entered, release = _held(kv.bulk, "ingest")
-
-    async def main():
-        put = asyncio.ensure_future(s.put_async(1, data, crc32c(data), [(2, "127.0.0.1:2")]))
-        await _until(entered)  # the file is being written: the loop goes on
-        assert joined(s.read(9)) == other and not s.has(1)
-        assert s.purge() == 0 and kv.get(keys.pending(1)) is not None, "an ingest under way is not a leftover"
-        s.delete([1])
-        release.set()
-        await put
-    asyncio.run(main())
-    assert not s.has(1) and s.count == 1 and s.due_replications(10) == []
-    assert s.purge() == 1 and kv.get(keys.pending(1)) is None and kv.bulk.get(keys.chunk(1, 0)) is None
-    kv.close()
-
-
-def test_a_put_cancelled_while_its_file_is_written_stores_nothing_and_purge_waits_for_the_file(tmp_path):
-    kv = RocksKV.open(tmp_path / "blocks", bulk=True)
-    s = BlockStore(kv)
-    data = os.urandom(BULK_MIN)
-    entered, release = _held(kv.bulk, "ingest")
-
-    async def main():
-        put = asyncio.ensure_future(s.put_async(1, data, crc32c(data)))
-        await _until(entered)
-        put.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await put
-        assert s.purge() == 0, "the file is still being written: not dropped under the writer"
-        release.set()
-        while s._storing:
-            await asyncio.sleep(0.005)
-    asyncio.run(main())
-    assert not s.has(1) and s.count == 0
-    assert s.purge() == 1 and kv.bulk.get(keys.chunk(1, 0)) is None
-    kv.close()
-
-
-def test_puts_of_one_bulk_block_take_turns_and_count_it_once(tmp_path):
-    kv = RocksKV.open(tmp_path / "blocks", bulk=True)
-    s = BlockStore(kv)
+def test_puts_of_one_large_block_take_turns_and_count_it_once(tmp_path):
+    kv, s = _filed(tmp_path)
     a, b = os.urandom(BULK_MIN), os.urandom(BULK_MIN)
-    entered, release = _held(kv.bulk, "ingest")
+    entered, release = _held(s, "_write_large")
     order = []
 
     async def put(bid, data):
@@ -275,9 +237,8 @@ def test_puts_of_one_bulk_block_take_turns_and_count_it_once(tmp_path):
     kv.close()
 
 
-def test_a_corrupt_bulk_block_in_a_batch_is_that_blocks_error_and_the_others_are_stored(tmp_path):
-    kv = RocksKV.open(tmp_path / "blocks", bulk=True)
-    s = BlockStore(kv)
+def test_a_corrupt_large_block_in_a_batch_is_that_blocks_error_and_the_others_are_stored(tmp_path):
+    kv, s = _filed(tmp_path)
     big, bad, small = os.urandom(BULK_MIN), os.urandom(BULK_MIN), os.urandom(1000)
     errs = asyncio.run(s.store_many([(1, memoryview(big), crc32c(big), []), (2, memoryview(bad), 123, []),
                                      (3, memoryview(small), crc32c(small), [(4, "127.0.0.1:4")])]))
@@ -287,30 +248,28 @@ def test_a_corrupt_bulk_block_in_a_batch_is_that_blocks_error_and_the_others_are
     kv.close()
 
 
-def test_bulk_blocks_go_to_a_new_generation_once_one_is_full_and_each_is_read_and_purged_where_it_is(
-        tmp_path, monkeypatch):
-    """The bulk space grows in generations (column families) of FILES_PER_GEN files: a block is read from the one
-    its meta names, across a reopen (which finds every generation and how full the newest is); a block written again
-    into a newer generation has its old copy purged from the old one, and a deleted block's file goes from its own."""
+def test_bulk_blocks_in_several_generations_are_each_read_and_purged_where_they_are(tmp_path, monkeypatch):
+    """The bulk space grew in generations (column families) of FILES_PER_GEN files: a block is read from the one its
+    meta names, across a reopen (which finds every generation); a block written again (now to a file) has its old
+    copy purged from its generation, and a deleted block's file goes from its own."""
     monkeypatch.setattr(RocksBulk, "FILES_PER_GEN", 3)
     path = tmp_path / "db"
     kv = RocksKV.open(path, bulk=True)
-    s = BlockStore(kv, chunk_size=4, bulk_min=8)
     blocks = {i: os.urandom(10 + i) for i in range(1, 8)}  # 3 chunks each: one file per block
     for i in range(1, 6):
-        s.put(i, blocks[i], crc32c(blocks[i]))
+        _old_bulk(kv, i, blocks[i], 4)
     assert [_gens(kv, g) for g in range(2)] == [[1, 2, 3], [4, 5]]
     kv.close()
     kv = RocksKV.open(path, bulk=True)  # every generation found again, the newest with room for one more file
-    s = BlockStore(kv, chunk_size=4, bulk_min=8)
-    s.put(6, blocks[6], crc32c(blocks[6]))
-    s.put(7, blocks[7], crc32c(blocks[7]))
+    for i in (6, 7):
+        _old_bulk(kv, i, blocks[i], 4)
     assert [_gens(kv, g) for g in range(3)] == [[1, 2, 3], [4, 5, 6], [7]]
+    s = BlockStore(kv, chunk_size=4, bulk_min=8, files=tmp_path / "files")
     assert all(joined(s.read(i)) == blocks[i] and joined(s.read(i, 5, 4)) == blocks[i][5:9] for i in blocks)
-    s.put(2, blocks[2], crc32c(blocks[2]))  # a copy written again (a repair): it lands in generation 2
+    s.put(2, blocks[2], crc32c(blocks[2]))  # a copy written again (a repair): to a file
     s.delete([5])
     assert s.purge() == 2
-    assert [_gens(kv, g) for g in range(3)] == [[1, 3], [4, 6], [2, 7]]
+    assert [_gens(kv, g) for g in range(3)] == [[1, 3], [4, 6], [7]]
     assert all(joined(s.read(i)) == blocks[i] for i in blocks if i != 5) and not s.has(5)
     kv.close()
 
@@ -329,9 +288,12 @@ def test_a_missing_chunk_fails_only_the_reads_that_need_it(tmp_path, where):
     try:
         if where == "main-space":
             kv.chunks = None
-        s = BlockStore(kv, chunk_size=4, bulk_min=10 if where == "bulk-space" else 1000)
         data = bytes(range(30))  # chunks 0..7, the last one short
-        s.put(9, data, crc32c(data))
+        if where == "bulk-space":
+            _old_bulk(kv, 9, data, 4)
+        s = BlockStore(kv, chunk_size=4, bulk_min=1000)
+        if where != "bulk-space":
+            s.put(9, data, crc32c(data))
         kv.chunks = chunks
         assert joined(s.read(9, 3, 20)) == data[3:23] and joined(s.read(9)) == data
         if where == "bulk-space":
@@ -352,9 +314,9 @@ def test_a_missing_chunk_fails_only_the_reads_that_need_it(tmp_path, where):
 
 def test_store_many_stores_blocks_and_jobs_in_one_batch_and_refuses_a_bad_one_alone(tmp_path):
     kv = RocksKV.open(tmp_path / "db", bulk=True)
-    s = BlockStore(kv)
+    s = BlockStore(kv, files=tmp_path / "files")
     small = [os.urandom(n) for n in (0, 1, 1000, CHUNK_SIZE + 5)]
-    big = os.urandom(BULK_MIN)  # through the bulk path, in the same call
+    big = os.urandom(BULK_MIN)  # to a file, in the same call
     blocks = [(10 + i, d, crc32c(d), [(2, "h:2")]) for i, d in enumerate(small)]
     blocks.insert(2, (99, b"corrupt", crc32c(b"other"), [(2, "h:2")]))
     blocks.append((50, big, crc32c(big), [(3, "h:3")]))
