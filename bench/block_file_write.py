@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """How a DataNode stores a large block: as an SST file ingested into RocksDB's bulk key space (the layout up to
 2026-11-27) against a plain file of its own (datanode/blockstore.py FILED, write_file: write, fdatasync, the folder
-fsynced, drop-behind). Both through BlockStore.put, the path every DataNode write takes.
+fsynced, drop-behind): files through BlockStore.put, the path every DataNode write takes; SST files as
+BlockStore.put wrote them before (the chunks ingested, then the meta). Both read back through BlockStore.read.
 
 Each way stores N blocks of 4 MiB from one thread, then reads them all back twice: at once (from the page cache, as
 far as the way left the blocks there) and after the page cache is dropped (`echo 1 > /proc/sys/vm/drop_caches`,
@@ -27,7 +28,8 @@ from pathlib import Path
 
 from epochfs.common.blocks import crc32c
 from epochfs.common.kv import RocksKV
-from epochfs.datanode.blockstore import BlockStore
+from epochfs.datanode import keys
+from epochfs.datanode.blockstore import BULK, CHUNK_SIZE, BlockStore
 
 BLOCK = 4 << 20
 
@@ -53,6 +55,19 @@ def _read_all(s: BlockStore, n: int) -> float:
     return n * BLOCK / (time.perf_counter() - t) / 1e6
 
 
+def _put_sst(kv: RocksKV, block_id: int, data: bytes, crc: int) -> None:
+    """A block stored as BlockStore did before block files: its chunks (each behind its CRC32C) as one SST file
+    ingested into the bulk key space, then its meta (layout BULK). BlockStore reads such blocks still."""
+    gen = kv.bulk.target()
+    kv.put(keys.pending(block_id), gen.to_bytes(4, "big") if gen else b"")
+    kv.bulk.ingest([(keys.chunk(block_id, i), crc32c(data[o:o + CHUNK_SIZE]).to_bytes(4, "big") +
+                     data[o:o + CHUNK_SIZE]) for i, o in enumerate(range(0, len(data), CHUNK_SIZE))], gen)
+    with kv.batch() as b:
+        b.put(keys.meta(block_id), len(data).to_bytes(8, "big") + crc.to_bytes(4, "big") + BULK +
+              (gen.to_bytes(4, "big") if gen else b""))
+        b.delete(keys.pending(block_id))
+
+
 def one(way: str, n: int, data: bytes, crc: int) -> str:
     root = Path(tempfile.mkdtemp(prefix="epochfs-blockwrite-"))
     kv = RocksKV.open(root / "blocks", bulk=True)
@@ -61,7 +76,10 @@ def one(way: str, n: int, data: bytes, crc: int) -> str:
         u0, s0 = _cpu()
         t = time.perf_counter()
         for i in range(n):
-            s.put(i + 1, data, crc)
+            if way == "file":
+                s.put(i + 1, data, crc)
+            else:
+                _put_sst(kv, i + 1, data, crc)
         dt = time.perf_counter() - t
         u1, s1 = _cpu()
         warm = _read_all(s, n)
