@@ -58,10 +58,9 @@ SEQUENCED = b"\x03"  # layout byte of a meta whose chunks are in the chunks key 
 FILED = b"\x04"  # layout byte of a meta whose data is a plain file of its own (`_file_path`): then its arrival number
 # (8 bytes) and the CRC32C of each chunk (4 bytes each); a file a put wrote or a delete left is named by a
 # keys.doomed_file marker until its meta names it or `purge` deletes it.
-# Why files and not an ingested SST (BULK, the layout before): bench/block_file_write.py, 256 blocks of 4 MiB, CPU
-# per GiB written: SstFileWriter + ingest 1.5-1.9 s (0.7 user: three copies of the data on the way, XXH3, the
-# ingest's MANIFEST edit; 1.0 sys: page faults of the writer's fresh buffers, the page-cache copy, fsyncs) and at most
-# ~400 MB/s from one thread, against 0.2-0.3 s and ~1.3 GB/s for write() + fdatasync of the bytes as they came.
+# Why files and not an ingested SST (BULK, the layout before): `python bench/block_file_write.py` (256 blocks of 4 MiB,
+# one thread), CPU per GiB written: SST 0.70-0.79 s user + 0.99-1.62 sys (three copies of the data on the way, XXH3,
+# the MANIFEST edit; page faults of fresh buffers, fsyncs), 290-370 MB/s; files 0.15-0.20 + 0.34-0.44, 740-930 MB/s.
 # RocksDB keeps what it is good at: the index (metas), small blocks, the replication queue.
 IN_CHUNKS = -1  # where a SPACED or SEQUENCED block's chunks are (`_where`: None for the main key space, a bulk
 # generation >= 0)
