@@ -102,13 +102,27 @@ MAX_WAL_MB = 256  # the WAL a store with the bulk and chunks spaces keeps at mos
 # oldest file goes first)
 
 
+def _takes_direct_io(folder: Path) -> bool:
+    """Whether files in `folder` open with O_DIRECT (not every file system takes it: tmpfs before Linux 6.6, some
+    FUSE file systems); RocksDB would fail its first flush there."""
+    probe = folder / ".direct-io-probe"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+    except OSError:
+        return False
+    os.close(fd)
+    probe.unlink(missing_ok=True)
+    return True
+
+
 class RocksKV:
     """RocksDB through rocksdict in raw mode.
 
     Options chosen by measurement on this machine (bench/kv_options.py): no compression (block data is incompressible
     and compression cost CPU on every put), no blob files (blob files made 4 MiB reads several times slower), level
     compaction (universal cost more CPU per MB written), bloom filters for the point lookups, XXH3 block checksums,
-    a 64 MiB write buffer, and the WAL written but not fsynced per batch: that survives kill -9 of the process, and an
+    a 64 MiB write buffer, a DataNode's flushes and compactions past the page cache (`open(bulk=True)`), and the WAL
+    written but not fsynced per batch: that survives kill -9 of the process, and an
     fsync per put would cap small writes at disk-flush rate (and hold the event loop for the fsync of a write made
     on it). What must survive a power loss is made durable by `WalSync` (group commit) after its write.
     """
@@ -161,6 +175,10 @@ class RocksKV:
         opts.set_allow_mmap_reads(True)
         opts.set_advise_random_on_open(False)  # MADV_RANDOM made the first mmap read of an ingested file 3x dearer
         opts.set_max_open_files(RocksBulk.MAX_OPEN_FILES)
+        # flushes and compactions write their tables past the page cache: the small blocks' bytes went into fresh
+        # page-cache pages twice or more (flush, then each compaction), and fresh pages are this machine's dearest
+        # copy (bench/small_block_write.py). Reads of those tables fill the page cache as usual.
+        opts.set_use_direct_io_for_flush_and_compaction(_takes_direct_io(Path(path)))
         bulk_opts = RocksBulk.options(cls._options())
         names = [RocksBulk.CF] + [n for n in (rocksdict.Rdict.list_cf(str(path)) if (Path(path) / "CURRENT").exists()
                                               else []) if n.startswith(RocksBulk.CF + ".")]

@@ -606,3 +606,36 @@ def test_a_purge_between_a_large_blocks_write_and_its_batch_leaves_its_file(tmp_
     asyncio.run(main())
     assert joined(s.read(1)) == data and _doomed(kv) == []
     kv.close()
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-io", "no-direct-io"])
+def test_small_blocks_survive_flushes_and_reopen_with_and_without_direct_io(tmp_path, monkeypatch, direct):
+    """Flushes and compactions write past the page cache where the folder takes O_DIRECT; where it does not (tmpfs,
+    some FUSE file systems: RocksDB would fail its first flush), the store writes through the page cache."""
+    from epochfs.common import kv as kvmod
+    if not direct:
+        real_open = os.open
+
+        def no_direct(path, flags, *a, **k):
+            if flags & os.O_DIRECT:
+                raise OSError(22, "Invalid argument")
+            return real_open(path, flags, *a, **k)
+        monkeypatch.setattr(kvmod.os, "open", no_direct)
+        assert not kvmod._takes_direct_io(tmp_path)
+    else:
+        assert kvmod._takes_direct_io(tmp_path), "this test needs a folder that takes O_DIRECT (ext4, xfs)"
+    assert not list(tmp_path.iterdir()), "the probe leaves no file"
+    path = tmp_path / "blocks"
+    kv = RocksKV.open(path, bulk=True)
+    s = BlockStore(kv, files=tmp_path / "files")
+    blocks = {bid: os.urandom(50_000 + bid) for bid in range(1, 41)}
+    for first in range(1, 41, 10):
+        assert not s.put_many([(b, memoryview(blocks[b]), crc32c(blocks[b]), []) for b in range(first, first + 10)])
+        kv.flush_memtables()  # four table files: a compaction
+    kv._db.compact_range(None, None)
+    kv.close()
+    kv = RocksKV.open(path, bulk=True)
+    s = BlockStore(kv, files=tmp_path / "files")
+    assert all(joined(s.read(b)) == data for b, data in blocks.items()) and s.count == 40
+    assert f"use_direct_io_for_flush_and_compaction: {int(direct)}" in (path / "LOG").read_text()
+    kv.close()
