@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
-"""How a DataNode writes small blocks (under 2 MiB: samples, small files): RocksDB's flushes and compactions through
-the page cache (up to 2026-11-27) against past it (O_DIRECT, `use_direct_io_for_flush_and_compaction`, common/kv.py).
+"""How a DataNode writes small blocks (under 2 MiB: samples, small files), three ways:
 
-Each way opens a DataNode store (RocksKV with the chunks space, BlockStore with its files folder) and stores --gib of
-blocks of --kib KiB through BlockStore.put_many, 16 blocks per batch and a WAL sync after each (as a DataNode does for
-a batch ingest), then flushes the memtables and waits until the process's CPU stops rising (compactions done).
+    rocksdb      their chunks through RocksDB's write batch into its chunks space (SEQUENCED, up to 2026-11-27),
+                 flushes and compactions through the page cache, as then
+    packs/cache  packs (PACKED, datanode/blockstore.py Packs) written through the page cache (where the file system
+                 takes no O_DIRECT)
+    packs        packs written past the page cache (O_DIRECT): what a DataNode does now
+
+Each way opens a DataNode store (RocksKV with the chunks space, BlockStore: with its files folder for the packs) and
+stores --gib of blocks of --kib KiB through BlockStore.put_many, 16 blocks per batch (a pack write and its
+fdatasync) and a WAL sync after each (as a DataNode does for a batch ingest), then flushes the memtables and waits
+until the process's CPU stops rising (compactions done).
 Reported: the write rate, the process's user and sys CPU per GiB (getrusage: every thread, RocksDB's background
 flushes and compactions included), then random reads of 3,000 blocks right after (from the page cache as far as the
 way left them there) and after the page cache is dropped (`echo 1 > /proc/sys/vm/drop_caches`, needs root; skipped
@@ -26,6 +32,7 @@ from pathlib import Path
 
 from epochfs.common import kv as kvmod
 from epochfs.common.blocks import crc32c
+from epochfs.datanode import blockstore
 from epochfs.datanode.blockstore import BlockStore
 
 BATCH = 16
@@ -56,12 +63,13 @@ def _reads(s: BlockStore, ids: list[int], size: int) -> str:
 
 def one(way: str, gib: float, size: int) -> str:
     root = Path(tempfile.mkdtemp(prefix="small-block-", dir=os.environ.get("BENCH_DIR")))
-    real = kvmod._takes_direct_io
-    if way == "page cache":
-        kvmod._takes_direct_io = lambda folder: False
+    real = kvmod.takes_direct_io
+    if way in ("rocksdb", "packs/cache"):
+        kvmod.takes_direct_io = blockstore.takes_direct_io = lambda folder: False
+    files = None if way == "rocksdb" else root / "blocks.files"
     try:
         kv = kvmod.RocksKV.open(root / "db", bulk=True)
-        s = BlockStore(kv, files=root / "blocks.files")
+        s = BlockStore(kv, files=files)
         pool = os.urandom(size + 65536)
         n = int(gib * (1 << 30)) // size // BATCH * BATCH
         t, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
@@ -89,12 +97,12 @@ def one(way: str, gib: float, size: int) -> str:
         cold = f"{'-':>16s}"
         if _drop_caches():
             kv = kvmod.RocksKV.open(root / "db", bulk=True)
-            cold = _reads(BlockStore(kv, files=root / "blocks.files"), ids, size)
+            cold = _reads(BlockStore(kv, files=files), ids, size)
             kv.close()
         return (f"{way:12s} {n / wall:8.0f} {n * size / wall / 1e6:7.0f} {(c1.ru_utime - c0.ru_utime) / g:6.2f} "
                 f"{(c1.ru_stime - c0.ru_stime) / g:6.2f}   {warm}   {cold}")
     finally:
-        kvmod._takes_direct_io = real
+        kvmod.takes_direct_io = blockstore.takes_direct_io = real
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -109,7 +117,7 @@ def main() -> None:
     print(f"{'way':12s} {'puts/s':>8s} {'MB/s':>7s} {'user':>6s} {'sys':>6s}   {'read at once':>16s}   "
           f"{'read cold':>16s}")
     for _ in range(a.rounds):
-        for way in ("page cache", "direct"):
+        for way in ("rocksdb", "packs/cache", "packs"):
             print(one(way, a.gib, a.kib << 10), flush=True)
             time.sleep(5)
 

@@ -102,7 +102,7 @@ MAX_WAL_MB = 256  # the WAL a store with the bulk and chunks spaces keeps at mos
 # oldest file goes first)
 
 
-def _takes_direct_io(folder: Path) -> bool:
+def takes_direct_io(folder: Path) -> bool:
     """Whether files in `folder` open with O_DIRECT (not every file system takes it: tmpfs before Linux 6.6, some
     FUSE file systems); RocksDB would fail its first flush there."""
     probe = folder / ".direct-io-probe"
@@ -178,7 +178,7 @@ class RocksKV:
         # flushes and compactions write their tables past the page cache: the small blocks' bytes went into fresh
         # page-cache pages twice or more (flush, then each compaction), and fresh pages are this machine's dearest
         # copy (bench/small_block_write.py). Reads of those tables fill the page cache as usual.
-        opts.set_use_direct_io_for_flush_and_compaction(_takes_direct_io(Path(path)))
+        opts.set_use_direct_io_for_flush_and_compaction(takes_direct_io(Path(path)))
         bulk_opts = RocksBulk.options(cls._options())
         names = [RocksBulk.CF] + [n for n in (rocksdict.Rdict.list_cf(str(path)) if (Path(path) / "CURRENT").exists()
                                               else []) if n.startswith(RocksBulk.CF + ".")]

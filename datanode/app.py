@@ -86,6 +86,7 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
             t.cancel()
         await peers.close()
         await nn.close()
+        store.close()
         kv.close()
 
     app = FastAPI(title="epochfs DataNode", lifespan=lifespan)

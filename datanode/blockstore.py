@@ -1,5 +1,5 @@
-"""Blocks in RocksDB (large ones: a file of their own, indexed in RocksDB), each stored with its CRC32C and checked on
-every read.
+"""Blocks on a DataNode: large ones a file of their own, small ones back to back in pack files, each indexed in RocksDB
+(its meta: size, CRC32C, where, each chunk's CRC32C) and checked on every read.
 
 A read that finds this node's copy bad -- a chunk failing its CRC32C, a chunk missing, or the storage engine unable
 to read it (RocksDB's `Corruption: block checksum mismatch` in one of its files, an I/O error) -- raises CorruptBlock
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 import os
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +27,7 @@ from epochfs.common import errors
 from awscrt.checksums import combine_crc32c
 
 from epochfs.common.blocks import crc32c
-from epochfs.common.kv import KV, StorageError, WalSync, prefix_end
+from epochfs.common.kv import KV, StorageError, WalSync, prefix_end, takes_direct_io
 from epochfs.common.worker import PassStats, Worker
 
 from . import keys
@@ -62,9 +64,22 @@ FILED = b"\x04"  # layout byte of a meta whose data is a plain file of its own (
 # one thread), CPU per GiB written: SST 0.70-0.79 s user + 0.99-1.62 sys (three copies of the data on the way, XXH3,
 # the MANIFEST edit; page faults of fresh buffers, fsyncs), 290-370 MB/s; files 0.15-0.20 + 0.34-0.44, 740-930 MB/s.
 # RocksDB keeps what it is good at: the index (metas), small blocks, the replication queue.
+PACKED = b"\x05"  # layout byte of a meta whose data lies in a pack file (`Packs`): then the pack's number (8 bytes),
+# the offset there (8) and the CRC32C of each chunk (4 bytes each).
+# Why packs and not RocksDB's chunks space (SEQUENCED, the layout before) for small blocks: there every byte went
+# through the WAL (a CRC32C in software: the wheel has no SSE4.2 build, 21% of a DataNode's CPU under `epochfs cp`), the
+# memtable and a flush; a pack takes it in one pwrite, with one fdatasync per group of batches
+# (`python bench/small_block_write.py`).
 IN_CHUNKS = -1  # where a SPACED or SEQUENCED block's chunks are (`_where`: None for the main key space, a bulk
 # generation >= 0)
 IN_FILE = -2  # (`_where`) a FILED block's data is its own file
+IN_PACK = -3  # (`_where`) a PACKED block's data is in a pack file
+PACK_BYTES = 256 << 20  # a pack takes blocks until this size, then the next one is started
+PACK_SPARSE = 0.5  # a full pack whose stored copies fill less than this share of it is compacted: its copies are
+# written again into the current pack, and the emptied pack deleted
+COMPACT_SCAN = 20_000  # metas read per compaction step (the index is scanned for the sparse pack's blocks)
+COMPACT_BYTES = 32 << 20  # bytes rewritten per compaction step at most
+PACK_ALIGN = 4096  # a pack written past the page cache (O_DIRECT) takes writes at multiples of this
 FILE_DIRS = 256  # files spread over this many folders (by arrival number): no folder grows past a few thousand
 
 
@@ -76,12 +91,14 @@ def _where(meta: bytes) -> int | None:
     """Where a stored block's chunks are: None (the main key space), IN_CHUNKS, IN_FILE, or its bulk generation."""
     layout = meta[12:13]
     return _meta_gen(meta) if layout == BULK else IN_CHUNKS if layout in (SPACED, SEQUENCED) else \
-        IN_FILE if layout == FILED else None
+        IN_FILE if layout == FILED else IN_PACK if layout == PACKED else None
 
 
 def chunk_prefix(block_id: int, meta: bytes) -> bytes:
     """The prefix of a stored block's chunk keys (in the key space `_where` names; a FILED block's: its arrival
-    number, which names its file)."""
+    number, which names its file; a PACKED block's: its pack and offset)."""
+    if meta[12:13] == PACKED:
+        return meta[13:29]
     return keys.seq_chunks(int.from_bytes(meta[13:21], "big")) if meta[12:13] in (SEQUENCED, FILED) else \
         keys.chunks_of(block_id)
 
@@ -107,9 +124,9 @@ def _meta_gen(meta: bytes) -> int:
 class BlockStore:
     def __init__(self, kv: KV, chunk_size: int = CHUNK_SIZE, bulk_min: int = BULK_MIN, *,
                  files: Path | None = None) -> None:
-        """`files`: the folder of the large blocks' files (FILED); without it (stores in memory, tests) every block goes
-        through the write batch. Large blocks a store wrote in the bulk key space before files (BULK) are read and
-        purged."""
+        """`files`: the folder of the large blocks' files (FILED) and of the packs of small ones (PACKED, in its
+        `packs` folder); without it (stores in memory, tests) every block goes through the write batch. Blocks a
+        store wrote before in the bulk key space (BULK) or the chunks space (SEQUENCED, SPACED) are read and purged."""
         self.kv = kv
         self.bulk = kv.bulk
         self.chunks = kv.chunks
@@ -133,21 +150,36 @@ class BlockStore:
             (int.from_bytes(k[1:5], "big"), int.from_bytes(k[5:], "big")): orjson.loads(v)
             for k, v in self._scan_past_damage(keys.REPL, prefix_end(keys.REPL))}
         top = 0
+        live: dict[int, int] = {}  # pack -> bytes of the copies stored in it
         for _, v in self._scan_past_damage(keys.METAS, prefix_end(keys.METAS)):
             self.used += int.from_bytes(v[:8], "big")
             self.count += 1
             if v[12:13] in (SEQUENCED, FILED):
                 top = max(top, int.from_bytes(v[13:21], "big"))
+            elif v[12:13] == PACKED:
+                pack = int.from_bytes(v[13:21], "big")
+                live[pack] = live.get(pack, 0) + int.from_bytes(v[:8], "big")
         for k, _ in self._scan_past_damage(keys.DOOMED_FILES, prefix_end(keys.DOOMED_FILES)):
             top = max(top, int.from_bytes(k[1:], "big"))  # a file not deleted yet keeps its number
         # the next arrival number: past every stored copy's (a deleted copy's chunks went with its meta, in one batch)
         self._seq = top + 1
         self.files = files
+        self.packs: Packs | None = None
         if files is not None:
             for i in range(FILE_DIRS):
                 (files / f"{i:02x}").mkdir(parents=True, exist_ok=True)
+            self.packs = Packs(files / "packs", live)
             _fsync_dir(files)
             _fsync_dir(files.parent)
+        self.packs_synced = WalSync(self.packs) if self.packs is not None else None  # group commit of pack writes
+        self._compacting: int | None = None  # the pack being compacted
+        self._compact_from = 0  # the block id its index scan goes on from
+
+    def close(self) -> None:
+        """Close the packs' files (the store's KV is its owner's to close)."""
+        if self.packs is not None:
+            self.packs.close()
+        self._ingester.shutdown()
 
     def _meta(self, block_id: int) -> tuple[int, int, int | None, bytes, bytes]:
         """(size, crc, where its chunks are: see `_where`, their key prefix, the meta) of a stored block."""
@@ -171,6 +203,9 @@ class BlockStore:
         `jobs_due_in` delays the jobs: the caller pushes the block from memory right away and the queued jobs are
         the durable fallback if that push fails or the process dies."""
         mv = memoryview(data)
+        if self.packs is not None and not self._large(len(mv)):
+            _raise_first(self.put_many([(block_id, mv, crc, secondaries)], jobs_due_in=jobs_due_in), block_id)
+            return
         crcs, old, seq = self._begin(block_id, mv, crc)
         if seq is not None:
             self._write_large(block_id, mv, seq)
@@ -187,7 +222,8 @@ class BlockStore:
         is not written and `purge` deletes the file."""
         mv = memoryview(data)
         if not self._large(len(mv)):
-            self.put(block_id, mv, crc, secondaries, jobs_due_in=jobs_due_in)
+            _raise_first(await self._store_small([(block_id, mv, crc, secondaries)], jobs_due_in=jobs_due_in),
+                         block_id)
             return
         loop = asyncio.get_running_loop()
         while (busy := self._storing.get(block_id)) is not None:
@@ -259,14 +295,15 @@ class BlockStore:
                 b.delete(keys.doomed_file(seq))
             else:
                 self._put_chunks(b, self._chunk_items(chunk_prefix(block_id, meta), mv, crcs))
-            if old is not None and _loc(block_id, old) != _loc(block_id, meta):
-                self._forget_chunks(b, block_id, old)  # a copy stored elsewhere (another bulk_min, generation)
+            freed = self._forget_chunks(b, block_id, old) \
+                if old is not None and _loc(block_id, old) != _loc(block_id, meta) else None  # a copy stored elsewhere
             now = time.time()
             jobs = {(target, block_id): {"a": addr, "n": 0, "due": now + jobs_due_in, "t": now}
                     for target, addr in secondaries}
             for (target, _), job in jobs.items():
                 b.put(keys.repl(target, block_id), orjson.dumps(job))
         self._jobs.update(jobs)
+        self._freed([freed])
         self.bad.discard(block_id)  # a good copy now
         if old is None:
             self.used += n
@@ -301,40 +338,131 @@ class BlockStore:
     def put_many(self, blocks: list[tuple[int, memoryview, int, list[tuple[int, str]]]], *,
                  jobs_due_in: float = 0.0) -> dict[int, str]:
         """Store many small blocks, each (id, data, crc, secondaries), with their replication jobs in one atomic
-        write batch, their chunks through it (`store_many` sends the bulk ones to `put_async` instead). Returns the
-        error class of each block (by index) not stored: its data doesn't match its CRC."""
+        write batch: their data first in the current pack, fdatasynced here (a store without packs: the chunks
+        through the batch). Returns the error class of each block (by index) not stored: its data doesn't match its
+        CRC. `store_many` is the same with the pack's fdatasync shared with concurrent writers, off the loop."""
+        errs, small = self._checked_blocks(blocks)
+        region = self._pack_write(small)
+        try:
+            if region is not None:
+                self.packs.flush()
+            self._commit(small, region, jobs_due_in)
+        finally:
+            self._pack_done(region)
+        return errs
+
+    def _checked_blocks(self, blocks) -> tuple[dict[int, str], list[tuple[int, memoryview, int, list[int], list]]]:
+        """(the error class of each block by index whose data doesn't match its CRC, the others as (id, data, crc,
+        chunk CRCs, secondaries))."""
         errs: dict[int, str] = {}
         small = []
         for i, (bid, data, crc, secondaries) in enumerate(blocks):
             mv = memoryview(data)
             try:
-                crcs = self._chunk_crcs(bid, mv, crc)
+                small.append((bid, mv, crc, self._chunk_crcs(bid, mv, crc), secondaries))
             except errors.CorruptBlock as e:
                 errs[i] = type(e).__name__
-                continue
-            try:
-                old = self.kv.get(keys.meta(bid))
-            except StorageError:
-                old = None
-            small.append((bid, mv, crc, crcs, secondaries, old))
+        return errs, small
+
+    def _pack_write(self, small) -> tuple[int, list[int]] | None:
+        """Write the blocks' data back to back at the end of the current pack: (the pack, each block's offset);
+        None where the store keeps no packs. Until `_pack_done`, the pack is not deleted."""
+        if self.packs is None or not small:
+            return None
+        region = self._pack_reserve(small)
+        try:
+            self.packs.write(region[0], region[1][0], [mv for _, mv, _, _, _ in small])
+        except BaseException:
+            self._pack_done(region)
+            raise
+        return region
+
+    def _pack_reserve(self, small) -> tuple[int, list[int]]:
+        """A place at the end of the current pack for the blocks' data back to back: (the pack, each block's
+        offset)."""
+        pack, off = self.packs.reserve(sum(len(mv) for _, mv, _, _, _ in small))
+        offsets = []
+        for _, mv, _, _, _ in small:
+            offsets.append(off)
+            off += len(mv)
+        return pack, offsets
+
+    def _pack_done(self, region: tuple[int, list[int]] | None) -> None:
+        if region is not None:
+            self.packs.inflight[region[0]] -= 1
+
+    def _commit(self, small, region: tuple[int, list[int]] | None, jobs_due_in: float, *, since: float | None = None,
+                expect: dict[int, bytes] | None = None) -> None:
+        """The batch of a small-block write: each block's meta (naming its place in `region`, else its chunks go
+        into the batch), its replication jobs, the copy it replaces forgotten; then the counts. Skipped: a block
+        deleted after `since` (a delete that came while its data was written wins, as one after the write would),
+        and one whose meta is no longer `expect[id]` (compaction: the block was deleted or written again)."""
         now = time.time()
-        jobs = {}
+        jobs, freed, stored = {}, [], []
         with self.kv.batch() as b:
-            for bid, mv, crc, crcs, secondaries, old in small:
-                meta = self._small_meta(len(mv), crc)
-                b.put(keys.meta(bid), meta)
-                self._put_chunks(b, self._chunk_items(chunk_prefix(bid, meta), mv, crcs))
+            for j, (bid, mv, crc, crcs, secondaries) in enumerate(small):
+                if since is not None and self._tombstones.get(bid, -1.0) >= since:
+                    continue
+                try:
+                    old = self.kv.get(keys.meta(bid))
+                except StorageError:  # the copy being replaced is unreadable: written over as if absent
+                    old = None
+                if expect is not None and old != expect[bid]:
+                    continue
+                if region is not None:
+                    meta = len(mv).to_bytes(8, "big") + crc.to_bytes(4, "big") + PACKED + \
+                        region[0].to_bytes(8, "big") + region[1][j].to_bytes(8, "big") + \
+                        b"".join(c.to_bytes(4, "big") for c in crcs)
+                    b.put(keys.meta(bid), meta)
+                else:
+                    meta = self._small_meta(len(mv), crc)
+                    b.put(keys.meta(bid), meta)
+                    self._put_chunks(b, self._chunk_items(chunk_prefix(bid, meta), mv, crcs))
                 if old is not None and _loc(bid, old) != _loc(bid, meta):
-                    self._forget_chunks(b, bid, old)
+                    freed.append(self._forget_chunks(b, bid, old))
                 for target, addr in secondaries:
                     job = jobs[(target, bid)] = {"a": addr, "n": 0, "due": now + jobs_due_in, "t": now}
                     b.put(keys.repl(target, bid), orjson.dumps(job))
+                stored.append((bid, len(mv), old))
         self._jobs.update(jobs)
-        for bid, mv, _, _, _, old in small:
-            self.bad.discard(bid)
+        self._freed(freed)
+        if region is not None:
+            self.packs.live[region[0]] += sum(n for _, n, _ in stored)
+        for bid, n, old in stored:
+            self.bad.discard(bid)  # a good copy now
             if old is None:
-                self.used += len(mv)
+                self.used += n
                 self.count += 1
+
+    def _freed(self, freed: list[tuple[int, int] | None]) -> None:
+        """Count the pack bytes that forgotten copies (`_forget_chunks`' answers) no longer hold, once their batch
+        is written."""
+        for f in freed:
+            if f is not None:
+                self.packs.live[f[0]] -= f[1]
+
+    async def _store_small(self, blocks, *, jobs_due_in: float = 0.0,
+                           expect: dict[int, bytes] | None = None) -> dict[int, str]:
+        """`put_many` with the pack's fdatasync in a worker thread, shared with the writes made meanwhile (group
+        commit), and the batch written once it is done."""
+        if self.packs is None:
+            return self.put_many(blocks, jobs_due_in=jobs_due_in)
+        since = time.monotonic()
+        errs, small = self._checked_blocks(blocks)
+        if not small:
+            return errs
+        region = self._pack_reserve(small)
+        write = asyncio.get_running_loop().run_in_executor(
+            self._ingester, self.packs.write, region[0], region[1][0], [mv for _, mv, _, _, _ in small])
+        try:
+            await asyncio.shield(write)
+            await self.packs_synced()
+            self._commit(small, region, jobs_due_in, since=since, expect=expect)
+        finally:
+            if write.done():
+                self._pack_done(region)
+            else:  # the caller was cancelled while the thread writes: the pack stays until it is done
+                write.add_done_callback(lambda _: self._pack_done(region))
         return errs
 
     async def store(self, block_id: int, data, crc: int, secondaries: list[tuple[int, str]] = (), *,
@@ -347,9 +475,9 @@ class BlockStore:
 
     async def store_many(self, blocks: list[tuple[int, memoryview, int, list[tuple[int, str]]]], *,
                          jobs_due_in: float = 0.0) -> dict[int, str]:
-        """`put_many` for the small blocks (one batch) and `put_async` for each bulk one, noting in `write_error`
-        whether the storage engine takes writes (as `store`); the error class of each block (by index) not
-        stored."""
+        """The small blocks in one pack write and one batch (`_store_small`) and `put_async` for each large one,
+        noting in `write_error` whether the storage engine takes writes (as `store`); the error class of each
+        block (by index) not stored."""
         bulk = [i for i, (_, data, _, _) in enumerate(blocks) if self._large(len(data))]
         is_bulk = set(bulk)
         small = [i for i in range(len(blocks)) if i not in is_bulk]
@@ -362,8 +490,8 @@ class BlockStore:
                 except errors.CorruptBlock as e:
                     errs[i] = type(e).__name__
             if small:
-                errs.update({small[j]: e for j, e in self.put_many([blocks[i] for i in small],
-                                                                     jobs_due_in=jobs_due_in).items()})
+                errs.update({small[j]: e for j, e in (await self._store_small(
+                    [blocks[i] for i in small], jobs_due_in=jobs_due_in)).items()})
         return errs
 
     @contextmanager
@@ -386,10 +514,13 @@ class BlockStore:
             for k, v in chunks:
                 b.put(k, v, column_family=self.chunks.handle)
 
-    def _forget_chunks(self, b, block_id: int, meta: bytes) -> None:
+    def _forget_chunks(self, b, block_id: int, meta: bytes) -> tuple[int, int] | None:
         """In batch `b`: delete a stored block's chunks, or for a bulk or FILED block mark them for `purge` (the block
-        is gone for readers at once; its file goes with the Purger's next step)."""
+        is gone for readers at once; its file goes with the Purger's next step). A PACKED copy needs nothing in the
+        batch: returned is (its pack, its size), for `_freed` once the batch is written."""
         where, prefix = _loc(block_id, meta)
+        if where == IN_PACK:
+            return int.from_bytes(meta[13:21], "big"), int.from_bytes(meta[:8], "big")
         if where == IN_FILE:
             b.put(keys.doomed_file(int.from_bytes(meta[13:21], "big")), block_id.to_bytes(8, "big"))
             return
@@ -440,6 +571,8 @@ class BlockStore:
             return []
         if where == IN_FILE:
             return self._read_file(block_id, raw, offset, end)
+        if where == IN_PACK:
+            return self._read_packed(block_id, raw, offset, end)
         cs = self.chunk_size
         out = []
         first = offset // cs
@@ -452,36 +585,49 @@ class BlockStore:
         return out
 
     def _read_file(self, block_id: int, meta: bytes, offset: int, end: int) -> list[memoryview]:
-        """Bytes [offset, end) of a FILED block: the chunks they touch, each read by a pread and checked against its
-        CRC32C in the meta. pread, not a mapping: a disk's read error is then an OSError (a bad copy, read from
+        """Bytes [offset, end) of a FILED block: the chunks they touch, read by one pread and each checked against
+        its CRC32C in the meta. pread, not a mapping: a disk's read error is then an OSError (a bad copy, read from
         another replica), not a SIGBUS that kills the node. Its pages were dropped behind at write, so a read right
         after the write comes from the disk: ~1 GB/s here (bench/block_file_write.py), no slower than the SST
         layout's reads from the disk; that layout's blocks stayed in memory (RocksDB keeps them mapped: 512 of 512
         MiB resident after a PUT, untouched by drop_caches), which is why `s3_bench.py`'s GET stream right after its
         MPU PUT measured 1,067-1,375 MB/s then and 744-965 now, and why its writes took fresh pages.)"""
-        cs, size = self.chunk_size, int.from_bytes(meta[:8], "big")
         path = self._file_path(block_id, int.from_bytes(meta[13:21], "big"))
+        return self._read_checked(block_id, meta, 21, path, 0, offset, end)
+
+    def _read_packed(self, block_id: int, meta: bytes, offset: int, end: int) -> list[memoryview]:
+        """Bytes [offset, end) of a PACKED block, as `_read_file` reads a file's."""
+        path = self.packs.path(int.from_bytes(meta[13:21], "big"))
+        return self._read_checked(block_id, meta, 29, path, int.from_bytes(meta[21:29], "big"), offset, end)
+
+    def _read_checked(self, block_id: int, meta: bytes, crcs_at: int, path: Path, base: int, offset: int,
+                      end: int) -> list[memoryview]:
+        """Bytes [offset, end) of a block whose data starts at `base` in file `path`: the chunks they touch, read by
+        one pread, each checked against its CRC32C (in `meta` from byte `crcs_at` on)."""
+        cs, size = self.chunk_size, int.from_bytes(meta[:8], "big")
+        first, stop = offset // cs, (end - 1) // cs + 1
+        lo, hi = first * cs, min(size, stop * cs)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             raise errors.NoSuchBlock(f"block {block_id}: its file {path.name} is missing") from None
         except OSError as e:
             raise self._damaged(block_id, StorageError(str(e))) from None
-        out = []
         try:
-            for i in range(offset // cs, (end - 1) // cs + 1):
-                want = min(cs, size - i * cs)
-                chunk = memoryview(os.pread(fd, want, i * cs))
-                if len(chunk) != want:
-                    raise errors.CorruptBlock(f"block {block_id}: its file is short (chunk {i})")
-                if crc32c(chunk) != int.from_bytes(meta[21 + 4 * i:25 + 4 * i], "big"):
-                    raise errors.CorruptBlock(f"block {block_id} chunk {i} failed its crc32c check")
-                a, z = max(offset - i * cs, 0), min(end - i * cs, want)
-                out.append(chunk[a:z] if (a, z) != (0, want) else chunk)
+            data = memoryview(os.pread(fd, hi - lo, base + lo))
         except OSError as e:
             raise self._damaged(block_id, StorageError(str(e))) from None
         finally:
             os.close(fd)
+        if len(data) != hi - lo:
+            raise errors.CorruptBlock(f"block {block_id}: its file {path.name} is short")
+        out = []
+        for i in range(first, stop):
+            chunk = data[(i - first) * cs:min((i - first + 1) * cs, hi - lo)]
+            if crc32c(chunk) != int.from_bytes(meta[crcs_at + 4 * i:crcs_at + 4 + 4 * i], "big"):
+                raise errors.CorruptBlock(f"block {block_id} chunk {i} failed its crc32c check")
+            a, z = max(offset - i * cs, 0), min(end - i * cs, len(chunk))
+            out.append(chunk[a:z] if (a, z) != (0, len(chunk)) else chunk)
         return out
 
     @staticmethod
@@ -537,6 +683,7 @@ class BlockStore:
         for bid in block_ids:
             self._tombstones[bid] = now
         freed = gone = 0
+        packed = []
         with self.kv.batch() as b:  # the counts change once the batch is written (a store may refuse it)
             for bid in block_ids:
                 raw = self.kv.get(keys.meta(bid))
@@ -545,7 +692,8 @@ class BlockStore:
                 freed += int.from_bytes(raw[:8], "big")
                 gone += 1
                 b.delete(keys.meta(bid))
-                self._forget_chunks(b, bid, raw)
+                packed.append(self._forget_chunks(b, bid, raw))
+        self._freed(packed)
         self.used -= freed
         self.count -= gone
         # drop replication jobs for deleted blocks
@@ -562,7 +710,7 @@ class BlockStore:
         PURGE_FILES at a time, then drop the bulk chunks of up to `limit` `pending` blocks in the generation their
         marker names, unless the block's meta says its copy is there (deleted, rewritten elsewhere, or a put that a
         crash kept from its batch), one block at a time (see common/kv.RocksBulk.drop); returns how many."""
-        done = self._purge_files()
+        done = self._purge_files() + (self.packs.reclaim() if self.packs is not None else 0)
         if limit is not None and done >= limit:
             return done
         for k, v in self.kv.scan(keys.PENDING, prefix_end(keys.PENDING)):
@@ -597,6 +745,44 @@ class BlockStore:
             if done >= PURGE_FILES:
                 break
         return done
+
+    async def compact_packs(self) -> int:
+        """One step of compacting a sparse pack (one whose stored copies fill less than PACK_SPARSE of it: the rest
+        is deleted or replaced copies, or a crash's unfinished writes): the block index is read from where the last
+        step stopped, up to COMPACT_SCAN metas, and every copy found in that pack is written again into the current
+        one (its data read and checked first; a bad copy is left there, for the scrubber and repair), up to
+        COMPACT_BYTES. A copy deleted or written again meanwhile keeps its newer state. Once the index was read to its
+        end, the pack holds nothing more and `purge` deletes it. Returns the copies moved."""
+        if self.packs is None:
+            return 0
+        if self._compacting is None or self._compacting not in self.packs.live:
+            self._compacting, self._compact_from = self.packs.sparse(), 0
+            if self._compacting is None:
+                return 0
+        pack, todo, expect, size, last = self._compacting, [], {}, 0, None
+        for n, (k, v) in enumerate(self.kv.scan(keys.meta(self._compact_from), prefix_end(keys.METAS))):
+            last = int.from_bytes(k[1:], "big")
+            if n >= COMPACT_SCAN or size >= COMPACT_BYTES:
+                break
+            if v[12:13] == PACKED and int.from_bytes(v[13:21], "big") == pack:
+                try:
+                    data = b"".join(self.read(last))
+                except (errors.NoSuchBlock, errors.CorruptBlock) as e:
+                    log.warning("compacting pack %s: block %s left there: %s", pack, last, e)
+                    continue
+                todo.append((last, data, int.from_bytes(v[8:12], "big"), []))
+                expect[last] = v
+                size += len(data)
+            last = None
+        if last is None:  # the index read to its end
+            self.packs.compacted.add(pack)
+            self._compacting = None
+        else:
+            self._compact_from = last
+        if todo:
+            with self._engine_write():
+                await self._store_small(todo, expect=expect)
+        return len(todo)
 
     def block_ids(self) -> list[int]:
         return [int.from_bytes(k[1:], "big") for k in self.kv.scan_keys(keys.METAS, prefix_end(keys.METAS))]
@@ -677,11 +863,163 @@ def _fsync_dir(path: Path) -> None:
 
 
 class Purger(Worker):
-    """Drops the files of deleted bulk blocks in the background, one block per step (a flush and a compaction of
-    that block's range, ~10 ms), so that deleting thousands of blocks never stalls the node's RPCs and heartbeats."""
+    """Deletes the files of deleted blocks and emptied packs and drops deleted bulk blocks in the background, one
+    bulk block per step (a flush and a compaction of that block's range, ~10 ms), and compacts sparse packs a step
+    at a time, so that deleting thousands of blocks never stalls the node's RPCs and heartbeats."""
 
     def __init__(self, store: BlockStore, interval_s: float = 1.0) -> None:
         self.store, self.interval_s = store, interval_s
 
     async def run_once(self) -> PassStats:
-        return PassStats(ok=self.store.purge(limit=1))
+        return PassStats(ok=self.store.purge(limit=1) + await self.store.compact_packs())
+
+
+class Packs:
+    """Pack files of a DataNode's small blocks (PACKED): `<folder>/<number>`, each written only at its end, the
+    blocks of a write back to back in one pwrite; `flush` fdatasyncs what was written (through WalSync: one sync for
+    the writes of many batches). A block's meta names its pack and offset. A pack is deleted once no stored copy
+    is in it (`reclaim`); `sparse` names one worth compacting. How many bytes of stored copies each pack holds
+    (`live`) is counted from the metas when the store opens and kept up to date by the store's batches; the packs a
+    restart finds are never written again (a new one is started), and those holding no copy (a crash's unfinished
+    writes) are deleted then.
+
+    Written ourselves: the log-structured volume of Haystack, SeaweedFS and 3FS's chunk engine, on no library
+    Python has; RocksDB's own blob files (BlobDB) made reads several times slower (bench/kv_options.py)."""
+
+    def __init__(self, folder: Path, live: dict[int, int]) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        # written past the page cache where the file system takes it: the page-cache copy into fresh pages was 26% of
+        # a DataNode's CPU under `epochfs cp` (perf), this VM's dearest copy; reads fill the page cache as usual
+        self.direct = takes_direct_io(folder)
+        self._buf = mmap.mmap(-1, 1 << 20)  # aligned (a mapping is page-aligned) for O_DIRECT, reused: no fresh pages
+        self._buf_lock = threading.Lock()
+        self.live = live
+        self.inflight: dict[int, int] = {}  # pack -> writes made to it whose batch is not written yet
+        self.sizes: dict[int, int] = {}  # pack -> its length
+        for p in folder.iterdir():
+            if p.name.isdigit():
+                if int(p.name) in live:
+                    self.sizes[int(p.name)] = p.stat().st_size
+                else:
+                    p.unlink()
+        for pack in live:
+            self.sizes.setdefault(pack, 0)  # a meta names it and its file is gone: reads say NoSuchBlock
+        self.active = max(self.sizes, default=0) + 1
+        self.live[self.active], self.sizes[self.active] = 0, 0
+        self._fds: dict[int, int] = {}  # pack -> open for writing
+        self._dirty: set[int] = set()  # packs written since the last flush
+        self._syncing: set[int] = set()  # packs the flush under way syncs
+        self.compacted: set[int] = set()  # packs compacted once (what is left in one is a bad copy: repair's)
+        self._new = False  # a pack file created since the last flush (its folder to fsync)
+        _fsync_dir(folder)
+
+    def path(self, pack: int) -> Path:
+        return self.folder / str(pack)
+
+    def reserve(self, n: int) -> tuple[int, int]:
+        """A place for `n` bytes: (pack, offset) at the end of the current pack, or of a new one once it is full."""
+        if self.sizes[self.active] and self.sizes[self.active] + n > PACK_BYTES:
+            self.active += 1
+            self.live[self.active], self.sizes[self.active] = 0, 0
+        pack, off = self.active, self.sizes[self.active]
+        self.sizes[pack] += -(-n // PACK_ALIGN) * PACK_ALIGN if self.direct else n
+        self.inflight[pack] = self.inflight.get(pack, 0) + 1
+        return pack, off
+
+    def write(self, pack: int, offset: int, bufs: list[memoryview]) -> None:
+        """Write `bufs` back to back at `offset` of `pack` (a place `reserve` gave)."""
+        try:
+            fd = self._fds.get(pack)
+            if fd is None:
+                fd = self._fds[pack] = os.open(self.path(pack), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC |
+                                               (os.O_DIRECT if self.direct else 0), 0o600)
+                self._new = True
+            if self.direct:
+                self._write_direct(fd, offset, bufs)
+                bufs = []
+            while bufs:
+                n = os.pwritev(fd, bufs[:1024], offset)  # IOV_MAX
+                offset += n
+                while bufs and n >= len(bufs[0]):
+                    n -= len(bufs[0])
+                    bufs = bufs[1:]
+                if bufs and n:
+                    bufs = [bufs[0][n:], *bufs[1:]]
+            self._dirty.add(pack)
+        except OSError as e:
+            raise StorageError(f"writing to pack {pack}: {e}") from None
+
+    def _write_direct(self, fd: int, offset: int, bufs: list[memoryview]) -> None:
+        """One O_DIRECT pwrite of `bufs` copied into the aligned buffer, zeros after them to the next PACK_ALIGN."""
+        n = sum(len(b) for b in bufs)
+        padded = -(-n // PACK_ALIGN) * PACK_ALIGN
+        with self._buf_lock:
+            if len(self._buf) < padded:
+                self._buf.close()
+                self._buf = mmap.mmap(-1, -(-padded // (1 << 20)) << 20)
+            out, at = memoryview(self._buf), 0
+            try:
+                for b in bufs:
+                    out[at:at + len(b)] = b
+                    at += len(b)
+                out[at:padded] = bytes(padded - at)
+                if os.pwrite(fd, out[:padded], offset) != padded:
+                    raise OSError("short write")
+            finally:
+                out.release()
+
+    def flush(self) -> None:
+        """fdatasync every pack written since the last call, and the folder if a pack was created (in a worker
+        thread by WalSync: a write the event loop makes meanwhile goes to the next call)."""
+        dirty, self._dirty = self._dirty, set()
+        new, self._new = self._new, False
+        self._syncing = dirty  # `reclaim` keeps their files open meanwhile
+        try:
+            for pack in dirty:
+                os.fdatasync(self._fds[pack])
+            if new:
+                _fsync_dir(self.folder)
+        finally:
+            self._syncing = set()
+
+    def reclaim(self) -> int:
+        """Delete the packs that hold no stored copy and take no more writes; returns how many."""
+        done = 0
+        for pack in [p for p, n in self.live.items() if n <= 0 and p != self.active and not self.inflight.get(p)
+                     and p not in self._dirty and p not in self._syncing]:
+            fd = self._fds.pop(pack, None)
+            if fd is not None:
+                os.close(fd)
+            try:
+                self.path(pack).unlink(missing_ok=True)
+            except OSError as e:
+                log.error("pack %s: cannot delete it: %s", pack, e)
+                continue
+            del self.live[pack], self.sizes[pack]
+            self.inflight.pop(pack, None)
+            self.compacted.discard(pack)
+            done += 1
+        for pack in [p for p in self._fds if p != self.active and not self.inflight.get(p) and p not in self._dirty
+                     and p not in self._syncing]:
+            os.close(self._fds.pop(pack))  # a full pack, synced: no more writes
+        return done
+
+    def sparse(self) -> int | None:
+        """The full pack whose stored copies fill the least of it, if less than PACK_SPARSE."""
+        full = [(self.live[p] / self.sizes[p], p) for p in self.live
+                if p != self.active and not self.inflight.get(p) and self.sizes.get(p) and p not in self.compacted
+                and self.live[p] < PACK_SPARSE * self.sizes[p]]
+        return min(full)[1] if full else None
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self._buf.close()
+
+
+def _raise_first(errs: dict[int, str], block_id: int) -> None:
+    """Raise the error `put_many` answered for a single block (its data doesn't match its CRC)."""
+    if errs:
+        raise errors.CorruptBlock(f"block {block_id}: data does not match its crc32c")

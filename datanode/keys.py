@@ -1,7 +1,9 @@
 """RocksDB key layout of a DataNode (integers big-endian, so scans come back sorted).
 
   m <block:8>               -> block size:8 + crc32c of the whole block:4 (big-endian) [+ layout:1 (1 bulk + its
-                               generation, 2 chunks space by block id, 3 chunks space + the arrival number:8)]
+                               generation, 2 chunks space by block id, 3 chunks space + the arrival number:8, 4 a file
+                               of its own: arrival number:8 + each chunk's crc32c:4, 5 in a pack: pack:8 + offset:8 +
+                               each chunk's crc32c:4)]
   b <block:8> <chunk:4>     -> crc32c:4 + the chunk's data (CHUNK_SIZE bytes, the last one shorter)
   q <seq:8> <chunk:4>       -> the same, for a small block in the chunks key space, under the store's arrival number of
                                that copy (its meta says which): these keys only grow, so the key space's flushed

@@ -101,15 +101,16 @@ def test_client_leaving_mid_read_leaves_no_unretrieved_future(cluster, bucket, s
     assert "Task exception was never retrieved" not in log
 
 
-# ---------------------------------------------------------------- corruption inside RocksDB's own files
-def _sst_flip(c: Cluster, dn: str, bodies: list[bytes]) -> None:
+# ---------------------------------------------------------------- corruption inside the store's files
+def _store_flip(c: Cluster, dn: str, bodies: list[bytes]) -> None:
     """With DataNode `dn` stopped: have its RocksDB write everything to SST files (recovered from the WAL and
-    flushed), then flip bytes in the middle of each body where it lies in those files, as a rotting disk would."""
+    flushed), then flip bytes in the middle of each body where it lies in those files or in the node's packs
+    (small blocks written since 2026-11-27), as a rotting disk would."""
     from epochfs.common.kv import RocksKV
     kv = RocksKV.open(c.root / dn / "blocks", bulk=True)
     kv.flush_memtables()
     kv.close()
-    ssts = sorted((c.root / dn / "blocks").glob("*.sst"))
+    ssts = sorted((c.root / dn / "blocks").glob("*.sst")) + sorted((c.root / dn / "blocks.files" / "packs").iterdir())
     for body in bodies:
         needle = body[5000:5064]
         for f in ssts:
@@ -120,7 +121,7 @@ def _sst_flip(c: Cluster, dn: str, bodies: list[bytes]) -> None:
                 f.write_bytes(bytes(raw))
                 break
         else:
-            raise AssertionError("a body is not in any SST file")
+            raise AssertionError("a body is not in any SST or pack file")
 
 
 def _replica_ok(c: Cluster, dn: str, block_id: int, data: bytes) -> bool:
@@ -131,9 +132,10 @@ def _replica_ok(c: Cluster, dn: str, block_id: int, data: bytes) -> bool:
         return False
 
 
-def test_rocksdb_corruption_is_a_bad_replica_read_around_reported_repaired_and_scrubbed(tmp_path):
-    """Small objects (one 110 KiB block each, in the DataNodes' write-batch key space) with their bytes flipped
-    inside one DataNode's SST files, so that RocksDB itself answers `Corruption: block checksum mismatch`: S3 GETs
+def test_store_corruption_is_a_bad_replica_read_around_reported_repaired_and_scrubbed(tmp_path):
+    """Small objects (one 110 KiB block each, in the DataNodes' packs) with their bytes flipped inside one
+    DataNode's files, so that its chunk CRC32Cs fail (RocksDB's `Corruption: block checksum mismatch` where a
+    store still has them in SST files): S3 GETs
     and direct (tokened) reads get the right bytes from other replicas, each bad copy is reported and repaired back
     to three good ones, and a scrub job checks every block and counts the bad ones instead of stopping at them."""
     from epochfs.common.blocks import pick_replica
@@ -162,10 +164,10 @@ def test_rocksdb_corruption_is_a_bad_replica_read_around_reported_repaired_and_s
         scrubbed = [k for k in data if k not in s3_read + direct][:3]  # nobody reads these
         assert len(s3_read) == 3 and len(direct) == 2 and len(scrubbed) == 3
         c.stop(victim)
-        _sst_flip(c, victim, [data[k] for k in s3_read + direct + scrubbed])
+        _store_flip(c, victim, [data[k] for k in s3_read + direct + scrubbed])
         c.start_datanode(1)
         for k in s3_read + direct + scrubbed:
-            assert not _replica_ok(c, victim, blks[k].id, data[k])  # RocksDB refuses it: the corruption is real
+            assert not _replica_ok(c, victim, blks[k].id, data[k])  # the store refuses it: the corruption is real
 
         for k in s3_read:
             assert s3.get_object(Bucket="bkt", Key=k)["Body"].read() == data[k]

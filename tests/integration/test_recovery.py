@@ -45,29 +45,25 @@ def settle_replication(c: Cluster, block_lists: list) -> None:
 
 def flip_byte(c: Cluster, dn: str, block_id: int, chunk: int = 0, at: int = 1000) -> None:
     """Corrupt one byte of a stored chunk directly in the stopped DataNode's store: in its file if the block is
-    large (FILED), else in RocksDB's chunks space."""
-    from epochfs.datanode.blockstore import CHUNK_SIZE, FILED, SEQUENCED, block_file, chunk_prefix
+    large (FILED), else in its pack (PACKED)."""
+    from epochfs.datanode.blockstore import CHUNK_SIZE, FILED, PACKED, block_file
     kv = RocksKV.open(c.root / dn / "blocks", bulk=True)
     try:
         meta = kv.get(dnkeys.meta(block_id))
-        layout = meta[12:13]
-        assert layout in (FILED, SEQUENCED), "a block written now is in a file or the chunks space"
-        if layout == FILED:
-            path = block_file(c.root / dn / "blocks.files", block_id, int.from_bytes(meta[13:21], "big"))
-            with open(path, "r+b") as f:
-                f.seek(chunk * CHUNK_SIZE + at)
-                byte = f.read(1)[0]
-                f.seek(chunk * CHUNK_SIZE + at)
-                f.write(bytes([byte ^ 0x40]))
-            return
-        key = chunk_prefix(block_id, meta) + chunk.to_bytes(4, "big")
-        raw = bytearray(kv.chunks.get(key))
-        raw[4 + at] ^= 0x40  # after the 4-byte CRC header
-        with kv.batch() as b:
-            b.put(key, bytes(raw), column_family=kv.chunks.handle)
-        kv.flush()
     finally:
         kv.close()
+    layout = meta[12:13]
+    assert layout in (FILED, PACKED), "a block written now is in a file or a pack"
+    files = c.root / dn / "blocks.files"
+    if layout == FILED:
+        path, base = block_file(files, block_id, int.from_bytes(meta[13:21], "big")), 0
+    else:
+        path, base = files / "packs" / str(int.from_bytes(meta[13:21], "big")), int.from_bytes(meta[21:29], "big")
+    with open(path, "r+b") as f:
+        f.seek(base + chunk * CHUNK_SIZE + at)
+        byte = f.read(1)[0]
+        f.seek(base + chunk * CHUNK_SIZE + at)
+        f.write(bytes([byte ^ 0x40]))
 
 
 def corrupt_replica(c: Cluster, bucket: str, key: str, replica: int, chunk: int, at: int = 1000,
