@@ -139,7 +139,6 @@ class BlockStore:
         # why the storage engine refused the last write ("": it takes writes), for the heartbeat: the NameNode
         # places no new copies here while it is set (reads go on), until a write succeeds again or a restart
         self.write_error = ""
-        self.synced = WalSync(kv)  # `await store.synced()` after put: the block is on disk (group commit)
         # put_async: the bulk blocks whose file is being written, and the one thread that writes them (in arrival
         # order: a second thread would only share the same disk and two cores)
         self._storing: dict[int, asyncio.Future] = {}
@@ -171,7 +170,8 @@ class BlockStore:
             self.packs = Packs(files / "packs", live)
             _fsync_dir(files)
             _fsync_dir(files.parent)
-        self.packs_synced = WalSync(self.packs) if self.packs is not None else None  # group commit of pack writes
+        # `await store.synced()` after a put: the block is on disk (group commit): the packs written, then the WAL
+        self.synced = WalSync(_Durable(kv, self.packs))
         self._compacting: int | None = None  # the pack being compacted
         self._compact_from = 0  # the block id its index scan goes on from
 
@@ -443,8 +443,10 @@ class BlockStore:
 
     async def _store_small(self, blocks, *, jobs_due_in: float = 0.0,
                            expect: dict[int, bytes] | None = None) -> dict[int, str]:
-        """`put_many` with the pack's fdatasync in a worker thread, shared with the writes made meanwhile (group
-        commit), and the batch written once it is done."""
+        """`put_many` with the pack written in the ingest thread and the batch written once it is done; the pack's
+        fdatasync comes with the WAL's, in `synced` (shared with the writes made meanwhile). Until then the meta may
+        name data that a power cut loses: the copy is not acknowledged yet, and a read would find its CRC32C wrong.
+        A compaction (`expect`) syncs the pack before its batch: the copy it moves is acknowledged."""
         if self.packs is None:
             return self.put_many(blocks, jobs_due_in=jobs_due_in)
         since = time.monotonic()
@@ -456,7 +458,8 @@ class BlockStore:
             self._ingester, self.packs.write, region[0], region[1][0], [mv for _, mv, _, _, _ in small])
         try:
             await asyncio.shield(write)
-            await self.packs_synced()
+            if expect is not None:
+                await self.synced()
             self._commit(small, region, jobs_due_in, since=since, expect=expect)
         finally:
             if write.done():
@@ -710,7 +713,7 @@ class BlockStore:
         PURGE_FILES at a time, then drop the bulk chunks of up to `limit` `pending` blocks in the generation their
         marker names, unless the block's meta says its copy is there (deleted, rewritten elsewhere, or a put that a
         crash kept from its batch), one block at a time (see common/kv.RocksBulk.drop); returns how many."""
-        done = self._purge_files() + (self.packs.reclaim() if self.packs is not None else 0)
+        done = self._purge_files()
         if limit is not None and done >= limit:
             return done
         for k, v in self.kv.scan(keys.PENDING, prefix_end(keys.PENDING)):
@@ -782,6 +785,7 @@ class BlockStore:
         if todo:
             with self._engine_write():
                 await self._store_small(todo, expect=expect)
+                await self.synced()  # the moved copies' metas durable before their old pack can go
         return len(todo)
 
     def block_ids(self) -> list[int]:
@@ -871,7 +875,12 @@ class Purger(Worker):
         self.store, self.interval_s = store, interval_s
 
     async def run_once(self) -> PassStats:
-        return PassStats(ok=self.store.purge(limit=1) + await self.store.compact_packs())
+        done = self.store.purge(limit=1)
+        packs = self.store.packs
+        if packs is not None and (empty := packs.reclaimable()):
+            await self.store.synced()  # the deletes that emptied them durable first: a power cut brings none back
+            done += packs.reclaim(empty)
+        return PassStats(ok=done + await self.store.compact_packs())
 
 
 class Packs:
@@ -983,11 +992,15 @@ class Packs:
         finally:
             self._syncing = set()
 
-    def reclaim(self) -> int:
-        """Delete the packs that hold no stored copy and take no more writes; returns how many."""
+    def reclaimable(self) -> list[int]:
+        """The packs that hold no stored copy and take no more writes."""
+        return [p for p, n in self.live.items() if n <= 0 and p != self.active and not self.inflight.get(p)]
+
+    def reclaim(self, packs: list[int]) -> int:
+        """Delete those of `packs` that are still `reclaimable` (once the store's WAL is synced past the batches
+        that emptied them), and not being synced; returns how many."""
         done = 0
-        for pack in [p for p, n in self.live.items() if n <= 0 and p != self.active and not self.inflight.get(p)
-                     and p not in self._dirty and p not in self._syncing]:
+        for pack in set(packs) & set(self.reclaimable()) - self._dirty - self._syncing:
             fd = self._fds.pop(pack, None)
             if fd is not None:
                 os.close(fd)
@@ -1017,6 +1030,19 @@ class Packs:
             os.close(fd)
         self._fds.clear()
         self._buf.close()
+
+
+class _Durable:
+    """What `BlockStore.synced` makes durable, in this order: the packs written (their data), then the WAL (the metas
+    that name it)."""
+
+    def __init__(self, kv: KV, packs: Packs | None) -> None:
+        self._kv, self._packs = kv, packs
+
+    def flush(self) -> None:
+        if self._packs is not None:
+            self._packs.flush()
+        self._kv.flush()
 
 
 def _raise_first(errs: dict[int, str], block_id: int) -> None:

@@ -725,13 +725,13 @@ def test_a_pack_is_deleted_once_its_copies_are_and_a_sparse_one_is_compacted(tmp
     assert _packs(s) == [1, 2, 3, 4, 5], "four blocks of ~20 KB to a pack of 100 KB"
     s.delete([1, 2, 3, 4])  # all of pack 1
     s.delete([5, 6, 7])  # three of pack 2's four: a sparse pack
-    assert s.purge() == 1 and _packs(s) == [2, 3, 4, 5], "the emptied pack is deleted"
 
-    async def compact():
-        return [await s.compact_packs() for _ in range(3)]
-    assert asyncio.run(compact()) == [1, 0, 0], "block 8 moved; nothing else sparse"
+    async def steps():
+        return [(await Purger(s).run_once()).ok for _ in range(3)]
+    # pack 1 deleted and block 8 moved out of pack 2, then pack 2 deleted, then nothing to do
+    assert asyncio.run(steps()) == [2, 1, 0]
     assert _pack_of(s, 8)[0] == 6, "pack 5 is full: a new one"
-    assert s.purge() == 1 and _packs(s) == [3, 4, 5, 6]
+    assert _packs(s) == [3, 4, 5, 6]
     left = {b: d for b, d in data.items() if b > 7}
     assert all(joined(s.read(b)) == d for b, d in left.items()) and s.count == len(left)
     assert s.used == sum(map(len, left.values()))
@@ -763,7 +763,7 @@ def test_a_compaction_keeps_what_a_delete_or_a_rewrite_did_meanwhile(tmp_path, m
         return await step
     assert asyncio.run(main()) == 1
     assert not s.has(3) and s.count == 3
-    assert s.purge() == 1 and 1 not in _packs(s), "nothing of pack 1 is stored any more"
+    assert asyncio.run(Purger(s).run_once()).ok == 1 and 1 not in _packs(s), "nothing of pack 1 is stored any more"
     assert all(joined(s.read(b)) == data[b] for b in (4, 5, 6))
     kv.close()
 
@@ -771,7 +771,7 @@ def test_a_compaction_keeps_what_a_delete_or_a_rewrite_did_meanwhile(tmp_path, m
 def test_a_delete_while_small_blocks_are_written_wins_and_a_crash_leftover_pack_goes(tmp_path):
     kv, s = _filed(tmp_path)
     a, b = os.urandom(5000), os.urandom(6000)
-    entered, release = _held(s.packs, "flush")
+    entered, release = _held(s.packs, "write")
 
     async def main():
         put = asyncio.ensure_future(s.store_many([(1, memoryview(a), crc32c(a), []), (2, memoryview(b), crc32c(b), [])]))
