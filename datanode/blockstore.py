@@ -79,6 +79,8 @@ PACK_SPARSE = 0.5  # a full pack whose stored copies fill less than this share o
 # written again into the current pack, and the emptied pack deleted
 COMPACT_SCAN = 20_000  # metas read per compaction step (the index is scanned for the sparse pack's blocks)
 COMPACT_BYTES = 32 << 20  # bytes rewritten per compaction step at most
+INLINE_WRITE = 256 << 10  # a pack write of fewer bytes is made from the event loop through the page cache, a larger
+# one in the ingest thread past it (O_DIRECT): a thread hop and a wait for the disk cost more than a few KiB's copy
 PACK_ALIGN = 4096  # a pack written past the page cache (O_DIRECT) takes writes at multiples of this
 FILE_DIRS = 256  # files spread over this many folders (by arrival number): no folder grows past a few thousand
 
@@ -453,9 +455,14 @@ class BlockStore:
         errs, small = self._checked_blocks(blocks)
         if not small:
             return errs
-        region = self._pack_reserve(small)
-        write = asyncio.get_running_loop().run_in_executor(
-            self._ingester, self.packs.write, region[0], region[1][0], [mv for _, mv, _, _, _ in small])
+        if sum(len(mv) for _, mv, _, _, _ in small) < INLINE_WRITE:
+            region = self._pack_write(small)
+            write = asyncio.get_running_loop().create_future()
+            write.set_result(None)
+        else:
+            region = self._pack_reserve(small)
+            write = asyncio.get_running_loop().run_in_executor(
+                self._ingester, self.packs.write, region[0], region[1][0], [mv for _, mv, _, _, _ in small])
         try:
             await asyncio.shield(write)
             if expect is not None:
@@ -916,7 +923,8 @@ class Packs:
             self.sizes.setdefault(pack, 0)  # a meta names it and its file is gone: reads say NoSuchBlock
         self.active = max(self.sizes, default=0) + 1
         self.live[self.active], self.sizes[self.active] = 0, 0
-        self._fds: dict[int, int] = {}  # pack -> open for writing
+        self._fds: dict[int, int] = {}  # pack -> open for writing (and syncing)
+        self._direct_fds: dict[int, int] = {}  # pack -> open for writing with O_DIRECT
         self._dirty: set[int] = set()  # packs written since the last flush
         self._syncing: set[int] = set()  # packs the flush under way syncs
         self.compacted: set[int] = set()  # packs compacted once (what is left in one is a bad copy: repair's)
@@ -937,15 +945,20 @@ class Packs:
         return pack, off
 
     def write(self, pack: int, offset: int, bufs: list[memoryview]) -> None:
-        """Write `bufs` back to back at `offset` of `pack` (a place `reserve` gave)."""
+        """Write `bufs` back to back at `offset` of `pack` (a place `reserve` gave): past the page cache if they
+        make INLINE_WRITE bytes or more (the caller writes in a worker thread: the call waits for the disk), else
+        through it (a write of a few KiB from the event loop; their places never share a page with a direct write's,
+        as `reserve` aligns every place)."""
         try:
             fd = self._fds.get(pack)
             if fd is None:
-                fd = self._fds[pack] = os.open(self.path(pack), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC |
-                                               (os.O_DIRECT if self.direct else 0), 0o600)
+                fd = self._fds[pack] = os.open(self.path(pack), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 self._new = True
-            if self.direct:
-                self._write_direct(fd, offset, bufs)
+            if self.direct and sum(len(b) for b in bufs) >= INLINE_WRITE:
+                direct = self._direct_fds.get(pack)
+                if direct is None:
+                    direct = self._direct_fds[pack] = os.open(self.path(pack), os.O_WRONLY | os.O_CLOEXEC | os.O_DIRECT)
+                self._write_direct(direct, offset, bufs)
                 bufs = []
             while bufs:
                 n = os.pwritev(fd, bufs[:1024], offset)  # IOV_MAX
@@ -1001,9 +1014,9 @@ class Packs:
         that emptied them), and not being synced; returns how many."""
         done = 0
         for pack in set(packs) & set(self.reclaimable()) - self._dirty - self._syncing:
-            fd = self._fds.pop(pack, None)
-            if fd is not None:
-                os.close(fd)
+            for fd in (self._fds.pop(pack, None), self._direct_fds.pop(pack, None)):
+                if fd is not None:
+                    os.close(fd)
             try:
                 self.path(pack).unlink(missing_ok=True)
             except OSError as e:
@@ -1016,6 +1029,8 @@ class Packs:
         for pack in [p for p in self._fds if p != self.active and not self.inflight.get(p) and p not in self._dirty
                      and p not in self._syncing]:
             os.close(self._fds.pop(pack))  # a full pack, synced: no more writes
+            if pack in self._direct_fds:
+                os.close(self._direct_fds.pop(pack))
         return done
 
     def sparse(self) -> int | None:
@@ -1026,9 +1041,10 @@ class Packs:
         return min(full)[1] if full else None
 
     def close(self) -> None:
-        for fd in self._fds.values():
+        for fd in [*self._fds.values(), *self._direct_fds.values()]:
             os.close(fd)
         self._fds.clear()
+        self._direct_fds.clear()
         self._buf.close()
 
 

@@ -770,7 +770,7 @@ def test_a_compaction_keeps_what_a_delete_or_a_rewrite_did_meanwhile(tmp_path, m
 
 def test_a_delete_while_small_blocks_are_written_wins_and_a_crash_leftover_pack_goes(tmp_path):
     kv, s = _filed(tmp_path)
-    a, b = os.urandom(5000), os.urandom(6000)
+    a, b = os.urandom(200_000), os.urandom(100_000)  # together above INLINE_WRITE: written in the ingest thread
     entered, release = _held(s.packs, "write")
 
     async def main():
