@@ -39,7 +39,7 @@ def _cpu() -> tuple[float, float]:
     return r.ru_utime, r.ru_stime
 
 
-def _drop_caches() -> bool:
+def drop_caches() -> bool:
     try:
         subprocess.run(["sync"], check=True)
         Path("/proc/sys/vm/drop_caches").write_text("1\n")
@@ -83,7 +83,7 @@ def one(way: str, n: int, data: bytes, crc: int) -> str:
         dt = time.perf_counter() - t
         u1, s1 = _cpu()
         warm = _read_all(s, n)
-        cold = f"{_read_all(s, n):9.0f}" if _drop_caches() else f"{'-':>9s}"
+        cold = f"{_read_all(s, n):9.0f}" if drop_caches() else f"{'-':>9s}"
         gib = n * BLOCK / (1 << 30)
         return (f"{way:5s} {dt:7.2f} {n * BLOCK / dt / 1e6:7.0f} {(u1 - u0) / gib:11.2f} {(s1 - s0) / gib:10.2f} "
                 f"{warm:11.0f} {cold}")

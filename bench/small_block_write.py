@@ -25,10 +25,13 @@ import os
 import random
 import resource
 import shutil
-import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from block_file_write import drop_caches  # noqa: E402
 
 from epochfs.common import kv as kvmod
 from epochfs.common.blocks import crc32c
@@ -42,15 +45,6 @@ READS = 3000
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def _drop_caches() -> bool:
-    try:
-        subprocess.run(["sync"], check=True)
-        Path("/proc/sys/vm/drop_caches").write_text("1\n")
-        return True
-    except OSError:
-        return False
 
 
 def _reads(s: BlockStore, ids: list[int], size: int) -> str:
@@ -95,7 +89,7 @@ def one(way: str, gib: float, size: int) -> str:
         warm = _reads(s, ids, size)
         kv.close()  # RocksDB maps its files, and mapped pages are not dropped
         cold = f"{'-':>16s}"
-        if _drop_caches():
+        if drop_caches():
             kv = kvmod.RocksKV.open(root / "db", bulk=True)
             cold = _reads(BlockStore(kv, files=files), ids, size)
             kv.close()
