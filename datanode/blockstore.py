@@ -77,8 +77,9 @@ IN_PACK = -3  # (`_where`) a PACKED block's data is in a pack file
 PACK_BYTES = 256 << 20  # a pack takes blocks until this size, then the next one is started
 PACK_SPARSE = 0.5  # a full pack whose stored copies fill less than this share of it is compacted: its copies are
 # written again into the current pack, and the emptied pack deleted
-COMPACT_SCAN = 20_000  # metas read per compaction step (the index is scanned for the sparse pack's blocks)
-COMPACT_BYTES = 32 << 20  # bytes rewritten per compaction step at most
+# a compaction step runs on the event loop: it reads metas and copies, ~10 ms each at most
+COMPACT_SCAN = 5_000  # metas read per compaction step (the index is scanned for the sparse pack's blocks)
+COMPACT_BYTES = 8 << 20  # bytes rewritten per compaction step at most
 INLINE_WRITE = 256 << 10  # a pack write of fewer bytes is made from the event loop through the page cache, a larger
 # one in the ingest thread past it (O_DIRECT): a thread hop and a wait for the disk cost more than a few KiB's copy
 PACK_ALIGN = 4096  # a pack written past the page cache (O_DIRECT) takes writes at multiples of this

@@ -789,3 +789,23 @@ def test_a_delete_while_small_blocks_are_written_wins_and_a_crash_leftover_pack_
     kv, s = _filed(tmp_path)
     assert _packs(s) == [] and s.count == 0
     kv.close()
+
+
+def test_a_compaction_reads_the_index_a_step_at_a_time(tmp_path, monkeypatch):
+    from epochfs.datanode import blockstore
+    monkeypatch.setattr(blockstore, "PACK_BYTES", 100_000)
+    monkeypatch.setattr(blockstore, "COMPACT_SCAN", 3)
+    kv, s = _filed(tmp_path)
+    data = {bid: os.urandom(8192) for bid in range(1, 31)}  # twelve to a pack
+    for bid, d in data.items():
+        s.put(bid, d, crc32c(d))
+    s.delete([b for b in range(1, 13) if b % 3])  # pack 1 keeps 3, 6, 9 and 12 of its twelve
+    assert {_pack_of(s, b)[0] for b in (3, 6, 9, 12)} == {1} and _pack_of(s, 13)[0] == 2
+
+    async def steps():
+        return [await s.compact_packs() for _ in range(10)]
+    # three metas read per step: 3, 6 and 9, then 12 (with 13 and 14), then the rest of the index for nothing
+    assert asyncio.run(steps()) == [3, 1] + [0] * 8
+    assert {_pack_of(s, b)[0] for b in (3, 6, 9, 12)} == {3} and s.packs.live[1] == 0
+    assert all(joined(s.read(b)) == data[b] for b in range(1, 31) if s.has(b)) and s.count == 22
+    kv.close()
