@@ -885,9 +885,11 @@ class Purger(Worker):
     async def run_once(self) -> PassStats:
         done = self.store.purge(limit=1)
         packs = self.store.packs
-        if packs is not None and (empty := packs.reclaimable()):
-            await self.store.synced()  # the deletes that emptied them durable first: a power cut brings none back
-            done += packs.reclaim(empty)
+        if packs is not None:
+            if empty := packs.reclaimable():
+                await self.store.synced()  # the deletes that emptied them durable first: a power cut brings none back
+                done += packs.reclaim(empty)
+            packs.close_full()
         return PassStats(ok=done + await self.store.compact_packs())
 
 
@@ -1027,12 +1029,16 @@ class Packs:
             self.inflight.pop(pack, None)
             self.compacted.discard(pack)
             done += 1
+        return done
+
+    def close_full(self) -> None:
+        """Close the files of the full packs whose writes are synced: no more writes come to them (reads open their
+        own), and a DataNode that wrote terabytes would otherwise hold a file open per 256 MiB."""
         for pack in [p for p in self._fds if p != self.active and not self.inflight.get(p) and p not in self._dirty
                      and p not in self._syncing]:
-            os.close(self._fds.pop(pack))  # a full pack, synced: no more writes
+            os.close(self._fds.pop(pack))
             if pack in self._direct_fds:
                 os.close(self._direct_fds.pop(pack))
-        return done
 
     def sparse(self) -> int | None:
         """The full pack whose stored copies fill the least of it, if less than PACK_SPARSE."""

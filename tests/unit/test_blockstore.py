@@ -809,3 +809,17 @@ def test_a_compaction_reads_the_index_a_step_at_a_time(tmp_path, monkeypatch):
     assert {_pack_of(s, b)[0] for b in (3, 6, 9, 12)} == {3} and s.packs.live[1] == 0
     assert all(joined(s.read(b)) == data[b] for b in range(1, 31) if s.has(b)) and s.count == 22
     kv.close()
+
+
+def test_full_packs_are_closed_once_synced(tmp_path, monkeypatch):
+    from epochfs.datanode import blockstore
+    monkeypatch.setattr(blockstore, "PACK_BYTES", 50_000)
+    kv, s = _filed(tmp_path)
+    for bid in range(1, 21):
+        d = os.urandom(20_000)
+        s.put(bid, d, crc32c(d))
+    assert len(s.packs._fds) == 10, "two blocks to a pack, each pack's file still open"
+    assert asyncio.run(Purger(s).run_once()).ok == 0
+    assert list(s.packs._fds) == [s.packs.active] == [10], "only the current pack's file stays open"
+    assert joined(s.read(1)) and joined(s.read(20)), "reads open their own"
+    kv.close()
