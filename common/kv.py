@@ -175,9 +175,9 @@ class RocksKV:
         opts.set_allow_mmap_reads(True)
         opts.set_advise_random_on_open(False)  # MADV_RANDOM made the first mmap read of an ingested file 3x dearer
         opts.set_max_open_files(RocksBulk.MAX_OPEN_FILES)
-        # flushes and compactions write their tables past the page cache: the small blocks' bytes went into fresh
-        # page-cache pages twice or more (flush, then each compaction), and fresh pages are this machine's dearest
-        # copy (bench/small_block_write.py). Reads of those tables fill the page cache as usual.
+        # flushes and compactions write their tables past the page cache: while small blocks lived here their bytes
+        # went into fresh page-cache pages twice or more (flush, then each compaction), and fresh pages are this
+        # machine's dearest copy (bench/small_block_write.py); now the metas and jobs. Reads fill the page cache.
         opts.set_use_direct_io_for_flush_and_compaction(takes_direct_io(Path(path)))
         bulk_opts = RocksBulk.options(cls._options())
         names = [RocksBulk.CF] + [n for n in (rocksdict.Rdict.list_cf(str(path)) if (Path(path) / "CURRENT").exists()
