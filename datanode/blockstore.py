@@ -343,7 +343,8 @@ class BlockStore:
         """Store many small blocks, each (id, data, crc, secondaries), with their replication jobs in one atomic
         write batch: their data first in the current pack, fdatasynced here (a store without packs: the chunks
         through the batch). Returns the error class of each block (by index) not stored: its data doesn't match its
-        CRC. `store_many` is the same with the pack's fdatasync shared with concurrent writers, off the loop."""
+        CRC. `store_many` (`_store_small`) is the same with the pack's fdatasync left to `synced`, shared with
+        concurrent writers."""
         errs, small = self._checked_blocks(blocks)
         region = self._pack_write(small)
         try:
@@ -895,8 +896,8 @@ class Purger(Worker):
 
 class Packs:
     """Pack files of a DataNode's small blocks (PACKED): `<folder>/<number>`, each written only at its end, the
-    blocks of a write back to back in one pwrite; `flush` fdatasyncs what was written (through WalSync: one sync for
-    the writes of many batches). A block's meta names its pack and offset. A pack is deleted once no stored copy
+    blocks of a write back to back in one pwrite; `flush` fdatasyncs what was written (called by `BlockStore.synced`,
+    the group commit: one sync for the writes of many batches, before the WAL's). A block's meta names its pack and offset. A pack is deleted once no stored copy
     is in it (`reclaim`); `sparse` names one worth compacting. How many bytes of stored copies each pack holds
     (`live`) is counted from the metas when the store opens and kept up to date by the store's batches; the packs a
     restart finds are never written again (a new one is started), and those holding no copy (a crash's unfinished
