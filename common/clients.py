@@ -70,10 +70,12 @@ class DataNodeClient:
         """get_many on a connection without the cluster secret, with a gateway's read token."""
         return await self.rpc.request(m.ReadTokened(reads=reads, grant=grant))
 
-    async def write_tokened(self, grant: m.WriteGrant, heads: list[m.ReplicaHead], data) -> m.Receipts:
+    async def write_tokened(self, grant: m.WriteGrant, heads: list[m.ReplicaHead], data,
+                            fast: bool = False) -> m.Receipts:
         """Store blocks as their primary on a connection without the cluster secret, with a gateway's write token
-        (their bytes back to back in `data`, a list sent without joining): per block its receipt or error."""
-        reply, _ = await self.rpc.request(m.WriteTokened(grant=grant, blocks=heads), data)
+        (their bytes back to back in `data`, a list sent without joining): per block its receipt or error (`fast`:
+        blocks of an object of several, receipted with XXH3-128s, not MD5s)."""
+        reply, _ = await self.rpc.request(m.WriteTokened(grant=grant, blocks=heads, fast=fast), data)
         return reply
 
     async def delete(self, blocks: list[int]) -> None:

@@ -16,7 +16,7 @@ The protocol (gateway/s3/direct.py, common/writetoken.py, datanode/api.py write_
      copies to wait for, the expiry (TTL_S), signed with a key derived from the cluster secret.
   2. DataNodeClient.write_tokened(grant, [ReplicaHead(id, crc32c, size)], bytes) to a node the grant places the
      blocks on (their primary; if it can't be reached the next node of the block): a BlockReceipt per block (size, CRC,
-     MD5, nodes, acks; signed by the DataNode).
+     digest: MD5, or XXH3-128 for blocks of an object of several; nodes, acks; signed by the DataNode).
   3. POST /_epochfs/commit/<bucket> (a DirectCommit: the grants and per object its receipts in order, content type,
      metadata, x-amz-checksum-crc32c, If-None-Match/If-Match) -> PutResults, one per object (ETag or error).
   4. POST /_epochfs/abandon/<bucket> (a DirectCommit with no items: the grants) gives back the blocks of those grants
@@ -139,11 +139,12 @@ class DirectWriter:
             pass
 
     # ---------------------------------------------------------------- the DataNodes' side
-    async def store(self, grant: m.WriteGrant, blocks: list[tuple[int, object]]) -> list[m.BlockReceipt]:
+    async def store(self, grant: m.WriteGrant, blocks: list[tuple[int, object]], fast: bool = False
+                    ) -> list[m.BlockReceipt]:
         """Store blocks of `grant` ((index in grant.blocks, bytes) each; at most grant.size bytes each) on their
         nodes: one write_tokened per primary for all its blocks (in calls of at most MAX_CALL_BYTES), the nodes in
         parallel; a node that can't be reached (or is full) has its blocks sent to their next node. The receipts in
-        the order of `blocks`."""
+        the order of `blocks` (`fast`: the blocks are of an object of several, their digests XXH3-128s)."""
         crcs = await _crcs([d for _, d in blocks])
         heads = [m.ReplicaHead(grant.blocks[i].id, c, len(d)) for (i, d), c in zip(blocks, crcs)]
         out: list[m.BlockReceipt | None] = [None] * len(blocks)
@@ -181,7 +182,8 @@ class DirectWriter:
                     part = ks[start:end]
                     start = end
                     try:
-                        res = await dn.write_tokened(grant, [heads[k] for k in part], [blocks[k][1] for k in part])
+                        res = await dn.write_tokened(grant, [heads[k] for k in part], [blocks[k][1] for k in part],
+                                                     fast)
                     except errors.Unavailable:  # this node's blocks (all of them) go to their next nodes
                         down[addr] = time.monotonic() + DIRECT_RETRY_S
                         todo.extend(ks[start - len(part):])
@@ -211,9 +213,11 @@ class DirectWriter:
                 raise fatal[0]
         return out
 
-    async def store_slots(self, slots: list[tuple[m.WriteGrant, int]], blocks: list) -> list[m.BlockReceipt]:
+    async def store_slots(self, slots: list[tuple[m.WriteGrant, int]], blocks: list, fast: bool = False
+                          ) -> list[m.BlockReceipt]:
         """Store `blocks`, each in its slot (grant, index in grant.blocks), the grants' in parallel (one `store`
-        each; a stream's round nearly always has one grant); the receipts in the order of `blocks`."""
+        each; a stream's round nearly always has one grant); the receipts in the order of `blocks`. `fast`: a round
+        of a stream that has several blocks (a later round, or one of more than one block): XXH3-128 digests."""
         by_grant: dict[int, list[int]] = {}
         for j, (g, _) in enumerate(slots):
             by_grant.setdefault(id(g), []).append(j)
@@ -223,7 +227,7 @@ class DirectWriter:
         async def one(js: list[int]) -> None:
             g = slots[js[0]][0]
             try:
-                for j, r in zip(js, await self.store(g, [(slots[j][1], blocks[j]) for j in js])):
+                for j, r in zip(js, await self.store(g, [(slots[j][1], blocks[j]) for j in js], fast)):
                     got[j] = r
             except Exception as e:  # raised as itself below, not in a task group's ExceptionGroup
                 failed.append(e)
@@ -384,16 +388,17 @@ class DirectUpload:
             return
         slots = await self._blocks(len(full))
         got: list[m.BlockReceipt | None] = [None] * len(full)
+        fast = bool(self._rounds) or len(full) > 1  # an object of several blocks (its ETag needs no MD5)
         self._rounds.append(got)
         if sniffio.current_async_library() != "asyncio":  # trio: no task outlives the call (structured)
-            await self._store(slots, full, got)
+            await self._store(slots, full, got, fast)
             return
-        self._storing.append(asyncio.ensure_future(self._store(slots, full, got)))
+        self._storing.append(asyncio.ensure_future(self._store(slots, full, got, fast)))
         while len(self._storing) >= ROUNDS_IN_FLIGHT:
             await self._storing.popleft()
 
-    async def _store(self, slots: list[tuple[m.WriteGrant, int]], full: list, got: list) -> None:
-        got[:] = await self.w.store_slots(slots, full)
+    async def _store(self, slots: list[tuple[m.WriteGrant, int]], full: list, got: list, fast: bool) -> None:
+        got[:] = await self.w.store_slots(slots, full, fast)
 
     async def drain(self) -> None:
         """Wait until every full block written so far is stored (raises what storing one raised)."""

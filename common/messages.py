@@ -1753,13 +1753,14 @@ class WriteGrant(Msg):
 
 
 class BlockReceipt(Msg, array_like=True):
-    """What a DataNode stored of a direct write: [id, size, crc, md5 (hex), nodes (the primary first), acks, mac].
-    `mac` (under a key derived from the cluster secret) lets the gateway's commit trust size, CRC32C and MD5 without
-    seeing the bytes."""
+    """What a DataNode stored of a direct write: [id, size, crc, digest, nodes (the primary first), acks, mac]; the
+    digest is the block's MD5 (hex) or "x" and its XXH3-128 (common/writetoken.py block_digest). `mac` (under a key
+    derived from the cluster secret) lets the gateway's commit trust size, CRC32C and digest without seeing the
+    bytes."""
     id: int
     size: int
     crc: int
-    md5: str
+    digest: str
     nodes: tuple[int, ...]
     acks: int
     mac: str
@@ -1775,9 +1776,11 @@ class WriteTokened(Request, tag="write_tokened"):
     """Store blocks (their bytes back to back in the payload, `blocks` [id, crc, size] each) as their primary, for a
     native client without the cluster secret: `grant` must name every block, on this node, and allow its size (the
     size is checked before the payload is read). Each is stored and replicated as put/put_many do; a block that is
-    stored here already (a token allows one write of a block) or fails its CRC is that block's error."""
+    stored here already (a token allows one write of a block) or fails its CRC is that block's error. `fast`: the
+    blocks belong to an object of several blocks, their receipts carry XXH3-128s, not MD5s (block_digest)."""
     grant: WriteGrant
     blocks: list[ReplicaHead]
+    fast: bool = False
     Reply = Receipts
 
 

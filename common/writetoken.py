@@ -6,8 +6,8 @@ the nodes' addresses, the largest size a block may have (the bucket's block size
 expiry. A DataNode stores a block from a connection without the cluster secret only if the grant is ours, live, names
 that block on this node and allows its size (checked on the frame's head, before the payload is read), and only once.
 It replicates to the other nodes the grant names (never to an address the client chose) and answers a receipt per
-block: [id, size, crc, md5, nodes, acks] and a MAC, so that the gateway's commit trusts what was stored (size, CRC32C,
-MD5 for the ETag) without seeing a byte. The commit (gateway/s3/direct.py) checks each receipt, that its block is one of
+block: [id, size, crc, digest, nodes, acks] and a MAC, so that the gateway's commit trusts what was stored (size,
+CRC32C, the digest for the ETag) without seeing a byte. The commit (gateway/s3/direct.py) checks each receipt, that its block is one of
 the caller's grants for this bucket, and has the NameNode commit only blocks still pending (allocated, never
 committed): a block is never committed twice, and an object appears whole at its commit or not at all. Blocks never
 committed are collected with the NameNode's other pending allocations (NN_PENDING_GRACE_S).
@@ -22,6 +22,7 @@ import hmac
 import time
 
 import msgspec
+import xxhash
 
 from . import errors
 from . import messages as m
@@ -80,13 +81,13 @@ def check_heads(secret: str, grant: m.WriteGrant, heads: list[m.ReplicaHead], no
 
 
 def _receipt_mac(secret: str, r: m.BlockReceipt) -> str:
-    body = _encode([r.id, r.size, r.crc, r.md5, list(r.nodes), r.acks])
+    body = _encode([r.id, r.size, r.crc, r.digest, list(r.nodes), r.acks])
     return hmac.new(_key(secret, b"write receipt"), body, hashlib.sha256).hexdigest()
 
 
-def receipt(secret: str, *, id: int, size: int, crc: int, md5: str, nodes, acks: int) -> m.BlockReceipt:
+def receipt(secret: str, *, id: int, size: int, crc: int, digest: str, nodes, acks: int) -> m.BlockReceipt:
     """A DataNode's signed word that it stored block `id` (and replicates it to the rest of `nodes`)."""
-    r = m.BlockReceipt(id=id, size=size, crc=crc, md5=md5, nodes=tuple(nodes), acks=acks, mac="")
+    r = m.BlockReceipt(id=id, size=size, crc=crc, digest=digest, nodes=tuple(nodes), acks=acks, mac="")
     return msgspec.structs.replace(r, mac=_receipt_mac(secret, r))
 
 
@@ -96,12 +97,25 @@ def check_receipt(secret: str, r: m.BlockReceipt) -> None:
         raise errors.Unauthorized(f"bad receipt for block {r.id}")
 
 
-def multipart_etag(md5s: list[str]) -> str:
-    """The ETag of a directly written object from its blocks' MD5s (hex): the MD5 of the bytes when it is one block
-    (as a PutObject's), else S3's multipart form, the MD5 of the blocks' binary MD5s and "-<blocks>" (each block a
-    part); an empty object's is the MD5 of nothing."""
-    if not md5s:
+FAST = "x"  # a receipt's digest that starts with this is an XXH3-128, not an MD5
+
+
+def block_digest(data, fast: bool) -> str:
+    """What a receipt says of a block for its object's ETag: its MD5 (hex), or with `fast` "x" and its XXH3-128
+    (hex), for a block of an object of several, whose ETag is S3's multipart form: opaque to clients (as a multipart
+    upload's, it is no MD5 of the content), so its blocks need no MD5. The writer asks for it (WriteTokened.fast).
+    Measured: MD5 1.50 ms of CPU per MiB, XXH3-128 0.04 (BLAKE2b 2.0, SHA-1 0.73): the MD5 was a quarter of the
+    cluster's CPU for a file streamed through the mount (`dd` of 1 GiB: 5.6-5.9 ms per MB, 4.2-4.6 without it)."""
+    return FAST + xxhash.xxh3_128_hexdigest(data) if fast else hashlib.md5(data).hexdigest()
+
+
+def object_etag(digests: list[str]) -> str:
+    """The ETag of a directly written object from its blocks' digests: the MD5 of the bytes when it is one block with
+    an MD5 (as a PutObject's), else S3's multipart form, the MD5 of the blocks' binary digests and "-<blocks>" (each
+    block a part); an empty object's is the MD5 of nothing."""
+    if not digests:
         return hashlib.md5(b"").hexdigest()
-    if len(md5s) == 1:
-        return md5s[0]
-    return hashlib.md5(b"".join(bytes.fromhex(x) for x in md5s)).hexdigest() + f"-{len(md5s)}"
+    if len(digests) == 1 and not digests[0].startswith(FAST):
+        return digests[0]
+    return hashlib.md5(b"".join(bytes.fromhex(d.removeprefix(FAST)) for d in digests)).hexdigest() + \
+        f"-{len(digests)}"

@@ -3,7 +3,6 @@ write_tokened for native clients holding a gateway's read or write token."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 
 from epochfs.common import errors, readtoken, writetoken
 from epochfs.common import messages as m
@@ -172,7 +171,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
     async def write_tokened(req: m.WriteTokened, payload) -> m.Receipts:
         """Blocks of a native client's direct write (common/writetoken.py), stored as their primary and replicated to
         the other nodes the token places them on, exactly as put (one block) or put_many (several) does; answered
-        once the write policy's copies are on disk, with a receipt per block (size, CRC32C, MD5, nodes) for the
+        once the write policy's copies are on disk, with a receipt per block (size, CRC32C, digest, nodes) for the
         gateway's commit. A token allows one write of a block: one stored here already with other bytes, or deleted
         since (abandoned, collected), is refused (Conflict); the same bytes again (a retry whose reply was lost)
         get their receipt."""
@@ -198,11 +197,11 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
             else:
                 todo.append((i, h, data, [n for n in placed[h.id] if n != me]))
 
-        def md5s() -> list[str]:
-            return [hashlib.md5(d).hexdigest() for _, _, d, _ in todo]
-        # the MD5s (for the ETag) in a worker thread while the blocks are stored and synced, for large writes
-        hashing = asyncio.ensure_future(asyncio.to_thread(md5s)) \
-            if sum(h.size for _, h, _, _ in todo) >= THREAD_MD5_BYTES else None
+        def digests(blocks: list) -> list[str]:
+            return [writetoken.block_digest(d, req.fast) for _, _, d, _ in blocks]
+        # MD5s (for the ETag) in a worker thread while the blocks are stored and synced, for large writes
+        hashing = asyncio.ensure_future(asyncio.to_thread(digests, todo)) \
+            if not req.fast and sum(h.size for _, h, _, _ in todo) >= THREAD_MD5_BYTES else None
         addr = g.addrs
         try:
             if len(todo) == 1:
@@ -220,11 +219,11 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
                                      payload if len(todo) == len(req.blocks) else b"".join(d for _, _, d, _ in todo))
                 errs.update({todo[j][0]: e for j, e in res.errs.items()})
         finally:
-            sums = await hashing if hashing is not None else md5s()
+            sums = await hashing if hashing is not None else digests(todo)
         done: list[m.BlockReceipt | None] = [None] * len(req.blocks)
-        for (i, h, _, sec), md5 in zip(todo + again, sums + [hashlib.md5(d).hexdigest() for _, _, d, _ in again]):
+        for (i, h, _, sec), digest in zip(todo + again, sums + digests(again)):
             if i not in errs:
-                done[i] = writetoken.receipt(secret, id=h.id, size=h.size, crc=h.crc, md5=md5,
+                done[i] = writetoken.receipt(secret, id=h.id, size=h.size, crc=h.crc, digest=digest,
                                              nodes=(me, *sec), acks=g.acks)
         return m.Receipts(done=done, errs=errs)
 

@@ -581,9 +581,9 @@ class Writes:
         failed: list[Exception] = []
         in_flight = trio.Semaphore(ROUNDS_IN_FLIGHT)
 
-        async def store(places: list, data: list, got: list, cancel: trio.CancelScope) -> None:
+        async def store(places: list, data: list, got: list, fast: bool, cancel: trio.CancelScope) -> None:
             try:
-                got[:] = await dw.store_slots(places, data)
+                got[:] = await dw.store_slots(places, data, fast)
             except Exception as e:  # noqa: BLE001 -- raised as itself below (not in a MultiError)
                 failed.append(e)
                 cancel.cancel()
@@ -609,8 +609,11 @@ class Writes:
                         st.sent += n  # before the read: a write below this point from now on cancels the stream
                         data.append(os.pread(w.fd, n, st.sent - n))
                     places = await slots(len(data))
+                    # a file of several blocks (its ETag needs no MD5): a later round, more than one block, or a
+                    # full block while the file is open (one of exactly a block then gets a multipart-form ETag)
+                    fast = bool(rounds) or len(data) > 1 or not st.closing
                     rounds.append([None] * len(data))
-                    nursery.start_soon(store, places, data, rounds[-1], nursery.cancel_scope)
+                    nursery.start_soon(store, places, data, rounds[-1], fast, nursery.cancel_scope)
             if failed:
                 raise failed[0]
             receipts = [r for got in rounds for r in got]

@@ -22,9 +22,10 @@ committed again. Quota, write policy (each receipt's acks), conditions (If-None-
 apply per item as for a PutObject; an item refused is its own error and its blocks are given back.
 
 ETag: the MD5 of the bytes for an object of one block (every object up to the block size, 4 MiB by default: as S3's
-PutObject), else S3's multipart form over the blocks, md5(md5(block 1) + ... + md5(block n)) + "-n", the blocks
+PutObject), else S3's multipart form over the blocks, md5(digest(block 1) + ... + digest(block n)) + "-n", the blocks
 standing for parts (as S3's ETag of a multipart upload, it is not the MD5 of the content). The DataNodes compute the
-MD5s while they store.
+digests while they store: MD5s, or XXH3-128s for the blocks of an object the writer knows has several (its stream's
+rounds after the first, or a round of more than one block: common/writetoken.py block_digest).
 """
 from __future__ import annotations
 
@@ -165,7 +166,7 @@ def _check_item(ctx, it: m.DirectItem, allowed: dict[int, int]) -> tuple[list[m.
         raise invalid_request("A direct write's object checksum can only be crc32c (the blocks' CRCs make it).")
     if "crc32c" in it.checksum and it.checksum["crc32c"] != _b64(crc):
         raise S3Error("BadDigest", "The CRC32C you specified did not match the calculated checksum.", 400)
-    return blocks, size, crc, f'"{writetoken.multipart_etag([r.md5 for r in it.blocks])}"'
+    return blocks, size, crc, f'"{writetoken.object_etag([r.digest for r in it.blocks])}"'
 
 
 def _b64(crc: int) -> str:

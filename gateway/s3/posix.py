@@ -315,7 +315,7 @@ async def fs_write_direct(ctx, req, bi: int):
     except (msgspec.ValidationError, msgspec.DecodeError) as e:
         raise S3Error("MalformedJSON", f"The body must be a FileWriteDirect: {e}", 400) from None
     blocks, size, _ = direct.written(ctx, body.receipts, direct.granted(ctx, req, body.grants))
-    etag = f'"{writetoken.multipart_etag([r.md5 for r in body.receipts])}"'
+    etag = f'"{writetoken.object_etag([r.digest for r in body.receipts])}"'
     try:
         attr = await ctx.cluster.namenode.fs_commit(m.FsCommit(ino=ino, blk=blocks, size=size, etag=etag,
                                                                bucket=req.bucket, bi=bi, base=body.base, mt=body.mt,

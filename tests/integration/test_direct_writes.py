@@ -8,6 +8,7 @@ import os
 
 import msgspec
 import pytest
+import xxhash
 
 from test_direct_reads import _read  # noqa: E402
 from botocore.exceptions import ClientError
@@ -81,7 +82,7 @@ def test_datanode_takes_exactly_the_blocks_sizes_and_time_a_token_allows(cluster
     g = _plan(cluster, bucket, more=2)
     a, b = os.urandom(5000), os.urandom(6000)
     got = _store(g, 0, a)
-    assert got.done[0].size == 5000 and got.done[0].md5 == hashlib.md5(a).hexdigest() and not got.errs
+    assert got.done[0].size == 5000 and got.done[0].digest == hashlib.md5(a).hexdigest() and not got.errs
     # a token for blocks A and B does not open block C, nor does one widened to name it
     other = _plan(cluster, bucket, more=1)
     c_head = _head(other, 0, b)
@@ -126,7 +127,7 @@ def test_commit_takes_only_the_callers_fresh_blocks_with_true_receipts(cluster, 
     item = lambda key, blocks, **kw: m.DirectItem(key=key, blocks=blocks, **kw)  # noqa: E731
     # a receipt whose size, CRC or MD5 the client changed is refused (the DataNode's MAC); a refused item's
     # blocks are given back, as a failed PUT's
-    lie = msgspec.structs.replace(rs[0], md5=hashlib.md5(b"other").hexdigest())
+    lie = msgspec.structs.replace(rs[0], digest=hashlib.md5(b"other").hexdigest())
     res = _commit(cluster, bucket, [g], [item("x", [lie])])
     assert res[0].err == "AccessDenied" and "bad receipt" in res[0].msg
     assert rs[0].id not in set(cluster.nn.pending())
@@ -219,15 +220,29 @@ def test_a_stream_aborted_while_its_rounds_are_stored_leaves_nothing_and_gives_i
         storing = len(up._storing)
         ids = [b.id for g in up.grants for b in g.blocks]
         if finish:
-            await up.finish()
-        else:
-            await up.abort()
+            return storing, await up.finish()
+        await up.abort()
         return storing, ids
 
     storing, ids = run(_with(cluster.endpoint, MAIN, lambda c: stream(c, "gone", False)))
     assert storing == 1 and len(ids) >= 8  # two rounds sent, the second one still storing
     assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
     assert not set(ids) & set(cluster.nn.pending())  # given back, none left to the pending expiry
-    storing, _ = run(_with(cluster.endpoint, MAIN, lambda c: stream(c, "kept", True)))
+    storing, etag = run(_with(cluster.endpoint, MAIN, lambda c: stream(c, "kept", True)))
     assert storing == 1
-    assert s3.get_object(Bucket=bucket, Key="kept")["Body"].read() == chunk * 40
+    got = s3.get_object(Bucket=bucket, Key="kept")
+    assert got["Body"].read() == chunk * 40 and got["ETag"] == f'"{etag}"'
+    # an object of several blocks: the multipart form over the blocks' XXH3-128s (the DataNodes hashed no MD5)
+    bs, data = cluster.block_size, chunk * 40
+    digests = [xxhash.xxh3_128_digest(data[o:o + bs]) for o in range(0, len(data), bs)]
+    assert etag == hashlib.md5(b"".join(digests)).hexdigest() + f"-{len(digests)}"
+
+
+def test_a_stream_of_one_block_has_the_md5_etag_of_a_put(cluster, bucket, s3):
+    small = os.urandom(100_000)
+
+    async def go(c: S3Client):
+        return await c.direct.put_stream(bucket, "one", [small[:50_000], small[50_000:]])
+    etag = run(_with(cluster.endpoint, MAIN, go))
+    assert etag == hashlib.md5(small).hexdigest()
+    assert s3.head_object(Bucket=bucket, Key="one")["ETag"] == f'"{etag}"'

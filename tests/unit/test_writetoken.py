@@ -5,6 +5,7 @@ import struct
 import msgspec
 import orjson
 import pytest
+import xxhash
 
 from epochfs.common import errors, messages as m, writetoken
 from epochfs.common.rpc import RpcClient, RpcServer
@@ -61,9 +62,11 @@ def test_a_datanode_refuses_other_blocks_other_nodes_oversize_and_expired_tokens
 
 
 def test_receipts_are_the_datanodes_word():
-    r = writetoken.receipt(S, id=10, size=5, crc=7, md5=hashlib.md5(b"hello").hexdigest(), nodes=(1, 2, 3), acks=1)
+    r = writetoken.receipt(S, id=10, size=5, crc=7, digest=hashlib.md5(b"hello").hexdigest(), nodes=(1, 2, 3),
+                           acks=1)
     writetoken.check_receipt(S, r)
-    for change in (dict(size=6), dict(crc=8), dict(md5="0" * 32), dict(nodes=(1, 2)), dict(acks=3), dict(id=11)):
+    for change in (dict(size=6), dict(crc=8), dict(digest="0" * 32), dict(digest="x" + r.digest),
+                   dict(nodes=(1, 2)), dict(acks=3), dict(id=11)):
         with pytest.raises(errors.Unauthorized, match="bad receipt"):
             writetoken.check_receipt(S, msgspec.structs.replace(r, **change))
     g = _grant()  # a write token's MAC is no receipt's (keys of their own)
@@ -73,9 +76,22 @@ def test_receipts_are_the_datanodes_word():
 
 def test_etag_is_the_md5_for_one_block_and_multipart_style_for_more():
     a, b = hashlib.md5(b"a").hexdigest(), hashlib.md5(b"b").hexdigest()
-    assert writetoken.multipart_etag([]) == hashlib.md5(b"").hexdigest()
-    assert writetoken.multipart_etag([a]) == a
-    assert writetoken.multipart_etag([a, b]) == hashlib.md5(bytes.fromhex(a) + bytes.fromhex(b)).hexdigest() + "-2"
+    assert writetoken.object_etag([]) == hashlib.md5(b"").hexdigest()
+    assert writetoken.object_etag([a]) == a
+    assert writetoken.object_etag([a, b]) == hashlib.md5(bytes.fromhex(a) + bytes.fromhex(b)).hexdigest() + "-2"
+
+
+def test_blocks_of_an_object_of_several_are_digested_fast_and_give_a_multipart_form_etag():
+    """A fast digest is the XXH3-128 (not the MD5) behind an "x"; an ETag over such digests is the multipart form,
+    also for a single block (an MD5 of the bytes can't be made of it), and changes with any block's bytes."""
+    a, b = b"a" * 1000, b"b" * 1000
+    fa, fb = writetoken.block_digest(a, True), writetoken.block_digest(b, True)
+    assert fa == "x" + xxhash.xxh3_128_hexdigest(a) and writetoken.block_digest(a, False) == hashlib.md5(a).hexdigest()
+    raw = bytes.fromhex(fa[1:]) + bytes.fromhex(fb[1:])
+    assert writetoken.object_etag([fa, fb]) == hashlib.md5(raw).hexdigest() + "-2"
+    assert writetoken.object_etag([fa]) == hashlib.md5(bytes.fromhex(fa[1:])).hexdigest() + "-1"
+    c = b"a" * 999 + b"c"
+    assert writetoken.object_etag([writetoken.block_digest(c, True), fb]) != writetoken.object_etag([fa, fb])
 
 
 def test_a_refused_payload_is_never_buffered():
