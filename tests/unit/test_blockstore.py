@@ -8,8 +8,8 @@ from epochfs.common import errors
 from epochfs.common.blocks import crc32c
 from epochfs.common.kv import MemoryKV, RocksBulk, RocksKV, RocksSpace, prefix_end
 from epochfs.datanode import keys
-from epochfs.datanode.blockstore import (BULK, BULK_MIN, CHUNK_SIZE, FILED, PACKED, SPACED, BlockStore, Purger,
-                                        block_file)
+from epochfs.datanode.blockstore import (BULK, BULK_MIN, CHUNK_SIZE, FILE_DIRS, FILED, PACKED, SPACED, BlockStore,
+                                        Purger, block_file)
 from epochfs.datanode.scrubber import Scrubber
 
 
@@ -543,6 +543,40 @@ def test_a_missing_file_is_no_such_block_and_a_crash_leftover_file_is_purged(tmp
     kv, s = _filed(tmp_path)
     assert not s.has(2) and s._seq > seq, "its number is not given out again"
     assert s.purge() == 1 and not leftover.exists()
+    kv.close()
+
+
+def test_a_file_a_power_cut_left_unnamed_is_swept_once_after_the_start_and_named_ones_stay(tmp_path):
+    """A power cut after a put's file was synced and before its marker's WAL was: the next start finds a file that
+    neither a meta nor a marker names. The Purger's sweep after the start deletes it; a stored copy's file, a
+    marked leftover (purge's), a file being written meanwhile and a file of another name stay."""
+    kv, s = _filed(tmp_path)
+    data = os.urandom(BULK_MIN)
+    s.put(1, data, crc32c(data))
+    kept = _file_of(s, 1)
+    s._begin(2, memoryview(data), crc32c(data))  # a crash after its file: the marker names it (purge's)
+    marked = block_file(s.files, 2, _doomed(kv)[0])
+    marked.write_bytes(data)
+    unnamed = block_file(s.files, 3, 77)  # the power cut: its marker lost, the file synced
+    unnamed.parent.mkdir(exist_ok=True)
+    unnamed.write_bytes(data)
+    stranger = kept.parent / "notes.txt"
+    stranger.write_text("not a block")
+    kv.close()
+    kv, s = _filed(tmp_path)
+    p = Purger(s)
+    s._storing[4] = None  # a put of block 4 under way: its file (marker not yet seen here) is left alone
+    writing = block_file(s.files, 4, 78)
+    writing.parent.mkdir(exist_ok=True)
+    writing.write_bytes(b"x")
+
+    async def steps():
+        return sum([(await p.run_once()).ok for _ in range(FILE_DIRS + 1)])
+    assert asyncio.run(steps()) == 2  # the marked leftover (purge) and the unnamed file (sweep)
+    assert not unnamed.exists() and not marked.exists()
+    assert kept.exists() and joined(s.read(1)) == data and writing.exists() and stranger.exists()
+    unnamed.write_bytes(data)  # once per start: later steps don't list the folders again
+    assert asyncio.run(p.run_once()).ok == 0 and unnamed.exists()
     kv.close()
 
 
