@@ -73,13 +73,15 @@ class AwsChunkedDecoder:
         self._buf = bytearray()
         self._eof = False
 
-    async def _more(self) -> None:
+    async def _piece(self):
         try:
-            piece = await self.source.__anext__()
+            return await self.source.__anext__()
         except StopAsyncIteration:
             self._eof = True
             raise _incomplete() from None
-        self._buf += piece
+
+    async def _more(self) -> None:
+        self._buf += await self._piece()
 
     async def _line(self) -> bytes:
         while True:
@@ -107,13 +109,19 @@ class AwsChunkedDecoder:
                 raise S3Error("SignatureDoesNotMatch", "aws-chunked: missing chunk signature", 403)
             sha = hashlib.sha256() if self.signer is not None else None
             left = size
-            while left:
-                if not self._buf:
-                    await self._more()
-                n = min(left, len(self._buf))
-                data = bytes(self._buf[:n])
-                del self._buf[:n]
-                left -= n
+            while left:  # the data: pieces of the body as they came (memoryviews), copied only where a piece
+                # held a chunk header too (what followed the header, once per chunk): two copies less per byte
+                if self._buf:
+                    n = min(left, len(self._buf))
+                    with memoryview(self._buf) as mv:
+                        data = bytes(mv[:n])
+                    del self._buf[:n]
+                else:
+                    data = memoryview(await self._piece())
+                    if len(data) > left:
+                        self._buf += data[left:]
+                        data = data[:left]
+                left -= len(data)
                 if sha is not None:
                     sha.update(data)
                 yield data

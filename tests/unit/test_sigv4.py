@@ -2,6 +2,7 @@
 import asyncio
 import base64
 import datetime as dt
+import os
 import zlib
 from urllib.parse import urlsplit, parse_qsl
 
@@ -99,6 +100,21 @@ def test_unsigned_chunked_with_trailer(step):
     with pytest.raises(errors.ChecksumMismatch) as e:
         bad.verify(trailers)
     assert from_domain(e.value).code == "BadDigest"
+
+
+@pytest.mark.parametrize("step", [1, 7, 1000, 4096, 1 << 20])
+def test_chunked_body_of_many_chunks_comes_out_whole_however_it_is_cut(step):
+    """Chunk data is passed on as the pieces came (views, no copy) except after a chunk header in the same piece:
+    the pieces' cuts land inside headers, data and CRLFs, and the payload comes out byte for byte."""
+    sizes = [1, 4095, 4096, 4097, 10_000, 31_711]
+    payload = os.urandom(sum(sizes))
+    body, pos = b"", 0
+    for n in sizes:
+        body += f"{n:x}\r\n".encode() + payload[pos:pos + n] + b"\r\n"
+        pos += n
+    body += b"0\r\n\r\n"
+    out, trailers = decode(body, step)
+    assert out == payload and trailers == {}
 
 
 def test_truncated_chunked_body_is_incomplete():
