@@ -4,11 +4,11 @@ The gateway checks the caller as for a PutObject of each key and allocates block
 primary and secondaries), then signs a WriteGrant: the bucket, the caller's access key, the blocks with their nodes,
 the nodes' addresses, the largest size a block may have (the bucket's block size), the copies to wait for, and the
 expiry. A DataNode stores a block from a connection without the cluster secret only if the grant is ours, live, names
-that block on this node and allows its size (checked on the frame's head, before the payload is read), and only once.
-It replicates to the other nodes the grant names (never to an address the client chose) and answers a receipt per
-block: [id, size, crc, digest, nodes, acks] and a MAC, so that the gateway's commit trusts what was stored (size,
-CRC32C, the digest for the ETag) without seeing a byte. The commit (gateway/s3/direct.py) checks each receipt, that its block is one of
-the caller's grants for this bucket, and has the NameNode commit only blocks still pending (allocated, never
+that block on this node and allows its size (checked on the frame's head, before the payload is read), and only once. It
+replicates to the other nodes the grant names (never to an address the client chose) and answers a receipt per block:
+[id, size, crc, digest, nodes, acks] and a MAC, so that the gateway's commit trusts what was stored (size, CRC32C, the
+digest for the ETag) without seeing a byte. The commit (gateway/s3/direct.py) checks each receipt, that its block is one
+of the caller's grants for this bucket, and has the NameNode commit only blocks still pending (allocated, never
 committed): a block is never committed twice, and an object appears whole at its commit or not at all. Blocks never
 committed are collected with the NameNode's other pending allocations (NN_PENDING_GRACE_S).
 
