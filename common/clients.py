@@ -15,11 +15,38 @@ import msgspec
 
 from . import errors
 from . import messages as m
+from .blocks import crc32c
 from .config import parse_addr
 from .metrics import NN_LEADER_CHANGES, NN_REDIRECTS, NN_STALE_READS
 from .rpc import RpcClient, TrioRpcClient
 
 log = logging.getLogger("epochfs.clients")
+
+
+def _piece_views(lens: list[int], data) -> list[memoryview | None]:
+    """The pieces of a read reply's payload by index (None for a failed one)."""
+    view, pos, out = memoryview(data), 0, []
+    for n in lens:
+        out.append(view[pos:pos + n] if n >= 0 else None)
+        pos += max(n, 0)
+    if pos != len(view):
+        raise errors.Unavailable(f"a read reply's pieces add up to {pos} bytes, its payload has {len(view)}")
+    return out
+
+
+def _failed_checks(head: m.Pieces, data, node) -> list[int]:
+    """The pieces a DataNode sent unread (`head.unchecked`) whose chunks fail their CRC32C, by index."""
+    if not head.unchecked:
+        return []
+    pieces, cs, bad = _piece_views(head.lens, data), head.chunk, []
+    for i, crcs in sorted(head.unchecked.items()):
+        piece = pieces[i] if 0 <= i < len(pieces) else None
+        if piece is None or cs <= 0 or len(crcs) != -(-len(piece) // cs):
+            raise errors.Unavailable(f"{node}: a read reply's checks don't fit its pieces")
+        if any(crc32c(piece[k * cs:(k + 1) * cs]) != crc for k, crc in enumerate(crcs)):
+            log.warning("%s: piece %d of a read failed its CRC32C check; asking the node to read it again", node, i)
+            bad.append(i)
+    return bad
 
 
 class DataNodeClient:
@@ -58,17 +85,47 @@ class DataNodeClient:
         return reply.errs
 
     async def get(self, block_id: int, offset: int = 0, length: int = -1, *, timeout: float | None = None):
-        """Bytes [offset, offset + length) of a block (length -1: to its end)."""
-        _, data = await self.rpc.request(m.Get(block_id=block_id, offset=offset, length=length), timeout=timeout)
+        """Bytes [offset, offset + length) of a block (length -1: to its end), checked against its CRCs."""
+        req = m.Get(block_id=block_id, offset=offset, length=length)
+        head, data = await self.rpc.request(req, timeout=timeout)
+        if _failed_checks(head, data, self):
+            # the node reads its copy and checks it itself: CorruptBlock if the copy is bad (the caller reads
+            # another replica and has this one repaired), the bytes if they were damaged on their way
+            _, data = await self.rpc.request(msgspec.structs.replace(req, check=True), timeout=timeout)
         return data
 
     async def get_many(self, reads: list[m.BlockRead]) -> tuple[m.Pieces, bytes]:
-        """Several pieces in one round trip: (their sizes and errors, the pieces back to back)."""
-        return await self.rpc.request(m.GetMany(reads=reads))
+        """Several pieces in one round trip: (their sizes and errors, the pieces back to back), checked."""
+        return await self._checked(m.GetMany(reads=reads))
 
     async def read_tokened(self, reads: list[m.BlockRead], grant: m.ReadGrant) -> tuple[m.Pieces, bytes]:
         """get_many on a connection without the cluster secret, with a gateway's read token."""
-        return await self.rpc.request(m.ReadTokened(reads=reads, grant=grant))
+        return await self._checked(m.ReadTokened(reads=reads, grant=grant))
+
+    async def _checked(self, req: m.GetMany | m.ReadTokened) -> tuple[m.Pieces, bytes]:
+        """A batch read whose pieces sent unread are checked here: those that fail are read again with `check`,
+        the node reading and checking them itself (a bad copy then fails as a piece with CorruptBlock, which a
+        tokened read also notes for the node's next heartbeat), and the reply is put together again."""
+        head, data = await self.rpc.request(req)
+        bad = _failed_checks(head, data, self)
+        if not bad:
+            return head, data
+        again, more = await self.rpc.request(msgspec.structs.replace(req, reads=[req.reads[i] for i in bad],
+                                                                       check=True))
+        if len(again.lens) != len(bad):
+            raise errors.Unavailable(f"{self}: a check read answered {len(again.lens)} pieces for {len(bad)}")
+        redone = dict(zip(bad, range(len(bad))))
+        old, new = _piece_views(head.lens, data), _piece_views(again.lens, more)
+        lens, errs, out = [], {}, []
+        for i, n in enumerate(head.lens):
+            j = redone.get(i)
+            n, piece, err = (n, old[i], head.errs.get(i)) if j is None else (again.lens[j], new[j], again.errs.get(j))
+            lens.append(n)
+            if err is not None:
+                errs[i] = err
+            if piece is not None:
+                out.append(piece)
+        return m.Pieces(lens=lens, errs=errs), b"".join(out)
 
     async def write_tokened(self, grant: m.WriteGrant, heads: list[m.ReplicaHead], data,
                             fast: bool = False) -> m.Receipts:

@@ -73,6 +73,14 @@ class DirectUnavailable(errors.Unavailable):
         self.lasting = lasting
 
 
+def of_several(rounds_before: int, blocks: int, more_may_come: bool) -> bool:
+    """Are the blocks a writer sends now those of an object of several blocks: a later round of its write, a round
+    of several, or a block while more may follow? Their receipts then carry XXH3-128 digests, not MD5s, as the
+    object's ETag is the multipart form over its blocks' digests (common/writetoken.py object_etag); an object of
+    one block keeps the MD5 of its bytes as its ETag."""
+    return rounds_before > 0 or blocks > 1 or more_may_come
+
+
 def _b64(crc: int) -> str:
     return base64.b64encode(crc.to_bytes(4, "big")).decode()
 
@@ -380,15 +388,15 @@ class DirectUpload:
             self._buf.append(mv if keep else bytes(mv))
             self._have += len(mv)
         if len(self._full) >= self.window:
-            await self._flush()
+            await self._flush(more_may_come=True)
 
-    async def _flush(self) -> None:
+    async def _flush(self, more_may_come: bool) -> None:
         full, self._full = self._full, []
         if not full:
             return
         slots = await self._blocks(len(full))
         got: list[m.BlockReceipt | None] = [None] * len(full)
-        fast = bool(self._rounds) or len(full) > 1  # an object of several blocks (its ETag needs no MD5)
+        fast = of_several(len(self._rounds), len(full), more_may_come)
         self._rounds.append(got)
         if sniffio.current_async_library() != "asyncio":  # trio: no task outlives the call (structured)
             await self._store(slots, full, got, fast)
@@ -410,7 +418,7 @@ class DirectUpload:
         if self._buf:
             self._full.append(b"".join(self._buf))
             self._buf, self._have = [], 0
-        await self._flush()
+        await self._flush(more_may_come=False)
         await self.drain()
         receipts = self.receipts
         crc = _whole_crc(receipts) if receipts else 0

@@ -119,11 +119,14 @@ class PieceError(Msg, array_like=True):
 
 
 class Pieces(Msg):
-    """The reply of a batch read: the pieces back to back in the payload, `lens` their sizes in request order; a
-    piece that failed has length -1 and its error in `errs` (by index), so the caller reads it from another
-    replica."""
+    """The reply of a read: the pieces back to back in the payload, `lens` their sizes in request order; a piece
+    that failed has length -1 and its error in `errs` (by index), so the caller reads it from another replica.
+    `unchecked`: pieces the DataNode sent from its disk without reading them (sendfile), each with the CRC32C of
+    every `chunk` bytes from its start, which the reader checks (common/clients.py)."""
     lens: list[int]
     errs: dict[int, PieceError] = {}
+    chunk: int = 0
+    unchecked: dict[int, list[int]] = {}
 
 
 class Stored(Msg):
@@ -192,16 +195,19 @@ class PutMany(Request, tag="put_many"):
 
 
 class Get(Request, tag="get"):
-    """Bytes [offset, offset + length) of a block (length -1: to its end), in the reply's payload."""
+    """Bytes [offset, offset + length) of a block (length -1: to its end), in the reply's payload, as one piece.
+    `check`: the DataNode reads and checks every byte itself, never sending one unread (`Pieces.unchecked`)."""
     block_id: I64
     offset: I64 = 0
     length: I64 = -1
-    Reply = Done
+    check: bool = False
+    Reply = Pieces
 
 
 class GetMany(Request, tag="get_many"):
-    """Several pieces in one round trip (the gateway's batch and multi-block reads)."""
+    """Several pieces in one round trip (the gateway's batch and multi-block reads); `check` as Get's."""
     reads: list[BlockRead]
+    check: bool = False
     Reply = Pieces
 
 
@@ -209,6 +215,7 @@ class ReadTokened(Request, tag="read_tokened"):
     """GetMany for a native client without the cluster secret: `grant` must cover every block read."""
     reads: list[BlockRead]
     grant: ReadGrant
+    check: bool = False
     Reply = Pieces
 
 

@@ -30,6 +30,7 @@ import asyncio
 import ctypes
 import hmac
 import logging
+import os
 import socket
 import struct
 from typing import Any, Awaitable, Callable, Union
@@ -67,6 +68,28 @@ _uninitialized_bytearray.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
 
 def _payload_buffer(n: int) -> bytearray:
     return _uninitialized_bytearray(None, n) if n >= 65536 else bytearray(n)
+
+
+class FileSpan:
+    """A part of a reply's payload that the server sends from a file with sendfile(2), so that its bytes never
+    enter the process: a DataNode's reads of whole chunks (datanode/blockstore.py). Owns `fd`, which the server
+    closes once the reply is sent or dropped.
+
+    Why: the DataNode's share of a large read was a pread into its memory (a copy), a CRC over it and a send (a
+    second copy). Measured on this machine (4 MiB block files to a loopback socket, cold page cache): pread + CRC +
+    send 0.56-0.66 ms of CPU per MiB, sendfile 0.27-0.35; the reader checks the CRCs instead (~0.1 ms per MiB)."""
+    __slots__ = ("fd", "offset", "length")
+
+    def __init__(self, fd: int, offset: int, length: int) -> None:
+        self.fd, self.offset, self.length = fd, offset, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def _frame(j: bytes, payload) -> list:
@@ -280,19 +303,103 @@ class _ServerConn(_FrameProtocol):
         except Exception as e:  # a bug: report it to the caller, keep serving
             log.exception("rpc %s failed", op)
             head = orjson.dumps({"err": "DomainError", "msg": f"internal error in {op}: {e!r}"})
-        if server.before_reply is not None:
-            try:
-                await server.before_reply(req)
-            except errors.DomainError as e:  # what the reply would tell never became durable: it is not sent
-                head = orjson.dumps({"err": type(e).__name__, "msg": e.message, "details": e.details})
-                out_payload = b""
-        if not self.closed:
+        spans = [p for p in out_payload if isinstance(p, FileSpan)] if isinstance(out_payload, list) else []
+        try:
+            if server.before_reply is not None:
+                try:
+                    await server.before_reply(req)
+                except errors.DomainError as e:  # what the reply would tell never became durable: it is not sent
+                    head = orjson.dumps({"err": type(e).__name__, "msg": e.message, "details": e.details})
+                    out_payload = b""
+            if self.closed:
+                return
+            if spans and out_payload:
+                await self._send_with_spans(_frame(head, out_payload))
+                return
             self.write_frame(head, out_payload)
             if self._drained is not None:  # the peer reads slower than we send: wait, so replies don't pile up
-                try:
+                await self.drain()
+        except ConnectionError:
+            pass  # the peer left mid-reply (a reader cancelled): nothing to tell anyone
+        finally:
+            for s in spans:
+                s.close()
+
+    async def _send_with_spans(self, parts: list) -> None:
+        """Send a frame some of whose parts are FileSpans: the parts before each span through the transport, then,
+        once the transport has sent all it holds, the span with sendfile(2) on the socket itself. uvloop has no
+        loop.sendfile; the connection's replies go one at a time (a client sends its next request only after the
+        reply), so nothing else writes to the socket meanwhile."""
+        run: list = []
+        for p in parts:
+            if not isinstance(p, FileSpan):
+                run.append(p)
+                continue
+            if run:
+                self.transport.writelines(run)
+                run = []
+            await self._flushed()
+            await self._sendfile(p)
+        if run:
+            self.transport.writelines(run)
+        if self._drained is not None:
+            await self.drain()
+
+    async def _flushed(self) -> None:
+        """Return once the transport's write buffer is empty (it pauses the protocol while it holds anything)."""
+        t = self.transport
+        if not t.get_write_buffer_size():
+            return
+        t.set_write_buffer_limits(high=0, low=0)
+        try:
+            while t.get_write_buffer_size():
+                if self._drained is None:
+                    await asyncio.sleep(0.001)  # not paused (the transport emptied in between): look again
+                else:
                     await self.drain()
-                except ConnectionError:
-                    pass  # the peer left mid-reply (a reader cancelled): nothing to tell anyone
+        finally:
+            t.set_write_buffer_limits()
+
+    async def _sendfile(self, span: FileSpan) -> None:
+        sock = self.transport.get_extra_info("socket").fileno()
+        off, left, waiter = span.offset, span.length, None
+        loop = asyncio.get_running_loop()
+        try:
+            while left:
+                if self.closed:
+                    raise ConnectionError("connection lost while sending")
+                try:
+                    n = os.sendfile(sock, span.fd, off, left)
+                except BlockingIOError:
+                    # wait until the socket takes more: watched through a duplicate descriptor, as the loop
+                    # refuses a second watcher on the transport's own
+                    if waiter is None:
+                        waiter = os.dup(sock)
+                    ready = loop.create_future()
+                    loop.add_writer(waiter, lambda: ready.done() or ready.set_result(None))
+                    try:
+                        await asyncio.wait_for(ready, 30.0)
+                    except asyncio.TimeoutError:
+                        raise ConnectionError("peer stopped reading") from None
+                    finally:
+                        loop.remove_writer(waiter)
+                    continue
+                except (BrokenPipeError, ConnectionResetError) as e:
+                    raise ConnectionError(str(e)) from None
+                except OSError as e:  # the file (a disk's read error): the frame can't be completed
+                    log.error("rpc: sendfile from a block file failed after %d of %d bytes: %s; closing the "
+                              "connection from %s", span.length - left, span.length, e, self._peer())
+                    self.transport.abort()
+                    raise ConnectionError(str(e)) from None
+                if n == 0:  # the file is shorter than announced
+                    log.error("rpc: a block file ended %d bytes early; closing the connection from %s", left,
+                              self._peer())
+                    self.transport.abort()
+                    raise ConnectionError("file ended early")
+                off, left = off + n, left - n
+        finally:
+            if waiter is not None:
+                os.close(waiter)
 
 
 class RpcServer:

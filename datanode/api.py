@@ -6,6 +6,7 @@ import asyncio
 
 from epochfs.common import errors, readtoken, writetoken
 from epochfs.common import messages as m
+from epochfs.common.rpc import FileSpan
 
 from .blockstore import BlockStore
 from .replicator import FAST_PATH_GRACE_S
@@ -136,24 +137,38 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
                 errs[i] = type(e).__name__
         return m.Stored(errs=errs)
 
+    def read(r: m.BlockRead, check: bool) -> tuple[list, list[int] | None]:
+        return (store.read(r.id, r.offset, r.length), None) if check else store.read_unread(r.id, r.offset, r.length)
+
     async def get(req: m.Get, _):
-        return DONE, store.read(req.block_id, req.offset, req.length)
+        bufs, crcs = read(m.BlockRead(req.block_id, req.offset, req.length), req.check)
+        return m.Pieces(lens=[sum(len(b) for b in bufs)], chunk=store.chunk_size if crcs else 0,
+                        unchecked={0: crcs} if crcs else {}), bufs
 
     async def get_many(req: m.GetMany | m.ReadTokened, _):
         """Several (block_id, offset, length) reads in one round trip, for the gateway's batch read: the reply
         payload is the pieces back to back, `lens` their sizes; a piece that failed has length -1 and its error
-        in `errs`, so the caller retries just that one on another replica."""
-        lens, errs, out = [], {}, []
-        for i, r in enumerate(req.reads):
-            try:
-                bufs = store.read(r.id, r.offset, r.length)
-            except errors.DomainError as e:
-                lens.append(-1)
-                errs[i] = m.PieceError(type(e).__name__, e.message)
-                continue
-            lens.append(sum(len(b) for b in bufs))
-            out += bufs
-        return m.Pieces(lens=lens, errs=errs), out
+        in `errs`, so the caller retries just that one on another replica. Whole chunks of large blocks go out
+        unread (sendfile), their CRCs in `unchecked` for the reader, unless the request asks to `check`."""
+        lens, errs, out, unchecked = [], {}, [], {}
+        try:
+            for i, r in enumerate(req.reads):
+                try:
+                    bufs, crcs = read(r, req.check)
+                except errors.DomainError as e:
+                    lens.append(-1)
+                    errs[i] = m.PieceError(type(e).__name__, e.message)
+                    continue
+                if crcs:
+                    unchecked[i] = crcs
+                lens.append(sum(len(b) for b in bufs))
+                out += bufs
+        except BaseException:
+            for b in out:
+                if isinstance(b, FileSpan):
+                    b.close()
+            raise
+        return m.Pieces(lens=lens, errs=errs, chunk=store.chunk_size if unchecked else 0, unchecked=unchecked), out
 
     async def read_tokened(req: m.ReadTokened, _):
         """get_many for a native client (a loader reading straight from the DataNodes): req.grant is the gateway's

@@ -28,6 +28,7 @@ from awscrt.checksums import combine_crc32c
 
 from epochfs.common.blocks import crc32c
 from epochfs.common.kv import KV, StorageError, WalSync, prefix_end, takes_direct_io
+from epochfs.common.rpc import FileSpan
 from epochfs.common.worker import PassStats, Worker
 
 from . import keys
@@ -46,6 +47,9 @@ CHUNK_SIZE = 256 << 10
 # 1.7 / 3.0 at 2 MiB, 1.4 / 3.9 at 4 MiB (more for batch as the LSM grows). Not 1 MiB: every ingest also waits for
 # an fsync (~5-10 ms here), in the one ingest thread (put_async), and adds a file.
 BULK_MIN = 2 << 20
+# The smallest read sent from its file unread (read_unread): below it the pread and CRC cost less than the reader's
+# CRC and the reply's extra fields.
+UNREAD_MIN = 64 << 10
 TOMBSTONE_S = 600.0
 PURGE_FILES = 1000  # files deleted per purge step at most (an unlink each)
 BULK = b"\x01"  # layout byte after size and CRC in a meta whose chunks are in the bulk key space, then the
@@ -595,6 +599,37 @@ class BlockStore:
         except StorageError as e:
             raise self._damaged(block_id, e) from None
         return out
+
+    def read_unread(self, block_id: int, offset: int = 0, length: int = -1) -> tuple[list, list[int] | None]:
+        """`read`, except that a piece of a block in a file or a pack from a chunk boundary to another or to the
+        block's end, of UNREAD_MIN bytes or more, comes back unread, as a FileSpan for the RPC server's sendfile,
+        with the CRC32C of each of its chunks for the reader to check: ([span], crcs). Anything else: (read's
+        buffers, None)."""
+        size, _, where, _, raw = self._meta(block_id)
+        end = size if length < 0 else min(size, offset + length)
+        cs = self.chunk_size
+        if where not in (IN_FILE, IN_PACK) or end - offset < UNREAD_MIN or offset % cs or (end % cs and end != size):
+            return self.read(block_id, offset, length), None
+        if where == IN_FILE:
+            path, base, crcs_at = self._file_path(block_id, int.from_bytes(raw[13:21], "big")), 0, 21
+        else:
+            path, base, crcs_at = (self.packs.path(int.from_bytes(raw[13:21], "big")),
+                                   int.from_bytes(raw[21:29], "big"), 29)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise errors.NoSuchBlock(f"block {block_id}: its file {path.name} is missing") from None
+        except OSError as e:
+            raise self._damaged(block_id, StorageError(str(e))) from None
+        try:
+            if os.fstat(fd).st_size < base + end:
+                raise errors.CorruptBlock(f"block {block_id}: its file {path.name} is short")
+        except BaseException:
+            os.close(fd)
+            raise
+        first, stop = offset // cs, (end - 1) // cs + 1
+        crcs = [int.from_bytes(raw[crcs_at + 4 * i:crcs_at + 4 + 4 * i], "big") for i in range(first, stop)]
+        return [FileSpan(fd, base + offset, end - offset)], crcs
 
     def _read_file(self, block_id: int, meta: bytes, offset: int, end: int) -> list[memoryview]:
         """Bytes [offset, end) of a FILED block: the chunks they touch, read by one pread and each checked against

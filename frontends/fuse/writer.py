@@ -609,9 +609,9 @@ class Writes:
                         st.sent += n  # before the read: a write below this point from now on cancels the stream
                         data.append(os.pread(w.fd, n, st.sent - n))
                     places = await slots(len(data))
-                    # a file of several blocks (its ETag needs no MD5): a later round, more than one block, or a
-                    # full block while the file is open (one of exactly a block then gets a multipart-form ETag)
-                    fast = bool(rounds) or len(data) > 1 or not st.closing
+                    # a full block while the file is open: more may follow (if none does, a file of exactly a
+                    # block gets a multipart-form ETag)
+                    fast = of_several(len(rounds), len(data), more_may_come=not st.closing)
                     rounds.append([None] * len(data))
                     nursery.start_soon(store, places, data, rounds[-1], fast, nursery.cancel_scope)
             if failed:
