@@ -51,6 +51,7 @@ DEFAULT_MAX_PAYLOAD = defaults.RPC_MAX_PAYLOAD  # what a server accepts in a req
 HELLO_MAX_JSON = 4096
 LIMITED_MAX_JSON = 4 << 20  # a native client's tokened batch read: its reads and the grant
 HELLO_TIMEOUT_S = 10.0
+SEND_STALL_S = 30.0  # a reply sent from a file (FileSpan) to a peer that reads nothing for this long is cut
 
 # A handler takes the decoded request and its payload and returns its Reply, or (Reply, payload).
 Handler = Callable[[Any, bytes], Awaitable[Any]]
@@ -331,15 +332,19 @@ class _ServerConn(_FrameProtocol):
         loop.sendfile; the connection's replies go one at a time (a client sends its next request only after the
         reply), so nothing else writes to the socket meanwhile."""
         run: list = []
-        for p in parts:
-            if not isinstance(p, FileSpan):
-                run.append(p)
-                continue
-            if run:
-                self.transport.writelines(run)
-                run = []
-            await self._flushed()
-            await self._sendfile(p)
+        try:
+            for p in parts:
+                if not isinstance(p, FileSpan):
+                    run.append(p)
+                    continue
+                if run:
+                    self.transport.writelines(run)
+                    run = []
+                await self._flushed()
+                await self._sendfile(p)
+        except BaseException:  # the frame can't be completed (cancelled, peer gone, the file failed): nor the
+            self.transport.abort()  # connection used again
+            raise
         if run:
             self.transport.writelines(run)
         if self._drained is not None:
@@ -361,9 +366,12 @@ class _ServerConn(_FrameProtocol):
             t.set_write_buffer_limits()
 
     async def _sendfile(self, span: FileSpan) -> None:
+        """Send `span` on the socket; ConnectionError if the peer goes, stops reading for SEND_STALL_S, or the file
+        fails (the caller then aborts the connection: the frame is cut short)."""
         sock = self.transport.get_extra_info("socket").fileno()
         off, left, waiter = span.offset, span.length, None
         loop = asyncio.get_running_loop()
+        stalled_at = None
         try:
             while left:
                 if self.closed:
@@ -371,32 +379,33 @@ class _ServerConn(_FrameProtocol):
                 try:
                     n = os.sendfile(sock, span.fd, off, left)
                 except BlockingIOError:
-                    # wait until the socket takes more: watched through a duplicate descriptor, as the loop
-                    # refuses a second watcher on the transport's own
+                    # wait until the socket takes more, watched through a duplicate descriptor (the loop refuses
+                    # a second watcher on the transport's own), looking every second whether the transport closed
+                    stalled_at = stalled_at or loop.time()
+                    if loop.time() - stalled_at > SEND_STALL_S:
+                        raise ConnectionError(f"the peer read nothing for {SEND_STALL_S:.0f} s") from None
                     if waiter is None:
                         waiter = os.dup(sock)
                     ready = loop.create_future()
                     loop.add_writer(waiter, lambda: ready.done() or ready.set_result(None))
                     try:
-                        await asyncio.wait_for(ready, 30.0)
+                        await asyncio.wait_for(ready, 1.0)
                     except asyncio.TimeoutError:
-                        raise ConnectionError("peer stopped reading") from None
+                        pass
                     finally:
                         loop.remove_writer(waiter)
                     continue
                 except (BrokenPipeError, ConnectionResetError) as e:
                     raise ConnectionError(str(e)) from None
-                except OSError as e:  # the file (a disk's read error): the frame can't be completed
+                except OSError as e:  # the file (a disk's read error)
                     log.error("rpc: sendfile from a block file failed after %d of %d bytes: %s; closing the "
                               "connection from %s", span.length - left, span.length, e, self._peer())
-                    self.transport.abort()
                     raise ConnectionError(str(e)) from None
-                if n == 0:  # the file is shorter than announced
+                if n == 0:
                     log.error("rpc: a block file ended %d bytes early; closing the connection from %s", left,
                               self._peer())
-                    self.transport.abort()
                     raise ConnectionError("file ended early")
-                off, left = off + n, left - n
+                off, left, stalled_at = off + n, left - n, None
         finally:
             if waiter is not None:
                 os.close(waiter)

@@ -155,3 +155,50 @@ def test_a_reader_that_leaves_mid_send_leaves_no_file_open(tmp_path):
 
     uvloop.run(go())
     kv.close()
+
+
+def test_a_reader_that_stops_reading_is_cut_off_and_a_file_cut_short_mid_send_fails_the_read(tmp_path, monkeypatch):
+    monkeypatch.setattr("epochfs.common.rpc.SEND_STALL_S", 0.5)
+    kv, store = _store(tmp_path)
+    big = os.urandom(32 << 20)
+    store.put(1, big, crc32c(big))
+    file = _files_of_size(store, len(big))[0]
+
+    async def go():
+        server = RpcServer(make_handlers(store, None, lambda c: None, secret=S), S)
+        await server.start("127.0.0.1", 0)
+        port = server._server.sockets[0].getsockname()[1]
+        before = _open_fds()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for frame in (b'{"op":"hello","secret":"s3cret"}', b'{"op":"get","block_id":1}'):
+            writer.write(len(frame).to_bytes(4, "big") + bytes(4) + frame)
+        for _ in range(200):  # reads nothing: once the sockets' buffers are full, the server gives up on it
+            await asyncio.sleep(0.1)
+            if not server._conns:
+                break
+        assert len(server._conns) == 0, "the connection was cut"
+        got = 0
+        try:
+            while chunk := await reader.read(1 << 20):
+                got += len(chunk)
+        except ConnectionError:
+            pass
+        assert got < 8 + 2 + len(big), "the reply was cut short, not completed"
+        writer.close()
+        assert _open_fds() <= before + 1  # the file was closed (the client's own socket may linger)
+
+        real = store.read_unread
+
+        def cut(*a, **kw):  # the file loses its tail between the reply's head and its bytes
+            out = real(*a, **kw)
+            os.truncate(file, 20 << 20)
+            return out
+        monkeypatch.setattr(store, "read_unread", cut)
+        dn = DataNodeClient(RpcClient("127.0.0.1", port, S))
+        with pytest.raises(errors.Unavailable):
+            await dn.get(1)
+        await dn.close()
+        await server.stop()
+
+    uvloop.run(go())
+    kv.close()
