@@ -31,7 +31,7 @@ import trio
 from epochfs.common import defaults, errors
 from epochfs.common.client import S3Client
 from epochfs.common.directwrite import (DIRECT_RETRY_S, ROUND_MAX, ROUNDS_IN_FLIGHT, WINDOW, DirectUnavailable,
-                                        DirectWriter)
+                                        DirectWriter, of_several)
 from epochfs.common.messages import (AttrChanges, BlockSpan, FileWrite, FileWriteDirect, KeepBlock, NewExtent,
                                      NewFile, RestOfBody)
 
