@@ -47,8 +47,8 @@ CHUNK_SIZE = 256 << 10
 # 1.7 / 3.0 at 2 MiB, 1.4 / 3.9 at 4 MiB (more for batch as the LSM grows). Not 1 MiB: every ingest also waits for
 # an fsync (~5-10 ms here), in the one ingest thread (put_async), and adds a file.
 BULK_MIN = 2 << 20
-# The smallest read sent from its file unread (read_unread): below it the pread and CRC cost less than the reader's
-# CRC and the reply's extra fields.
+# The smallest read sent from its file unread (read_unread): s3_bench.py's GET 128K measured 0.17-0.19 ms of DataNode
+# CPU per GET sent so against 0.21-0.24 read and checked; below 64 KiB a sendfile's gain is a few us (not measured).
 UNREAD_MIN = 64 << 10
 TOMBSTONE_S = 600.0
 PURGE_FILES = 1000  # files deleted per purge step at most (an unlink each)
@@ -585,10 +585,8 @@ class BlockStore:
         end = size if length < 0 else min(size, offset + length)
         if offset >= end:
             return []
-        if where == IN_FILE:
-            return self._read_file(block_id, raw, offset, end)
-        if where == IN_PACK:
-            return self._read_packed(block_id, raw, offset, end)
+        if where in (IN_FILE, IN_PACK):
+            return self._read_checked(block_id, raw, *self._place_in_file(block_id, where, raw), offset, end)
         cs = self.chunk_size
         out = []
         first = offset // cs
@@ -610,11 +608,7 @@ class BlockStore:
         cs = self.chunk_size
         if where not in (IN_FILE, IN_PACK) or end - offset < UNREAD_MIN or offset % cs or (end % cs and end != size):
             return self.read(block_id, offset, length), None
-        if where == IN_FILE:
-            path, base, crcs_at = self._file_path(block_id, int.from_bytes(raw[13:21], "big")), 0, 21
-        else:
-            path, base, crcs_at = (self.packs.path(int.from_bytes(raw[13:21], "big")),
-                                   int.from_bytes(raw[21:29], "big"), 29)
+        path, base, crcs_at = self._place_in_file(block_id, where, raw)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -631,26 +625,24 @@ class BlockStore:
         crcs = [int.from_bytes(raw[crcs_at + 4 * i:crcs_at + 4 + 4 * i], "big") for i in range(first, stop)]
         return [FileSpan(fd, base + offset, end - offset)], crcs
 
-    def _read_file(self, block_id: int, meta: bytes, offset: int, end: int) -> list[memoryview]:
-        """Bytes [offset, end) of a FILED block: the chunks they touch, read by one pread and each checked against
-        its CRC32C in the meta. pread, not a mapping: a disk's read error is then an OSError (a bad copy, read from
-        another replica), not a SIGBUS that kills the node. Its pages were dropped behind at write, so a read right
-        after the write comes from the disk: ~1 GB/s here (bench/block_file_write.py), no slower than the SST
-        layout's reads from the disk; that layout's blocks stayed in memory (RocksDB keeps them mapped: 512 of 512
-        MiB resident after a PUT, untouched by drop_caches), which is why `s3_bench.py`'s GET stream right after its
-        MPU PUT measured 1,067-1,375 MB/s then and 744-965 now, and why its writes took fresh pages.)"""
-        path = self._file_path(block_id, int.from_bytes(meta[13:21], "big"))
-        return self._read_checked(block_id, meta, 21, path, 0, offset, end)
+    def _place_in_file(self, block_id: int, where: int, meta: bytes) -> tuple[Path, int, int]:
+        """(its file, where its data starts in the file, where its chunks' CRC32Cs start in `meta`) of a FILED
+        block (a file of its own) or a PACKED one."""
+        if where == IN_FILE:
+            return self._file_path(block_id, int.from_bytes(meta[13:21], "big")), 0, 21
+        return self.packs.path(int.from_bytes(meta[13:21], "big")), int.from_bytes(meta[21:29], "big"), 29
 
-    def _read_packed(self, block_id: int, meta: bytes, offset: int, end: int) -> list[memoryview]:
-        """Bytes [offset, end) of a PACKED block, as `_read_file` reads a file's."""
-        path = self.packs.path(int.from_bytes(meta[13:21], "big"))
-        return self._read_checked(block_id, meta, 29, path, int.from_bytes(meta[21:29], "big"), offset, end)
-
-    def _read_checked(self, block_id: int, meta: bytes, crcs_at: int, path: Path, base: int, offset: int,
+    def _read_checked(self, block_id: int, meta: bytes, path: Path, base: int, crcs_at: int, offset: int,
                       end: int) -> list[memoryview]:
-        """Bytes [offset, end) of a block whose data starts at `base` in file `path`: the chunks they touch, read by
-        one pread, each checked against its CRC32C (in `meta` from byte `crcs_at` on)."""
+        """Bytes [offset, end) of a block whose data starts at `base` in file `path` (a FILED or PACKED block): the
+        chunks they touch, read by one pread, each checked against its CRC32C (in `meta` from byte `crcs_at` on).
+        pread, not a mapping: a disk's read error is then an OSError (a bad copy, read from another replica), not a
+        SIGBUS that kills the node. A file's pages were dropped behind at write, so a read right after the write
+        comes from the disk: ~1 GB/s here (bench/block_file_write.py), no slower than the SST layout's reads from
+        the disk; that layout's blocks stayed in memory (RocksDB keeps them mapped: 512 of 512 MiB resident after a
+        PUT, untouched by drop_caches), which is why `s3_bench.py`'s GET stream right after its MPU PUT measured
+        1,067-1,375 MB/s then and 744-965 when files came (before reads of whole chunks went out with sendfile), and
+        why its writes took fresh pages."""
         cs, size = self.chunk_size, int.from_bytes(meta[:8], "big")
         first, stop = offset // cs, (end - 1) // cs + 1
         lo, hi = first * cs, min(size, stop * cs)
