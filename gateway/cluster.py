@@ -360,7 +360,7 @@ class Cluster:
             blk, off, n = plan[0]
             yield await self.read_block(blk, addrs, off, n, cipher)
             return
-        prefetch = max(1, READ_AHEAD_BYTES // max(n for _, _, n in plan))
+        prefetch = max(1, READ_AHEAD_BYTES // max((n for _, _, n in plan), default=1))
         tasks: list[asyncio.Task] = []
         try:
             it = iter(plan)
