@@ -609,12 +609,7 @@ class BlockStore:
         if where not in (IN_FILE, IN_PACK) or end - offset < UNREAD_MIN or offset % cs or (end % cs and end != size):
             return self.read(block_id, offset, length), None
         path, base, crcs_at = self._place_in_file(block_id, where, raw)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise errors.NoSuchBlock(f"block {block_id}: its file {path.name} is missing") from None
-        except OSError as e:
-            raise self._damaged(block_id, StorageError(str(e))) from None
+        fd = self._open_file(block_id, path)
         try:
             if os.fstat(fd).st_size < base + end:
                 raise errors.CorruptBlock(f"block {block_id}: its file {path.name} is short")
@@ -632,6 +627,16 @@ class BlockStore:
             return self._file_path(block_id, int.from_bytes(meta[13:21], "big")), 0, 21
         return self.packs.path(int.from_bytes(meta[13:21], "big")), int.from_bytes(meta[21:29], "big"), 29
 
+    def _open_file(self, block_id: int, path: Path) -> int:
+        """A descriptor of the file holding a block's bytes, for reading: NoSuchBlock if it is missing, a bad copy
+        (CorruptBlock) if it can't be opened."""
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise errors.NoSuchBlock(f"block {block_id}: its file {path.name} is missing") from None
+        except OSError as e:
+            raise self._damaged(block_id, StorageError(str(e))) from None
+
     def _read_checked(self, block_id: int, meta: bytes, path: Path, base: int, crcs_at: int, offset: int,
                       end: int) -> list[memoryview]:
         """Bytes [offset, end) of a block whose data starts at `base` in file `path` (a FILED or PACKED block): the
@@ -646,12 +651,7 @@ class BlockStore:
         cs, size = self.chunk_size, int.from_bytes(meta[:8], "big")
         first, stop = offset // cs, (end - 1) // cs + 1
         lo, hi = first * cs, min(size, stop * cs)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise errors.NoSuchBlock(f"block {block_id}: its file {path.name} is missing") from None
-        except OSError as e:
-            raise self._damaged(block_id, StorageError(str(e))) from None
+        fd = self._open_file(block_id, path)
         try:
             data = memoryview(os.pread(fd, hi - lo, base + lo))
         except OSError as e:

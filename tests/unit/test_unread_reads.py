@@ -125,21 +125,26 @@ def test_reads_sent_unread_arrive_whole_and_a_bad_copy_is_found_by_the_reader(tm
     kv.close()
 
 
+async def _serve_and_ask(store):
+    """A DataNode's handlers served on loopback and a raw connection that said hello and asked for all of block 1
+    and reads nothing yet: (server, its port, the open-fd count before the connection, reader, writer)."""
+    server = RpcServer(make_handlers(store, None, lambda c: None, secret=S), S)
+    await server.start("127.0.0.1", 0)
+    port = server._server.sockets[0].getsockname()[1]
+    before = _open_fds()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for frame in (b'{"op":"hello","secret":"s3cret"}', b'{"op":"get","block_id":1}'):
+        writer.write(len(frame).to_bytes(4, "big") + bytes(4) + frame)
+    return server, port, before, reader, writer
+
+
 def test_a_reader_that_leaves_mid_send_leaves_no_file_open(tmp_path):
     kv, store = _store(tmp_path)
     big = os.urandom(32 << 20)
     store.put(1, big, crc32c(big))
 
     async def go():
-        server = RpcServer(make_handlers(store, None, lambda c: None, secret=S), S)
-        await server.start("127.0.0.1", 0)
-        port = server._server.sockets[0].getsockname()[1]
-        before = _open_fds()
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        hello = b'{"op":"hello","secret":"s3cret"}'
-        writer.write(len(hello).to_bytes(4, "big") + bytes(4) + hello)
-        req = b'{"op":"get","block_id":1}'
-        writer.write(len(req).to_bytes(4, "big") + bytes(4) + req)
+        server, port, before, reader, writer = await _serve_and_ask(store)
         await reader.readexactly(8 + 2)  # the hello's answer
         await reader.readexactly(1 << 20)  # some of the reply, then gone
         writer.transport.abort()
@@ -165,13 +170,7 @@ def test_a_reader_that_stops_reading_is_cut_off_and_a_file_cut_short_mid_send_fa
     file = _files_of_size(store, len(big))[0]
 
     async def go():
-        server = RpcServer(make_handlers(store, None, lambda c: None, secret=S), S)
-        await server.start("127.0.0.1", 0)
-        port = server._server.sockets[0].getsockname()[1]
-        before = _open_fds()
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        for frame in (b'{"op":"hello","secret":"s3cret"}', b'{"op":"get","block_id":1}'):
-            writer.write(len(frame).to_bytes(4, "big") + bytes(4) + frame)
+        server, port, before, reader, writer = await _serve_and_ask(store)
         for _ in range(200):  # reads nothing: once the sockets' buffers are full, the server gives up on it
             await asyncio.sleep(0.1)
             if not server._conns:
