@@ -78,7 +78,8 @@ class FileSpan:
 
     Why: the DataNode's share of a large read was a pread into its memory (a copy), a CRC over it and a send (a
     second copy). Measured on this machine (4 MiB block files to a loopback socket, cold page cache): pread + CRC +
-    send 0.56-0.66 ms of CPU per MiB, sendfile 0.27-0.35; the reader checks the CRCs instead (~0.1 ms per MiB)."""
+    send 0.56-0.66 ms of CPU per MiB, sendfile 0.27-0.35; the reader checks the CRCs instead (crc32c: 0.05 ms per
+    MiB here)."""
     __slots__ = ("fd", "offset", "length")
 
     def __init__(self, fd: int, offset: int, length: int) -> None:

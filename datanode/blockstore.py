@@ -581,7 +581,11 @@ class BlockStore:
     def read(self, block_id: int, offset: int = 0, length: int = -1) -> list[memoryview]:
         """Bytes [offset, offset+length) of a block as a list of buffers (no copy), every chunk read CRC-checked.
         A bad copy raises CorruptBlock (or NoSuchBlock for a missing chunk)."""
-        size, _, where, prefix, raw = self._meta(block_id)
+        return self._read(block_id, self._meta(block_id), offset, length)
+
+    def _read(self, block_id: int, found: tuple, offset: int, length: int) -> list[memoryview]:
+        """`read`, given the block's `_meta`."""
+        size, _, where, prefix, raw = found
         end = size if length < 0 else min(size, offset + length)
         if offset >= end:
             return []
@@ -603,11 +607,12 @@ class BlockStore:
         block's end, of UNREAD_MIN bytes or more, comes back unread, as a FileSpan for the RPC server's sendfile,
         with the CRC32C of each of its chunks for the reader to check: ([span], crcs). Anything else: (read's
         buffers, None)."""
-        size, _, where, _, raw = self._meta(block_id)
+        found = self._meta(block_id)
+        size, _, where, _, raw = found
         end = size if length < 0 else min(size, offset + length)
         cs = self.chunk_size
         if where not in (IN_FILE, IN_PACK) or end - offset < UNREAD_MIN or offset % cs or (end % cs and end != size):
-            return self.read(block_id, offset, length), None
+            return self._read(block_id, found, offset, length), None
         path, base, crcs_at = self._place_in_file(block_id, where, raw)
         fd = self._open_file(block_id, path)
         try:
