@@ -512,6 +512,38 @@ def test_a_large_block_is_a_file_of_its_own_read_by_ranges_checked_and_deleted_w
     kv.close()
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["o-direct", "page-cache"])
+def test_large_blocks_files_are_written_past_the_page_cache_where_the_folder_takes_it(tmp_path, monkeypatch, direct):
+    """Where the file system takes O_DIRECT a large block's file is written with it (through the store's aligned
+    buffer, in pieces of its size, the tail padded and cut off again), else through the page cache; either way the
+    file holds exactly the block's bytes, synced."""
+    from epochfs.datanode import blockstore
+    if not direct:
+        monkeypatch.setattr(blockstore, "takes_direct_io", lambda folder: False)
+    opened, synced = [], []
+    real_open, real_sync = os.open, os.fdatasync
+    monkeypatch.setattr(blockstore.os, "open", lambda path, flags, *a, **k: opened.append((str(path), flags)) or
+                        real_open(path, flags, *a, **k))
+    monkeypatch.setattr(blockstore.os, "fdatasync", lambda fd: synced.append(fd) or real_sync(fd))
+    kv, s = _filed(tmp_path, bulk_min=CHUNK_SIZE)
+    sizes = {1: 4 << 20, 2: (9 << 20) + 123, 3: CHUNK_SIZE + 1}  # the buffer's size, past it twice, a short tail
+    blocks = {b: os.urandom(n) for b, n in sizes.items()}
+    for b, d in blocks.items():
+        opened.clear()
+        synced.clear()
+        s.put(b, memoryview(d), crc32c(d))
+        path = _file_of(s, b)
+        flags = [f for p, f in opened if p == str(path)]
+        assert len(flags) == 1 and bool(flags[0] & os.O_DIRECT) == direct
+        assert path.stat().st_size == len(d) and path.read_bytes() == d and joined(s.read(b)) == d
+        assert len(synced) == 1, "the file's bytes (and size) synced"
+    s.close()
+    kv.close()
+    kv, s = _filed(tmp_path, bulk_min=CHUNK_SIZE)
+    assert all(joined(s.read(b)) == d for b, d in blocks.items())
+    kv.close()
+
+
 def test_a_large_block_rewritten_goes_to_a_new_file_and_the_old_one_is_purged(tmp_path):
     kv, s = _filed(tmp_path)
     a, b = os.urandom(BULK_MIN), os.urandom(BULK_MIN)
