@@ -57,3 +57,52 @@ def test_after_a_commit_the_new_blocks_are_local_and_kept_next_time(w):
     assert w.absent(0, 25) == [0, 2]  # block 7 was written here: no fetch
     w.wrote(24, 25)
     assert w.layout()[0].segs == [KeepBlock(id=1), KeepBlock(id=7), NewExtent(length=5)]
+
+
+def _resident(fd: int, size: int) -> list[bool]:
+    """Which 4 KiB pages of the file are in the page cache (mincore(2) over a read-only mapping, which faults
+    nothing in)."""
+    import ctypes
+    import mmap
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                               ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    try:
+        vec = (ctypes.c_ubyte * (size // mmap.PAGESIZE))()
+        assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+        return [bool(v & 1) for v in vec]
+    finally:
+        libc.munmap(addr, size)
+
+
+def test_a_stream_drops_the_local_copys_pages_it_has_read_and_the_bytes_stay(tmp_path):
+    """A streamed file's local copy leaves the page cache behind its upload (pages written back already go at the
+    first ask, dirty ones at the next), and reads of it still give every byte; a copy in memory is left alone."""
+    from epochfs.frontends.fuse.writer import Stream
+    mib = 1 << 20
+    data = os.urandom(16 * mib)
+    w = Writer(tmp_path, {"etag": "", "blk": [], "size": 0})
+    os.pwrite(w.fd, data, 0)
+    os.fdatasync(w.fd)  # written back: droppable at the first ask
+    st = Stream()
+    assert all(_resident(w.fd, len(data)))
+    st.sent = 8 * mib
+    st.behind(w)
+    pages = _resident(w.fd, len(data))
+    assert not any(pages[:len(pages) // 2]) and all(pages[len(pages) // 2:])
+    st.sent = 16 * mib
+    st.behind(w)
+    assert not any(_resident(w.fd, len(data)))
+    assert os.pread(w.fd, len(data), 0) == data
+    w.close()
+    m = Writer(tmp_path, {"etag": "", "blk": [], "size": 0}, memory=True)
+    os.pwrite(m.fd, data, 0)
+    st = Stream()
+    st.sent = 16 * mib
+    st.behind(m)
+    assert all(_resident(m.fd, len(data))) and os.pread(m.fd, len(data), 0) == data
+    m.close()
