@@ -240,8 +240,8 @@ class Stream:
         writes' (recycled pages cost this VM ~6x less than fresh ones, see datanode/blockstore.py write_file). A
         page still dirty is not dropped, only written back: each range is asked twice, here and at the next call.
         `python bench/mount_write_bench.py --only dd`, four pairs against the tree before: mount CPU 1.5-2.0 against
-        2.0-2.6 ms/MB, the machine's (writeback included, /proc/stat) 7.5-7.6 against 8.7-9.2 s per GiB. Nothing
-        to drop in memory (a memfd) or in a tmpfs folder (fadvise does nothing there)."""
+        2.0-3.2 ms/MB; the machine's busy CPU during a 1 GiB dd (writeback included, /proc/stat) 6.5-7.6 against
+        7.5-9.2 s. Nothing to drop in memory (a memfd) or in a tmpfs folder (fadvise does nothing there)."""
         if w.memory or self.sent <= self._asked:
             return
         os.posix_fadvise(w.fd, self._dropped, self.sent - self._dropped, os.POSIX_FADV_DONTNEED)
