@@ -172,14 +172,15 @@ class BlockStore:
         self._seq = top + 1
         self.files = files
         self.packs: Packs | None = None
-        # large blocks' files written past the page cache where the file system takes it (write_file)
+        # large blocks' files and packs written past the page cache where the file system takes it (write_file,
+        # Packs.write), through one buffer (both are written by the ingest thread)
         self._direct: DirectWriter | None = None
         if files is not None:
             for i in range(FILE_DIRS):
                 (files / f"{i:02x}").mkdir(parents=True, exist_ok=True)
             if takes_direct_io(files):
                 self._direct = DirectWriter(4 << 20)
-            self.packs = Packs(files / "packs", live)
+            self.packs = Packs(files / "packs", live, self._direct)
             _fsync_dir(files)
             _fsync_dir(files.parent)
         # `await store.synced()` after a put: the block is on disk (group commit): the packs written, then the WAL
@@ -1038,13 +1039,14 @@ class Packs:
     Written ourselves: the log-structured volume of Haystack, SeaweedFS and 3FS's chunk engine, on no library
     Python has; RocksDB's own blob files (BlobDB) made reads several times slower (bench/kv_options.py)."""
 
-    def __init__(self, folder: Path, live: dict[int, int]) -> None:
+    def __init__(self, folder: Path, live: dict[int, int], direct: DirectWriter | None) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
-        # written past the page cache where the file system takes it: the page-cache copy into fresh pages was 26% of
-        # a DataNode's CPU under `epochfs cp` (perf), this VM's dearest copy; reads fill the page cache as usual
-        self.direct = takes_direct_io(folder)
-        self._writer = DirectWriter(1 << 20)
+        # written past the page cache through `direct`, given where the file system takes it: the page-cache copy
+        # into fresh pages was 26% of a DataNode's CPU under `epochfs cp` (perf), this VM's dearest copy; reads fill
+        # the page cache as usual
+        self._writer = direct
+        self.direct = direct is not None
         self.live = live
         self.inflight: dict[int, int] = {}  # pack -> writes made to it whose batch is not written yet
         self.sizes: dict[int, int] = {}  # pack -> its length
@@ -1165,7 +1167,6 @@ class Packs:
             os.close(fd)
         self._fds.clear()
         self._direct_fds.clear()
-        self._writer.close()
 
 
 class _Durable:
