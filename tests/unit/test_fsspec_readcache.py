@@ -74,14 +74,14 @@ def _ahead_cache(bs: int, maxblocks: int, piece: int = 700, fail: bool = False):
 def test_a_forward_reader_has_the_next_blocks_fetched_in_the_background_and_waits_only_for_them():
     c, calls, flights = _ahead_cache(1000, 8)
     assert c._fetch(0, 100) == DATA[:100]
-    assert calls == [("sync", 0, 1000), ("ahead", 1000, 3000)]
+    assert calls == [("sync", 0, 1000), ("ahead", 1000, 5000)], "twice `prefetch` blocks ahead"
     f, a, z = flights[-1]
     f.set_result([DATA[a:a + 300], DATA[a + 300:z]])  # its answer, in pieces that don't match the blocks
     assert c._fetch(100, 2500) == DATA[100:2500], "blocks 1-2 come from the background fetch"
-    assert calls[2:] == [("ahead", 3000, 5000)], "no fetch of its own; the next ones are started"
+    assert calls[2:] == [("ahead", 5000, 7000)], "no fetch of its own; the window ahead is filled up again"
     flights[-1][0].set_exception(OSError("DataNode gone"))
-    assert c._fetch(2500, 3500) == DATA[2500:3500], "a failed background fetch is read again, in the reader's call"
-    assert calls[3:] == [("sync", 3000, 4000), ("ahead", 4000, 6000)]
+    assert c._fetch(4500, 5500) == DATA[4500:5500], "a failed background fetch is read again, in the reader's call"
+    assert calls[3:] == [("sync", 5000, 6000), ("ahead", 6000, 10_000)]
     c.close()
     assert flights[-1][0].cancelled(), "closing the file cancels what is still being fetched"
 
@@ -102,3 +102,68 @@ def test_a_reader_that_jumps_around_starts_no_background_fetch_and_readinto_fill
             f, a, z = c._flight[2], c._flight[0] * 1000, min((c._flight[1] + 1) * 1000, len(DATA))
             if not f.done():
                 f.set_result([DATA[a:z]])
+
+
+def _land_all(flights) -> None:
+    """Answer every background fetch still open, as the event loop would."""
+    for f, a, z in flights:
+        if not f.done():
+            f.set_result([DATA[a:z]])
+
+
+def test_a_reader_going_forward_in_several_places_has_each_run_read_ahead():
+    """DCP's FsspecReader reads a file's tensors in its plan's order: the large ones front to back, sometimes
+    skipping one it reads later, with the small ones (kept at the file's end) read between them. The first read
+    two reads of the run fetch their blocks themselves (the second is the first to go on from one); every later
+    block of the run comes from a background fetch, as far ahead as the reads are long."""
+    c, calls, flights = _ahead_cache(1000, 8)
+    tail = (90_000, 90_010)
+    assert c._fetch(*tail) == DATA[90_000:90_010]        # the small items first: the front is the end at once
+    pos = 0
+    for size, skip in ((1500, 0), (2000, 0), (1700, 1200), (2500, 0), (1000, 1500), (2200, 0)):
+        pos += skip
+        _land_all(flights)
+        assert c._fetch(pos, pos + size) == DATA[pos:pos + size]
+        pos += size
+        assert c._fetch(*tail) == DATA[90_000:90_010]
+    syncs = [(a, z) for kind, a, z in calls if kind == "sync"]
+    assert syncs == [(90_000, 91_000), (0, 2000), (2000, 4000)]
+    assert [(a, z) for kind, a, z in calls if kind == "ahead" and a < 90_000] == [
+        (4000, 8000), (8000, 11_000), (11_000, 13_000), (13_000, 16_000), (16_000, 18_000)]
+
+
+def test_blocks_a_forward_reader_is_done_with_go_before_those_fetched_ahead():
+    """A block fetched ahead while the reader went on elsewhere is still there when the reader comes back for
+    it: the blocks it read to their end going forward are evicted first (not the least recently used)."""
+    c, calls, flights = _ahead_cache(1000, 6)
+    c._fetch(0, 1500)                       # fetches block 0 and starts 1-2 in the background
+    _land_all(flights)
+    pos = 4000                              # skips block 3 (skipped items are read later, as DCP does)
+    for _ in range(8):
+        c._fetch(pos, pos + 1000)
+        _land_all(flights)
+        pos += 1000
+    calls.clear()
+    assert c._fetch(1500, 3000) == DATA[1500:3000]
+    assert [k for k, *_ in calls if k == "sync"] == [], "blocks 1-2 are still cached"
+
+
+def test_blocks_read_whole_going_forward_are_not_fetched_ahead_again_until_the_reader_comes_back_for_one():
+    c, calls, flights = _ahead_cache(1000, 4)
+    for off in (5000, 6000, 7000, 8000, 9000):  # a run read block by block, whole: blocks 6-9 done with
+        _land_all(flights)
+        c._fetch(off, off + 1000)
+    _land_all(flights)
+    calls.clear()
+    for off in (2000, 3000, 4000):  # a run further back reaches them: only block 4 is missing
+        c._fetch(off, off + 1000)
+        _land_all(flights)
+    fetched = {b for _, a, z in calls for b in range(a // 1000, -(-z // 1000))}
+    assert fetched == {2, 3, 4}, "blocks 6-9, read whole and evicted since, are not fetched again (5 is kept)"
+    calls.clear()
+    c._fetch(6500, 6600)                        # it came back for one after all
+    _land_all(flights)
+    c._fetch(7000, 8000)
+    _land_all(flights)
+    assert calls[0] == ("sync", 6000, 7000)
+    assert any(kind == "ahead" for kind, *_ in calls), "what the reader is taken for is forgotten: read ahead again"
