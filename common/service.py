@@ -23,19 +23,26 @@ def setup_logging(level: str) -> None:
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 
 
-def keep_buffers_on_heap() -> None:
-    """Serve allocations up to 32 MiB from the heap and give heap memory back to the OS only above 64 MiB free.
+def keep_buffers_on_heap(trim_bytes: int = 256 << 20) -> None:
+    """Serve allocations up to 32 MiB from the heap and give heap memory back to the OS only above `trim_bytes` free
+    (the services: 256 MiB; the mount, on a user's machine, 64).
 
     glibc's defaults start at 128 KiB for both and only rise as large buffers get freed, so how much a read costs
     depended on what the process had done before: until some 4 MiB block had passed through, every 256 KiB chunk a
     DataNode read and every 1 MiB payload the gateway received came from a fresh mmap (or a heap grown again after
     a trim) and was page-faulted in anew. bench/s3_bench.py RANGE 1M on a freshly started cluster: 330,000 minor
     faults per DataNode for 4,000 ranges and 3.8-4.1 ms of server CPU per 1 MiB ranged GET; with this, 14,000 and
-    2.4-2.5 ms. No-op where the C library has no mallopt (not glibc)."""
+    2.4-2.5 ms. The trim threshold was 64 MiB: a DataNode under writes holds 100-230 MiB of payloads at its peak
+    (4 DCP writer threads, each with two rounds of 4 blocks in flight, and their replicas), gave it back between
+    bursts and faulted it in again, 150-300 page faults per MiB stored (perf: clear_page_erms under the payload's
+    read 8% of the DataNodes' samples, the fault path 4% more); at 256 MiB: 0-15 per MiB and 2.70-2.93 against
+    3.27-4.39 ms of DataNode CPU per MiB (DCP saves of 256 MiB, a fresh cluster of each alternating, a /tmp
+    script). The price: a DataNode keeps what its busiest moment needed resident (~210 MiB against ~100-190 after
+    those saves). No-op where the C library has no mallopt (not glibc)."""
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is not None:
         mallopt(M_MMAP_THRESHOLD, 32 << 20)
-        mallopt(M_TRIM_THRESHOLD, 64 << 20)
+        mallopt(M_TRIM_THRESHOLD, trim_bytes)
 
 
 def serve(create_app: Callable, settings: ServiceSettings) -> None:

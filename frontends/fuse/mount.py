@@ -90,7 +90,7 @@ def cmd_mount(args) -> int:
     if not args.foreground:
         return _mount_background(mp)
     setup_logging("warning")
-    keep_buffers_on_heap()  # the block cache and RPC payloads, as in the services
+    keep_buffers_on_heap(64 << 20)  # the block cache and RPC payloads, as in the services
     opts = options(args)
     if opts.cache_dir is not None:
         opts.cache_dir.mkdir(parents=True, exist_ok=True)
