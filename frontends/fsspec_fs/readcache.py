@@ -9,9 +9,9 @@ reads its pieces from the DataNodes at once), and keeps the last `maxblocks` of 
 goes straight through in one request.
 
 Given `ahead` (a fetch started in the background), a read that goes forward (at the front of what was read so far,
-or on from where one of the last few reads ended: see `_onward`) starts the fetch of the blocks after it, as many
-as it read and `prefetch` at least, so the network and the DataNodes work while the reader uses what it has; the
-blocks such a reader read to their end are the first to go when the cache is full. Without `ahead`, a read that
+or on from where one of the last few reads ended: see `_onward`) starts the fetch of the blocks after it, twice as
+many as it read (or as `prefetch`), so the network and the DataNodes work while the reader uses what it has; the
+blocks such a reader read whole are the first to go when the cache is full. Without `ahead`, a read that
 continues the previous miss fetches the block after it in the same request. Given `buffers` (the bytes as the
 DataNodes sent them, a list of buffers), blocks are kept as views of those, never joined: `readinto` copies once,
 from them into the reader's buffer (torch.load reads a tensor's bytes that way).
@@ -134,10 +134,10 @@ class BlockLRU(BaseCache):
         them, from the file's end), so the furthest block read is the end at once and no read after it is at the
         front; each run still counts here. Before, no read after the first was read ahead: a DCP load of 256 MiB
         made 118 fetches of its own (1.12x the bytes), now about 45 and 35 in the background (1.2x). The same load in
-        one process, this cache and the one before alternating 8 times each (a /tmp script): with
-        OMP_WAIT_POLICY=passive median ~800 against ~680 MiB/s (412-1,000 against 378-782); with torch's default
-        the same (250-609 against 239-556): on 2 cores its OpenMP worker spin-waits after every copy_ on the core
-        the fetches need."""
+        one process, this cache and the one before alternating 8 times each (a /tmp script): median ~726 against
+        ~622 MiB/s (517-851 against 532-677), with OMP_WAIT_POLICY=passive ~800 against ~680 (412-1,000 against
+        378-782); under load from another job 250-609 against 239-556 (on 2 cores torch's OpenMP worker spin-waits
+        after every copy_ on the core the fetches need)."""
         for i, end in enumerate(self._ends):
             if end - 1 <= first <= end + SKIP_AHEAD:
                 if last < end:
