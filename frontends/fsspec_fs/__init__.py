@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import io
 import os
 import stat
 import time
@@ -542,29 +543,58 @@ class EpochFile(AbstractBufferedFile):
         self.loc += got
         return got
 
+    def write(self, data):
+        """As AbstractBufferedFile.write; a write of a block or more goes to the upload as it is, after what is
+        buffered, not copied into fsspec's buffer first (torch.save writes a tensor's bytes in one call: that copy,
+        and the buffer's growth into fresh pages, were most of the client's CPU per MiB written). 512 MiB written
+        in 8 MiB writes (a /tmp script, against the buffered write, one cluster): 0.72-1.04 against 1.14-1.42 ms
+        of client CPU per MiB, 0-43 against 170-262 page faults per MiB; torch.save of 256 MiB into an epochfs://
+        file, warm: 1.18-1.56 against 1.59-1.83 ms/MiB; DCP saves (their own buffering first): 1.64-1.93 against
+        1.78-1.94."""
+        n = memoryview(data).nbytes
+        if n < self.blocksize or not self.writable() or self.closed or self.forced:
+            return super().write(data)
+        if not isinstance(data, bytes):
+            data = memoryview(data).cast("B")  # counted in bytes below it too, whatever the view's items
+        head, self.buffer = self.buffer.getvalue(), io.BytesIO()
+        if self.offset is None:
+            self.offset = 0
+        self._to_writer(head, data)
+        self.offset += len(head) + n
+        self.loc += n
+        return n
+
     def _initiate_upload(self):
         pass  # lazily: a small file becomes one PUT at close
 
     def _upload_chunk(self, final=False):
-        c = self.fs.client
         data = self.buffer.getvalue()
-        cond = "*" if self.exclusive else None
-        with errmap.as_oserror(self.path):
-            if final and self.writer is None:
-                self._call(c.put(self.bucket, self.key, data, if_none_match=cond))
-            else:
-                if self.writer is None:
-                    self.writer = c.writer(self.bucket, self.key, if_none_match=cond)
-                try:
-                    self._call(self.writer.write(data))
-                    if final:
-                        self._call(self.writer.finish())
-                except BaseException:
-                    self.discard()
-                    raise
+        if final and self.writer is None:
+            cond = "*" if self.exclusive else None
+            with errmap.as_oserror(self.path):
+                self._call(self.fs.client.put(self.bucket, self.key, data, if_none_match=cond))
+        else:
+            self._to_writer(data, final=final)
         if final:
             self.fs.invalidate_cache(self.path)
         return True
+
+    def _to_writer(self, *pieces, final: bool = False) -> None:
+        """Hand `pieces` to the object's upload (started by the first), and finish it if `final`; on an error the
+        upload is given up (nothing becomes visible)."""
+        with errmap.as_oserror(self.path):
+            if self.writer is None:
+                self.writer = self.fs.client.writer(self.bucket, self.key,
+                                                    if_none_match="*" if self.exclusive else None)
+            try:
+                for p in pieces:
+                    if len(p):
+                        self._call(self.writer.write(p))
+                if final:
+                    self._call(self.writer.finish())
+            except BaseException:
+                self.discard()
+                raise
 
     def discard(self):
         if self.writer is not None:

@@ -223,6 +223,30 @@ def test_multipart_open_visible_only_on_close(env, bucket, s3, direct):
     assert fs.cat_file(path) == chunk * 20
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_large_writes_go_to_the_upload_as_they_are_in_order_with_the_small_ones(env, bucket, s3, direct):
+    """A write of a block or more skips fsspec's buffer (what is buffered goes first): the object is every write in
+    order, also for views of typed memory (torch.save writes a tensor's bytes as one), whose buffers the caller may
+    reuse at once; tell() counts bytes; nothing is visible before close."""
+    import array
+    fs = fsspec.filesystem("epochfs", skip_instance_cache=True, direct_writes=direct)
+    floats = array.array("f", os.urandom(9 << 20))  # 9 MiB of float32: len() counts items, not bytes
+    big = os.urandom(5 << 20)
+    scratch = bytearray(os.urandom(6 << 20))
+    path = f"{bucket}/big-writes.bin"
+    expect = []
+    with fs.open(path, "wb") as f:
+        for piece in (b"head", memoryview(floats), b"x" * 100, big, memoryview(scratch), b"tail"):
+            assert f.write(piece) == memoryview(piece).nbytes
+            expect.append(bytes(piece))
+            if isinstance(piece, memoryview) and piece.obj is scratch:
+                scratch[:] = bytes(len(scratch))  # the caller reuses its buffer right after the write
+        assert f.tell() == sum(map(len, expect))
+        assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
+        assert f.writer is not None and f.writer.direct == direct
+    assert fs.cat_file(path) == b"".join(expect)
+
+
 def _child(path, q):
     import fsspec as f
     try:
