@@ -551,11 +551,12 @@ class EpochFile(AbstractBufferedFile):
         of client CPU per MiB, 0-43 against 170-262 page faults per MiB; torch.save of 256 MiB into an epochfs://
         file, warm: 1.18-1.56 against 1.59-1.83 ms/MiB; DCP saves (their own buffering first): 1.64-1.93 against
         1.78-1.94."""
-        n = memoryview(data).nbytes
+        view = memoryview(data)
+        n = view.nbytes
         if n < self.blocksize or not self.writable() or self.closed or self.forced:
             return super().write(data)
         if not isinstance(data, bytes):
-            data = memoryview(data).cast("B")  # counted in bytes below it too, whatever the view's items
+            data = view.cast("B")  # counted in bytes below it too, whatever the view's items
         head, self.buffer = self.buffer.getvalue(), io.BytesIO()
         if self.offset is None:
             self.offset = 0
