@@ -5,8 +5,9 @@ commit, sending only the blocks that changed, so once close() returns the new co
 S3. Consistency is close-to-open.
 
 A new file (or one truncated to nothing) written front to back is streamed while it grows: once it holds
-STREAM_AFTER bytes, one upload starts that sends each UPLOAD_PIECE as soon as it is written (read back from the local
-copy: one piece in memory), so flush/fsync/close send only the tail and wait for the commit. The upload is one
+STREAM_AFTER bytes, one upload starts that sends each UPLOAD_PIECE as soon as it is written (the rest of the file is
+collected in memory, in a front (front.py), whose slabs go to the local copy past the page cache and to the upload as
+they are; bounded: the writes wait for the upload), so flush/fsync/close send only the tail and wait for the commit. The upload is one
 request whose commit comes at its end, so nothing of the file is visible before then. At most MAX_STREAMS files
 are streamed at once (each holds a connection until its file closes); another starts at its next write after one
 ends, or goes up at close. A write into what was sent already, a truncate or a utimens cancels it (the gateway
@@ -17,6 +18,7 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
+import errno
 import itertools
 import logging
 import os
@@ -36,6 +38,7 @@ from epochfs.common.messages import (AttrChanges, BlockSpan, FileWrite, FileWrit
                                      NewFile, RestOfBody)
 
 from .cache import BlockCache
+from .front import Front, Slabs, open_direct
 from .inodes import InodeTable
 from .options import MountOptions
 
@@ -93,6 +96,7 @@ class Writer:
         self.mtime_set = False  # mtime_ns was set explicitly (utimens) after the last write: the commit keeps it
         self.lock = trio.Lock()
         self.stream: Stream | None = None
+        self.front: Front | None = None  # the end of a streamed file, in memory (front.py)
         self.attr: dict | None = None  # the attributes of its last committed version, if known (created here)
         self.attr_at = -1e9            # when (monotonic) the NameNode gave them: they answer getattr for attr_timeout
         self.pending: dict = {}        # chmod/chown/atime set while changes are unsaved, sent with their commit
@@ -117,8 +121,29 @@ class Writer:
         self.close()
         self.file, self.fd, self.memory = f, f.fileno(), False
 
+    def pread(self, off: int, n: int) -> bytes:
+        """Bytes [off, off + n) of the local copy (or as many as it holds)."""
+        if self.front is not None:
+            return self.front.read(off, min(n, max(self.size - off, 0)))[0]
+        return os.pread(self.fd, n, off)
+
+    def take(self, off: int, n: int) -> tuple[bytes | memoryview, tuple[Front, object] | None]:
+        """Bytes [off, off + n) for the upload: a sealed slab of the front comes as it is, with (front, slab) to
+        give back once sent (front.py)."""
+        if self.front is None:
+            return os.pread(self.fd, n, off), None
+        data, slab = self.front.read(off, n, own=True)
+        return data, None if slab is None else (self.front, slab)
+
+    def unfront(self, keep: bool = True) -> None:
+        """End the front (front.py): the local copy holds every byte again (`keep`)."""
+        if self.front is not None:
+            f, self.front = self.front, None
+            f.end(keep)
+
     def close(self) -> None:
         """Drop the local copy."""
+        self.unfront(keep=False)
         if self.file is not None:
             self.file.close()
         elif self.fd >= 0:
@@ -232,6 +257,7 @@ class Stream:
         self.result: dict | None = None
         self.error: BaseException | None = None
         self._asked = self._dropped = 0  # behind(): below these the local copy's pages were asked to go once, twice
+        self.gave = trio.Event()  # set (and renewed) when it took or gave back slabs of its writer's front
 
     def behind(self, w: Writer) -> None:
         """The upload has read the local copy below `sent`: drop those pages from the page cache. A streamed file's
@@ -250,6 +276,10 @@ class Stream:
     def wake(self) -> None:
         self.more.set()
         self.more = trio.Event()
+
+    def back(self) -> None:
+        self.gave.set()
+        self.gave = trio.Event()
 
 
 class Writes:
@@ -272,6 +302,8 @@ class Writes:
         self._inos: Iterator[int] | None = None
         self._reserving = trio.Lock()
         self._direct_after = 0.0  # monotonic: streams go through the gateway until then (DataNodes unreachable)
+        self.slabs = Slabs()  # the fronts' (front.py)
+        self._fronts = True  # False once the local copies' file system refused O_DIRECT
 
     # ---------------------------------------------------------------- write-back creates
     # With --writeback a regular file created in a directory whose attributes the mount knows is made here: its
@@ -510,7 +542,7 @@ class Writes:
         """Bytes [off, off + size) of the file, from its local copy (fetching the base blocks they need first)."""
         async with w.lock:
             await self.fill(ino, w, w.absent(off, min(off + size, w.size)))
-            return os.pread(w.fd, size, off)
+            return w.pread(off, size)
 
     async def write(self, ino: int, w: Writer, off: int, buf: bytes) -> None:
         if w.new is not None and max(w.size, off + len(buf)) >= STREAM_AFTER:  # large: streamed, once it exists
@@ -522,7 +554,11 @@ class Writes:
             if w.stream is not None and off < w.stream.sent:
                 await self.unstream(w)
             await self.fill(ino, w, w.partly(off, off + len(buf)))
-            os.pwrite(w.fd, buf, off)
+            if w.front is not None and not w.front.takes(off):
+                w.unfront()
+            done = await self._to_front(ino, w, off, buf) if w.front is not None else 0
+            if done < len(buf):
+                os.pwrite(w.fd, memoryview(buf)[done:], off + done)
             w.wrote(off, off + len(buf))
             w.touched()
             if w.stream is not None:
@@ -531,6 +567,48 @@ class Writes:
                 w.stream = Stream()
                 self.streams += 1
                 self.nursery.start_soon(self._stream, ino, w, w.stream)
+                self._start_front(w)
+
+    def _start_front(self, w: Writer) -> None:
+        """The rest of a file whose stream just started goes through a front (front.py)."""
+        if not self._fronts or w.memory:
+            return
+        dfd = open_direct(w.fd)
+        if dfd is None:
+            log.info("the local copies' file system does not take O_DIRECT: streamed files go through the page cache")
+            self._fronts = False
+            return
+        w.front = Front(w.fd, dfd, w.size, self.slabs)
+
+    async def _to_front(self, ino: int, w: Writer, off: int, buf: bytes) -> int:
+        """Write `buf` at `off` into the writer's front; the bytes it took (the front ended before the rest: the
+        upload ended, or it waited for room and the file was dropped meanwhile). A full slab goes to the local copy
+        (from a thread: the device's time, not the mount's) and to the upload; while the front holds as many slabs as
+        it may, the write waits for the upload to send some."""
+        f, st = w.front, w.stream
+        mv, done = memoryview(buf), 0
+        while done < len(mv):
+            done += f.put(off + done, mv[done:])
+            if not f.full():
+                continue
+            try:
+                await trio.to_thread.run_sync(f.write_slab)
+            except OSError as e:  # O_DIRECT refused after all, or a full disk: the usual way (which reports the latter)
+                log.info("inode %s: a write past the page cache failed (%s): through it from here", ino, e)
+                if e.errno == errno.EINVAL:
+                    self._fronts = False
+                w.unfront()
+                break
+            f.seal()
+            w.wrote(off, off + done)  # the upload may take it now
+            st.wake()
+            while w.front is f and not f.room() and not st.ended.is_set():
+                await st.gave.wait()
+            if w.front is not f or st.ended.is_set():
+                w.unfront()  # (the slabs of an upload that ended are not taken: its re-upload reads the local copy)
+                break
+            f.next()
+        return done
 
     async def _stream(self, ino: int, w: Writer, st: Stream) -> None:
         """Upload the writer's content while it is written (see the module's doc); ends when it is committed,
@@ -541,7 +619,11 @@ class Writes:
                 if end - st.sent >= UPLOAD_PIECE or st.closing and end > st.sent:
                     n = min(UPLOAD_PIECE, end - st.sent)
                     st.sent += n  # before the read: a write below this point from now on cancels the stream
-                    piece = os.pread(w.fd, n, st.sent - n)
+                    piece, lent = w.take(st.sent - n, n)
+                    if lent is not None:  # (through the gateway: the rare path, a copy)
+                        piece = bytes(piece)
+                        lent[0].give(lent[1])
+                    st.back()
                     st.behind(w)
                     yield piece
                 elif st.closing:
@@ -567,6 +649,7 @@ class Writes:
         finally:
             self.streams -= 1
             st.ended.set()
+            st.back()
 
     async def _stream_direct(self, bucket: str, ino: int, w: Writer, st: Stream) -> dict:
         """The stream's content stored on the DataNodes by this mount (common/directwrite.py: write tokens from the
@@ -598,7 +681,8 @@ class Writes:
         failed: list[Exception] = []
         in_flight = trio.Semaphore(ROUNDS_IN_FLIGHT)
 
-        async def store(places: list, data: list, got: list, fast: bool, cancel: trio.CancelScope) -> None:
+        async def store(places: list, data: list, lent: list, got: list, fast: bool, cancel: trio.CancelScope
+                        ) -> None:
             try:
                 got[:] = await dw.store_slots(places, data, fast)
             except Exception as e:  # noqa: BLE001 -- raised as itself below (not in a MultiError)
@@ -606,6 +690,10 @@ class Writes:
                 cancel.cancel()
             finally:
                 in_flight.release()
+                data.clear()
+                for front, slab in lent:
+                    front.give(slab)
+                st.back()
 
         try:
             free.extend(await slots(1))  # the block size
@@ -620,18 +708,23 @@ class Writes:
                         await st.more.wait()
                         continue
                     await in_flight.acquire()  # rounds overlap: one is sent while the one before is stored
-                    data = []
-                    for _ in range(max(1, min((w.size - st.sent) // bs, WINDOW))):
+                    count = max(1, min((w.size - st.sent) // bs, WINDOW))
+                    places = await slots(count)
+                    data, lent = [], []  # (from here to the store's start nothing waits: it gives back the slabs)
+                    for _ in range(count):
                         n = min(bs, w.size - st.sent)
                         st.sent += n  # before the read: a write below this point from now on cancels the stream
-                        data.append(os.pread(w.fd, n, st.sent - n))
+                        piece, slab = w.take(st.sent - n, n)
+                        data.append(piece)
+                        if slab is not None:
+                            lent.append(slab)
+                    st.back()
                     st.behind(w)
-                    places = await slots(len(data))
                     # a full block while the file is open: more may follow (if none does, a file of exactly a
                     # block gets a multipart-form ETag)
                     fast = of_several(len(rounds), len(data), more_may_come=not st.closing)
                     rounds.append([None] * len(data))
-                    nursery.start_soon(store, places, data, rounds[-1], fast, nursery.cancel_scope)
+                    nursery.start_soon(store, places, data, lent, rounds[-1], fast, nursery.cancel_scope)
             if failed:
                 raise failed[0]
             receipts = [r for got in rounds for r in got]
@@ -652,6 +745,7 @@ class Writes:
             st.scope.cancel()
             await st.ended.wait()
             # it can't have committed: its body ends only once upload() says so, holding w.lock
+        w.unfront()
 
     async def set_mtime(self, w: Writer, mtime_ns: int) -> None:
         """utimens while the file has unsaved changes: their commit takes that time (a stream already sent
@@ -676,6 +770,7 @@ class Writes:
                 st.closing = True
                 st.wake()
                 await st.ended.wait()
+                w.unfront()
                 if st.result is not None:
                     a = st.result
                     w.committed(a["etag"], a.pop("layout"), a.pop("bs"))

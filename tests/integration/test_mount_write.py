@@ -188,6 +188,41 @@ def test_a_new_file_is_streamed_while_written_and_appears_whole_only_at_close(cl
     assert (mnt.path / "stream.bin").read_bytes() == data
 
 
+def test_a_streamed_file_reads_back_while_written_and_keeps_rewrites_ahead_of_its_upload(cluster, mnt, s3, bucket):
+    """The end of a streamed file is held in memory until its upload takes it (frontends/fuse/front.py): reads while
+    it is written see every byte wherever it is, a rewrite of bytes not yet sent, and a write past the end (a hole),
+    are kept, and the one stream still commits the file at close."""
+    piece = 1 << 20
+    rnd = random.Random(12)
+    data = bytearray(rnd.randbytes(30 * piece + 1000))
+    before = fs_requests(cluster)
+    fd = os.open(mnt.path / "front.bin", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        def check(off: int, n: int) -> None:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # not from the kernel's cache: from the mount
+            assert os.pread(fd, n, off) == bytes(data[off:off + n]), (off, n)
+
+        for pos in range(0, 21 * piece, piece):
+            os.pwrite(fd, data[pos:pos + piece], pos)
+        check(0, 21 * piece)
+        check(3 * piece + 5, 15 * piece)
+        data[21 * piece - 100:21 * piece - 50] = b"r" * 50  # the end, not yet sent
+        os.pwrite(fd, b"r" * 50, 21 * piece - 100)
+        check(20 * piece, piece)
+        data[22 * piece:22 * piece + 7] = b"hole me"  # past the end: [21, 22) MiB stays a hole
+        data[21 * piece:22 * piece] = bytes(piece)
+        os.pwrite(fd, b"hole me", 22 * piece)
+        for pos in range(22 * piece + 7, len(data), piece):
+            os.pwrite(fd, data[pos:pos + piece], pos)
+        check(0, len(data))
+    finally:
+        os.close(fd)
+    after = fs_requests(cluster)
+    assert after.get("write_direct", 0) - before.get("write_direct", 0) == 1  # the stream committed it
+    assert after.get("write", 0) == before.get("write", 0)
+    assert s3.get_object(Bucket=bucket, Key="front.bin")["Body"].read() == bytes(data)
+
+
 def test_a_write_into_what_was_streamed_already_falls_back_to_one_upload_at_close(cluster, mnt, s3, bucket):
     """Changing bytes the stream sent already (a header patched at the end, as archivers and checkpoint writers
     do), truncating or setting the mtime cancels the stream; the content and the time are still right at close."""
