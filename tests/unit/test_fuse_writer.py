@@ -1,13 +1,20 @@
 """The mount's Writer bookkeeping (frontends/fuse/writer.py): which blocks a change must fetch first, and the commit
-layout it sends: blocks kept by id, new extents by offset and length."""
+layout it sends: blocks kept by id, new extents by offset and length. And a streamed file's end kept in slabs
+(frontends/fuse/front.py): every byte readable wherever it is (local copy, sealed slabs, the slab being filled), sealed
+slabs written past the page cache and handed to the upload as they are, the local copy whole once the front ends."""
 from __future__ import annotations
 
 import os
+import random
+import tempfile
 
 import pytest
 
 from epochfs.common.messages import FileWrite, KeepBlock, NewExtent
+from epochfs.frontends.fuse.front import MAX_SLABS, SLAB, Front, Slabs, open_direct
 from epochfs.frontends.fuse.writer import Writer
+
+MiB = 1 << 20
 
 
 @pytest.fixture
@@ -106,3 +113,88 @@ def test_a_stream_drops_the_local_copys_pages_it_has_read_and_the_bytes_stay(tmp
     st.behind(m)
     assert all(_resident(m.fd, len(data))) and os.pread(m.fd, len(data), 0) == data
     m.close()
+
+
+@pytest.fixture
+def copy(tmp_path):
+    f = tempfile.TemporaryFile(dir=tmp_path)
+    dfd = open_direct(f.fileno())
+    if dfd is None:
+        pytest.skip(f"{tmp_path}'s file system does not take O_DIRECT")
+    yield f.fileno(), dfd
+    f.close()
+
+
+def _write(front: Front, off: int, data: bytes) -> None:
+    """What the mount's writes do (writer.py _to_front), without the waiting."""
+    mv, done = memoryview(data), 0
+    while done < len(mv):
+        done += front.put(off + done, mv[done:])
+        if front.full():
+            front.write_slab()
+            front.seal()
+            front.next()
+
+
+def test_every_byte_reads_back_wherever_it_is_and_the_copy_is_whole_at_the_end(copy):
+    fd, dfd = copy
+    rnd = random.Random(7)
+    data = rnd.randbytes(int(3.5 * SLAB))
+    head = 5 * MiB  # written before the front began (the stream's first bytes): the front's first slab starts at 4
+    os.pwrite(fd, data[:head], 0)
+    front = Front(fd, dfd, head, Slabs())
+    assert (front.at, front.n) == (SLAB, head - SLAB)
+    pos = head
+    while pos < len(data):
+        n = rnd.choice([4096, 131072, MiB, 3 * MiB + 17])
+        _write(front, pos, data[pos:pos + n])
+        pos = min(pos + n, len(data))
+    assert [o for o, _ in front.held] == [SLAB, 2 * SLAB] and front.at == 3 * SLAB
+    for off, n in [(0, len(data)), (SLAB - 5, 10), (2 * SLAB - 3, SLAB + 6), (3 * SLAB + 1, 100), (7, 3 * SLAB)]:
+        assert front.read(off, n)[0] == data[off:off + n], (off, n)
+    _write(front, 3 * SLAB + 10, b"z" * 20)  # a write inside the slab being filled
+    data = data[:3 * SLAB + 10] + b"z" * 20 + data[3 * SLAB + 30:]
+    assert front.read(3 * SLAB, 64)[0] == data[3 * SLAB:3 * SLAB + 64]
+    assert front.takes(3 * SLAB) and front.takes(len(data)) and not front.takes(len(data) + 1) \
+        and not front.takes(3 * SLAB - 1)
+    front.end()
+    assert os.pread(fd, len(data) + 1, 0) == data
+
+
+def test_sealed_slabs_go_past_the_page_cache_and_to_the_upload_as_they_are(copy):
+    fd, dfd = copy
+    slabs = Slabs()
+    data = os.urandom(3 * SLAB)
+    front = Front(fd, dfd, 0, slabs)
+    _write(front, 0, data)
+    assert not any(_resident(fd, 3 * SLAB))  # written with O_DIRECT: nothing of it in the page cache
+    view, slab = front.read(0, SLAB, own=True)  # the upload takes the first slab as it is
+    assert isinstance(view, memoryview) and view == data[:SLAB] and front.out == 1
+    piece, none = front.read(SLAB, SLAB // 2, own=True)  # half of one: a copy, the slab still held
+    assert none is None and piece == data[SLAB:SLAB + SLAB // 2] and [o for o, _ in front.held] == [SLAB, 2 * SLAB]
+    piece, _ = front.read(SLAB + SLAB // 2, SLAB // 2, own=True)  # its end: no longer held
+    assert piece == data[SLAB + SLAB // 2:2 * SLAB] and [o for o, _ in front.held] == [2 * SLAB]
+    front.give(slab)
+    assert front.out == 0 and slabs.idle  # back for the next slab: its pages are not fresh ones
+    front.end()
+    assert os.pread(fd, 3 * SLAB, 0) == data
+
+
+def test_a_front_has_room_for_at_most_its_slabs(copy):
+    fd, dfd = copy
+    front = Front(fd, dfd, 0, Slabs())
+    lent = []
+    for i in range(MAX_SLABS - 1):  # sealed, and each one handed to the upload: the filling slab makes MAX_SLABS
+        front.put(i * SLAB, memoryview(bytes(SLAB)))
+        front.write_slab()
+        front.seal()
+        assert front.room()
+        front.next()
+        lent.append(front.read(i * SLAB, SLAB, own=True)[1])
+    front.put((MAX_SLABS - 1) * SLAB, memoryview(bytes(SLAB)))
+    front.write_slab()
+    front.seal()
+    assert not front.room()  # MAX_SLABS - 1 being sent, one sealed: the writer waits
+    front.give(lent.pop())
+    assert front.room()
+    front.end(keep=False)
