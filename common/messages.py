@@ -1520,12 +1520,13 @@ class RestOfBody(Msg, array_like=True, tag="r"):
 
 class FileWriteDirect(Msg):
     """A mount's file content written straight to the DataNodes (PUT /_epochfs/fs/<bucket>?ino=&direct=1): all of
-    it new, the blocks of `receipts` in order, stored with the write tokens `grants` (PUT ...?alloc=N); `base` and
-    `mt` as in FileWrite."""
+    it new, the blocks of `receipts` in order, stored with the write tokens `grants` (PUT ...?alloc=N); `base`, `mt`
+    and `held` as in FileWrite."""
     base: str | None
     grants: list[WriteGrant]
     receipts: list[BlockReceipt]
     mt: Nat | None = None
+    held: AttrChanges | None = None
 
 
 class FileWrite(Msg):

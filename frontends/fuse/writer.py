@@ -6,12 +6,14 @@ S3. Consistency is close-to-open.
 
 A new file (or one truncated to nothing) written front to back is streamed while it grows: once it holds
 STREAM_AFTER bytes, one upload starts that sends each UPLOAD_PIECE as soon as it is written (the rest of the file is
-collected in memory, in a front (front.py), whose slabs go to the local copy past the page cache and to the upload as
-they are; bounded: the writes wait for the upload), so flush/fsync/close send only the tail and wait for the commit. The upload is one
-request whose commit comes at its end, so nothing of the file is visible before then. At most MAX_STREAMS files
-are streamed at once (each holds a connection until its file closes); another starts at its next write after one
-ends, or goes up at close. A write into what was sent already, a truncate or a utimens cancels it (the gateway
-abandons its blocks) and the usual upload takes over.
+collected in memory, in a front (front.py), whose slabs go to the local copy past the page cache and to the upload
+as they are; bounded: the writes wait for the upload), so flush/fsync/close send only the tail and wait for the
+commit. The upload is one request whose commit comes at its end, so nothing of the file is visible before then. At
+most MAX_STREAMS files are streamed at once (each holds a connection until its file closes); another starts at its
+next write after one ends, or goes up at close. A write into what was sent already, a truncate, or a utimens while
+the stream goes through the gateway (whose commit's layout went first) cancels it (the gateway abandons its blocks)
+and the usual upload takes over; a stream to the DataNodes takes a utimens, chmod or chown (`cp -p`, `tar x`) into
+its commit.
 """
 from __future__ import annotations
 
@@ -258,6 +260,7 @@ class Stream:
         self.error: BaseException | None = None
         self._asked = self._dropped = 0  # behind(): below these the local copy's pages were asked to go once, twice
         self.gave = trio.Event()  # set (and renewed) when it took or gave back slabs of its writer's front
+        self.direct = False  # to the DataNodes: its commit comes at its end, so it can carry a later mtime and mode
 
     def behind(self, w: Writer) -> None:
         """The upload has read the local copy below `sent`: drop those pages from the page cache. A streamed file's
@@ -491,10 +494,11 @@ class Writes:
         """chmod/chown/utimens of a file with unsaved changes (an archiver restoring a file's attributes before
         closing it), kept to be sent with the commit at flush/fsync/close instead of a request of its own; returns
         the attributes the file now has, or None where it can't be deferred: no unsaved changes (or a commit under
-        way), a stream under way (it sent its mtime already), or set-id and
-        sticky bits, whose rules (cleared by chown, by a write) are the NameNode's to apply."""
-        if not w.dirty or w.attr is None or w.stream is not None or w.lock.locked() or set(fields) - {"mode", "uid", "gid", "at", "mt"} \
-                or (w.attr["mode"] | fields.get("mode", 0)) & 0o7000:
+        way), a stream through the gateway under way (it sent its mtime already; a stream to the DataNodes sends
+        them with its commit), or set-id and sticky bits, whose rules (cleared by chown, by a write) are the
+        NameNode's to apply."""
+        if not w.dirty or w.attr is None or w.stream is not None and not w.stream.direct or w.lock.locked() \
+                or set(fields) - {"mode", "uid", "gid", "at", "mt"} or (w.attr["mode"] | fields.get("mode", 0)) & 0o7000:
             return None
         if "mt" in fields:
             w.set_mtime(fields.pop("mt"))
@@ -635,13 +639,17 @@ class Writes:
             with st.scope:
                 bucket = self._bucket(ino)
                 if self.o.direct_writes and time.monotonic() >= self._direct_after:
+                    st.direct = True
                     try:
                         st.result = await self._stream_direct(bucket, ino, w, st)
                         return
                     except DirectUnavailable as e:  # nothing committed: through the gateway, from the start
                         log.info("inode %s: direct write unavailable (%s): through the gateway", ino, e)
                         self._direct_after = time.monotonic() + DIRECT_RETRY_S
+                        st.direct = False
                         st.sent = 0
+                        if w.mtime_set:  # a utimens kept for the commit that won't come: close uploads with it
+                            raise DirectUnavailable("an mtime was set for the direct commit") from None
                 st.result = await self.c.fs_write(bucket, ino, FileWrite(base=w.base, size=0, segs=[RestOfBody()]),
                                                   pieces())
         except Exception as e:  # noqa: BLE001 -- the upload at flush/close reports it, or uploads again
@@ -729,9 +737,13 @@ class Writes:
                 raise failed[0]
             receipts = [r for got in rounds for r in got]
             used = {r.id for r in receipts}
+            held = AttrChanges(**w.pending) if w.pending else None  # (final: upload() holds the lock)
             res = await self.c.fs_write_direct(bucket, ino, FileWriteDirect(
-                base=w.base, grants=[g for g in grants if any(p.id in used for p in g.blocks)], receipts=receipts))
+                base=w.base, grants=[g for g in grants if any(p.id in used for p in g.blocks)], receipts=receipts,
+                mt=w.mtime_ns if w.mtime_set else None, held=held))
             done = True
+            if held is not None:
+                w.pending = {}
             return res
         finally:
             if grants and (free or not done):  # never committed: given back (the pending expiry would, later)
@@ -748,10 +760,10 @@ class Writes:
         w.unfront()
 
     async def set_mtime(self, w: Writer, mtime_ns: int) -> None:
-        """utimens while the file has unsaved changes: their commit takes that time (a stream already sent
-        without it is cancelled)."""
+        """utimens while the file has unsaved changes: their commit takes that time (a stream through the gateway,
+        which sent the commit's layout first, is cancelled)."""
         async with w.lock:
-            if w.dirty:
+            if w.dirty and w.stream is not None and not w.stream.direct:
                 await self.unstream(w)
             w.set_mtime(mtime_ns)
 

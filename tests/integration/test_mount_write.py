@@ -274,6 +274,31 @@ def test_attributes_set_before_close_go_with_the_commit(cluster, mnt, s3, bucket
     assert os.stat(path).st_mode & 0o7777 == 0o4755
 
 
+def test_a_streamed_file_takes_attributes_set_before_close_into_its_one_commit(cluster, mnt, s3, bucket):
+    """`cp -p` or `tar x` of a large file: its stream to the DataNodes goes on through the futimens, fchown and
+    fchmod before close and its commit carries them (it used to be cancelled by the futimens and the whole file
+    uploaded again at close)."""
+    data = random.Random(13).randbytes(20 * (1 << 20) + 77)
+    before = fs_requests(cluster)
+    path = mnt.path / "restored-large.bin"
+    with open(path, "wb") as f:
+        f.write(data)
+        os.utime(f.fileno(), ns=(1_300_000_000_000_000_000, 1_300_000_000_000_000_000))
+        os.fchown(f.fileno(), 4321, 8765)
+        os.fchmod(f.fileno(), 0o604)
+        st = os.fstat(f.fileno())
+        assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o604, 4321, 8765)
+    after = fs_requests(cluster)
+    assert after.get("write_direct", 0) - before.get("write_direct", 0) == 1  # the stream's commit, not cancelled
+    assert after.get("write", 0) - before.get("write", 0) == 0  # no second upload through the gateway
+    assert after.get("setattr", 0) - before.get("setattr", 0) == 0
+    assert s3.get_object(Bucket=bucket, Key="restored-large.bin")["Body"].read() == data
+    with open(path, "rb"):  # a new open revalidates: the committed attributes
+        st = os.stat(path)
+    assert (st.st_mode & 0o7777, st.st_uid, st.st_gid, st.st_size) == (0o604, 4321, 8765, len(data))
+    assert st.st_mtime_ns == 1_300_000_000_000_000_000
+
+
 def test_files_made_one_after_another_cost_a_create_and_a_commit_each(cluster, mnt):
     """What tar does in a folder it made, file after file (create, write, fchown/fchmod/futimens, close): the
     kernel looks up each new name first, answered from the folder's names kept in the mount (no request); it asks
