@@ -158,6 +158,7 @@ def _times_kept(cluster, mnt, bucket, name: str, at: int = T_AT, mt: int = T_MT)
 def test_times_set_on_an_open_file_with_unsaved_writes_survive_its_close(cluster, mnt, bucket, how):
     with open(mnt.path / "f.bin", "wb") as f:
         f.write(b"x" * 100_000)
+        f.flush()  # (Python buffers st_blksize: 1 MiB; a write at close would make the mtime fresh again)
         os.utime(f.fileno() if how == "fd" else mnt.path / "f.bin", ns=(T_AT, T_MT))
         assert os.stat(f.fileno()).st_mtime_ns == T_MT  # seen so while still open, too
     _times_kept(cluster, mnt, bucket, "f.bin")

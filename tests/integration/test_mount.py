@@ -39,6 +39,7 @@ def test_files_dirs_and_attributes(mnt, s3, bucket):
     st = f.stat()
     assert stat.S_ISREG(st.st_mode) and st.st_size == 11 and st.st_uid == 0
     assert stat.S_IMODE((root / "d").stat().st_mode) == 0o750
+    assert st.st_blksize == 1 << 20  # the kernel's largest write: cp and buffered writers write that much at a time
 
     os.chmod(f, 0o640)
     os.chown(f, 1234, 5678)

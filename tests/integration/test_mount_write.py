@@ -256,6 +256,7 @@ def test_attributes_set_before_close_go_with_the_commit(cluster, mnt, s3, bucket
     path = mnt.path / "restored.bin"
     with open(path, "wb") as f:
         f.write(b"x" * 5000)
+        f.flush()  # (Python buffers st_blksize: 1 MiB)
         os.utime(f.fileno(), ns=(1_400_000_000_000_000_000, 1_400_000_000_000_000_000))
         os.fchown(f.fileno(), 1234, 5678)
         os.fchmod(f.fileno(), 0o640)
