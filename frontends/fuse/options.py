@@ -28,6 +28,7 @@ class MountOptions:
     timeout: float = 10.0                    # a gateway silent this long makes the call fail with EIO
     writeback: bool = False                  # new small files: made locally, committed in batches after close
     direct_writes: bool = True               # streamed files go straight to the DataNodes (else via the gateway)
+    blksize: int = 1 << 20                   # st_blksize of files: what cp and buffered writers write at a time
 
 
 
@@ -38,6 +39,13 @@ def _size(text: str) -> int:
     if text and text[-1] in units:
         return int(float(text[:-1]) * units[text[-1]])
     return int(text)
+
+
+def _blksize(text: str) -> int:
+    n = _size(text)
+    if n < 4096 or n > 16 << 20 or n & (n - 1):
+        raise argparse.ArgumentTypeError(f"{text!r}: a power of two from 4K to 16M")
+    return n
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,6 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-direct", action="store_true",
                    help="send file content through the gateway, not straight to the DataNodes")
     p.add_argument("--no-allow-other", action="store_true", help="only the mounting user sees the mount")
+    p.add_argument("--blksize", type=_blksize, default=1 << 20,
+                   help="st_blksize of files (default 1M, the kernel's largest write: cp writes that much at a "
+                        "time); 4K for tools that scale offsets by it, such as fsstress (holes are stored as zeros)")
 
 
 def options(args) -> MountOptions:
@@ -82,4 +93,4 @@ def options(args) -> MountOptions:
                         cache_policy=args.cache,
                         cache_mem=args.cache_mem, cache_disk=args.cache_disk, cache_dir=args.cache_dir,
                         timeout=args.timeout, writeback=args.writeback,
-                        direct_writes=not args.no_direct)
+                        direct_writes=not args.no_direct, blksize=args.blksize)
