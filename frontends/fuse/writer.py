@@ -498,7 +498,8 @@ class Writes:
         them with its commit), or set-id and sticky bits, whose rules (cleared by chown, by a write) are the
         NameNode's to apply."""
         if not w.dirty or w.attr is None or w.stream is not None and not w.stream.direct or w.lock.locked() \
-                or set(fields) - {"mode", "uid", "gid", "at", "mt"} or (w.attr["mode"] | fields.get("mode", 0)) & 0o7000:
+                or set(fields) - {"mode", "uid", "gid", "at", "mt"} \
+                or (w.attr["mode"] | fields.get("mode", 0)) & 0o7000:
             return None
         if "mt" in fields:
             w.set_mtime(fields.pop("mt"))

@@ -307,7 +307,8 @@ async def fs_write_direct(ctx, req, bi: int):
     mount with the write tokens of fs_allocate (body: a m.FileWriteDirect). As a direct object commit
     (gateway/s3/direct.py): each receipt must be a DataNode's for a block of the caller's tokens for this bucket,
     every block but the last full, and the NameNode takes only blocks never committed (fresh); then as fs_write's
-    commit (base version, mtime and held attributes, quota, write policy). ETag: the MD5 of one block, else the multipart form."""
+    commit (base version, mtime and held attributes, quota, write policy). ETag: the MD5 of one block, else the
+    multipart form."""
     FS_REQUESTS.labels("write_direct").inc()
     ino = _int_arg(req, "ino")
     try:
