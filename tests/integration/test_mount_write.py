@@ -116,6 +116,36 @@ def test_an_s3_overwrite_during_a_mount_write_is_not_lost_silently(cluster, mnt,
     assert "replaced since this mount began writing it" in (tmp_path / "mount.log").read_text()
 
 
+def _block_bytes_on_disk(cluster) -> int:
+    """Disk space the DataNodes' block files and packs take (their RocksDB aside)."""
+    return sum(p.stat().st_blocks * 512 for i in range(1, cluster.n_dn + 1)
+               for p in (cluster.root / f"dn{i}" / "blocks.files").rglob("*") if p.is_file())
+
+
+def test_a_hole_made_by_a_truncate_or_a_write_past_the_end_takes_no_space_on_the_datanodes(cluster, mnt, s3, bucket):
+    """The layout has no holes: a file grown by a truncate, or written past its end, uploads its hole as blocks of
+    zeros. The DataNodes store such a block as its size alone (and its replicas too), and read it back as zeros."""
+    bs = cluster.block_size
+    before = _block_bytes_on_disk(cluster)
+    with open(mnt.path / "grown.bin", "wb") as f:
+        f.truncate(6 * bs)
+    with open(mnt.path / "past.bin", "wb") as f:
+        f.write(b"head")
+        f.seek(5 * bs + 10)
+        f.write(b"end")
+    assert s3.get_object(Bucket=bucket, Key="grown.bin")["Body"].read() == bytes(6 * bs)
+    want = b"head" + bytes(5 * bs + 6) + b"end"
+    assert s3.get_object(Bucket=bucket, Key="past.bin")["Body"].read() == want
+    assert (mnt.path / "past.bin").read_bytes() == want
+    cluster.replicate_once()
+    ids = _block_ids(cluster, bucket, "grown.bin") + _block_ids(cluster, bucket, "past.bin")
+    held = cluster.datanode_blocks()
+    assert all(set(ids) <= blocks for blocks in held.values()), "every block has its three copies"
+    # 11 blocks of zeros, 3 copies each (132 MiB of them): what was stored is past.bin's first block (its "head")
+    # and its short last one, 3 copies each
+    assert 3 * bs <= _block_bytes_on_disk(cluster) - before < 4 * bs
+
+
 def test_readers_never_see_a_half_committed_file(cluster, mnt, s3, bucket):
     """Each commit rewrites blocks 1 and 2 of a 3-block file (block 0 kept): S3 readers during the commits see
     blocks 1 and 2 always from the same version, never one old and one new."""

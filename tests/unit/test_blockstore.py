@@ -8,8 +8,8 @@ from epochfs.common import errors
 from epochfs.common.blocks import crc32c
 from epochfs.common.kv import MemoryKV, RocksBulk, RocksKV, RocksSpace, prefix_end
 from epochfs.datanode import keys
-from epochfs.datanode.blockstore import (BULK, BULK_MIN, CHUNK_SIZE, FILE_DIRS, FILED, PACKED, SPACED, BlockStore,
-                                        Purger, block_file)
+from epochfs.datanode.blockstore import (BULK, BULK_MIN, CHUNK_SIZE, FILE_DIRS, FILED, PACKED, SPACED, ZEROED,
+                                        BlockStore, Purger, block_file)
 from epochfs.datanode.scrubber import Scrubber
 
 
@@ -510,6 +510,70 @@ def test_a_large_block_is_a_file_of_its_own_read_by_ranges_checked_and_deleted_w
     assert not s.has(1) and s.count == 0 and path.exists() and _doomed(kv) != []
     assert s.purge(limit=1) == 1 and not path.exists() and _doomed(kv) == []
     kv.close()
+
+
+def _files(s: BlockStore) -> list:
+    return [p for p in s.files.rglob("*") if p.is_file() and p.parent.name != "packs"]
+
+
+def test_a_large_block_of_zeros_stores_no_bytes_reads_back_whole_and_a_forged_one_is_refused(tmp_path):
+    kv, s = _filed(tmp_path, bulk_min=CHUNK_SIZE)
+    n = 3 * CHUNK_SIZE + 1000
+    zeros = bytes(n)
+    s.put(1, zeros, crc32c(zeros), [(2, "127.0.0.1:2")])
+    asyncio.run(s.put_async(2, bytearray(zeros), crc32c(zeros)))
+    for bid in (1, 2):
+        assert s.kv.get(keys.meta(bid))[12:13] == ZEROED
+    assert _files(s) == [] and _doomed(kv) == [] and list(kv.bulk.scan(keys.CHUNKS)) == [], "no bytes anywhere"
+    assert joined(s.read(1)) == zeros and s.read_raw(2)[0] == crc32c(zeros) and (2, 1) in s._jobs
+    assert joined(s.read(2, CHUNK_SIZE - 5, 10)) == bytes(10) and joined(s.read(2, n - 3, 50)) == bytes(3)
+    bufs, crcs = s.read_unread(1, 0, 2 * CHUNK_SIZE)
+    assert joined(bufs) == bytes(2 * CHUNK_SIZE) and crcs is None, "made here, sent as bytes, nothing to check"
+    # zeros but one byte: a file as any block; zeros with another block's CRC: refused, nothing stored
+    one = bytearray(zeros)
+    one[n - 1] = 1
+    s.put(3, one, crc32c(one))
+    assert len(_files(s)) == 1 and joined(s.read(3)) == one
+    with pytest.raises(errors.CorruptBlock):
+        s.put(4, zeros, crc32c(one))
+    # data forged to the CRC32C of zeros (CRC is linear: flip bit sets that cancel) is compared, not trusted
+    forged = _forge_zero_crc(n)
+    assert crc32c(forged) == crc32c(zeros) and any(forged)
+    asyncio.run(s.put_async(5, forged, crc32c(zeros)))
+    assert s.kv.get(keys.meta(5))[12:13] == FILED and joined(s.read(5)) == forged
+    assert not s.has(4) and s.count == 4 and s.used == 4 * n
+    kv.close()
+    kv, s = _filed(tmp_path, bulk_min=CHUNK_SIZE)  # reopened: found again, counted
+    assert joined(s.read(1)) == zeros and s.count == 4 and s.used == 4 * n
+    s.put(1, one, crc32c(one))  # written over with data: a file; a delete of the zeros leaves nothing to purge
+    assert joined(s.read(1)) == one and len(_files(s)) == 3
+    s.delete([2])
+    assert not s.has(2) and s.count == 3 and _doomed(kv) == []
+    kv.close()
+
+
+def _forge_zero_crc(n: int) -> bytes:
+    """`n` bytes, not all zeros, whose CRC32C is that of `n` zeros: a set of single-bit flips whose CRC differences
+    cancel (GF(2) elimination over the flips' effects on the CRC)."""
+    base = crc32c(bytes(n))
+    rows: dict[int, tuple[int, int]] = {}  # pivot bit -> (CRC difference, flips as a bit mask over positions)
+    for i in range(64):
+        buf = bytearray(n)
+        buf[i // 8] = 1 << (i % 8)
+        d, mask = crc32c(buf) ^ base, 1 << i
+        while d:
+            top = d.bit_length() - 1
+            if top not in rows:
+                rows[top] = (d, mask)
+                break
+            d, mask = d ^ rows[top][0], mask ^ rows[top][1]
+        else:
+            out = bytearray(n)
+            for j in range(64):
+                if mask >> j & 1:
+                    out[j // 8] ^= 1 << (j % 8)
+            return bytes(out)
+    raise AssertionError("no dependent set of flips among 64")
 
 
 @pytest.mark.parametrize("direct", [True, False], ids=["o-direct", "page-cache"])
