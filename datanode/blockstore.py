@@ -103,7 +103,8 @@ def _in_bulk(meta: bytes | None) -> bool:
 
 
 def _where(meta: bytes) -> int | None:
-    """Where a stored block's chunks are: None (the main key space), IN_CHUNKS, IN_FILE, or its bulk generation."""
+    """Where a stored block's chunks are: None (the main key space), IN_CHUNKS, IN_FILE, IN_PACK, IN_ZERO (nowhere),
+    or its bulk generation."""
     layout = meta[12:13]
     return _meta_gen(meta) if layout == BULK else IN_CHUNKS if layout in (SPACED, SEQUENCED) else \
         IN_FILE if layout == FILED else IN_PACK if layout == PACKED else IN_ZERO if layout == ZEROED else None
