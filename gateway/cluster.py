@@ -164,6 +164,9 @@ class Cluster:
             nonlocal inflight, last_hashed
             hashed = asyncio.Event()
             blocks.append(None)
+            for t in inflight:
+                if t.done():
+                    t.result()  # a block that failed fails the upload now, with its error
             inflight = [t for t in inflight if not t.done()]
             inflight.append(asyncio.create_task(flush(len(blocks) - 1, data, last_hashed, hashed)))
             last_hashed = hashed
