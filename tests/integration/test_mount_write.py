@@ -116,17 +116,16 @@ def test_an_s3_overwrite_during_a_mount_write_is_not_lost_silently(cluster, mnt,
     assert "replaced since this mount began writing it" in (tmp_path / "mount.log").read_text()
 
 
-def _block_bytes_on_disk(cluster) -> int:
-    """Disk space the DataNodes' block files and packs take (their RocksDB aside)."""
-    return sum(p.stat().st_blocks * 512 for i in range(1, cluster.n_dn + 1)
-               for p in (cluster.root / f"dn{i}" / "blocks.files").rglob("*") if p.is_file())
+def _block_files(cluster, block_id: int) -> list:
+    """The files of a block's copies on the DataNodes (`blocks.files/<xx>/<block>.<copy number>`)."""
+    return [p for i in range(1, cluster.n_dn + 1)
+            for p in (cluster.root / f"dn{i}" / "blocks.files").glob(f"*/{block_id}.*")]
 
 
 def test_a_hole_made_by_a_truncate_or_a_write_past_the_end_takes_no_space_on_the_datanodes(cluster, mnt, s3, bucket):
     """The layout has no holes: a file grown by a truncate, or written past its end, uploads its hole as blocks of
     zeros. The DataNodes store such a block as its size alone (and its replicas too), and read it back as zeros."""
     bs = cluster.block_size
-    before = _block_bytes_on_disk(cluster)
     with open(mnt.path / "grown.bin", "wb") as f:
         f.truncate(6 * bs)
     with open(mnt.path / "past.bin", "wb") as f:
@@ -138,12 +137,12 @@ def test_a_hole_made_by_a_truncate_or_a_write_past_the_end_takes_no_space_on_the
     assert s3.get_object(Bucket=bucket, Key="past.bin")["Body"].read() == want
     assert (mnt.path / "past.bin").read_bytes() == want
     cluster.replicate_once()
-    ids = _block_ids(cluster, bucket, "grown.bin") + _block_ids(cluster, bucket, "past.bin")
+    grown, past = _block_ids(cluster, bucket, "grown.bin"), _block_ids(cluster, bucket, "past.bin")
     held = cluster.datanode_blocks()
-    assert all(set(ids) <= blocks for blocks in held.values()), "every block has its three copies"
-    # 11 blocks of zeros, 3 copies each (132 MiB of them): what was stored is past.bin's first block (its "head")
-    # and its short last one, 3 copies each
-    assert 3 * bs <= _block_bytes_on_disk(cluster) - before < 4 * bs
+    assert all(set(grown + past) <= blocks for blocks in held.values()), "every block has its three copies"
+    # 10 blocks of zeros, 3 copies each (120 MiB of them): no file; past.bin's first block (its "head") has its 3
+    assert [b for b in grown + past[1:-1] if _block_files(cluster, b)] == []
+    assert len(_block_files(cluster, past[0])) == 3 and len(grown) == 6 and len(past) == 6
 
 
 def test_readers_never_see_a_half_committed_file(cluster, mnt, s3, bucket):
