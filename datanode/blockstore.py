@@ -110,6 +110,11 @@ def _where(meta: bytes) -> int | None:
         IN_FILE if layout == FILED else IN_PACK if layout == PACKED else IN_ZERO if layout == ZEROED else None
 
 
+def _held(meta: bytes | None) -> int:
+    """The bytes a stored copy holds on this node (`used`): its size, nothing for a ZEROED block or no copy."""
+    return 0 if meta is None or meta[12:13] == ZEROED else int.from_bytes(meta[:8], "big")
+
+
 _ZERO_PIECE = bytes(CHUNK_SIZE)
 
 
@@ -184,7 +189,7 @@ class BlockStore:
         top = 0
         live: dict[int, int] = {}  # pack -> bytes of the copies stored in it
         for _, v in self._scan_past_damage(keys.METAS, prefix_end(keys.METAS)):
-            self.used += int.from_bytes(v[:8], "big")
+            self.used += _held(v)
             self.count += 1
             if v[12:13] in (SEQUENCED, FILED):
                 top = max(top, int.from_bytes(v[13:21], "big"))
@@ -351,9 +356,8 @@ class BlockStore:
         self._jobs.update(jobs)
         self._freed([freed])
         self.bad.discard(block_id)  # a good copy now
-        if old is None:
-            self.used += n
-            self.count += 1
+        self.used += _held(meta) - _held(old)
+        self.count += old is None
 
     def _chunk_crcs(self, block_id: int, mv: memoryview, crc: int) -> list[int]:
         """The CRC32C of each chunk of a block; raises CorruptBlock if the data doesn't match `crc`."""
@@ -477,9 +481,8 @@ class BlockStore:
             self.packs.live[region[0]] += sum(n for _, n, _ in stored)
         for bid, n, old in stored:
             self.bad.discard(bid)  # a good copy now
-            if old is None:
-                self.used += n
-                self.count += 1
+            self.used += n - _held(old)
+            self.count += old is None
 
     def _freed(self, freed: list[tuple[int, int] | None]) -> None:
         """Count the pack bytes that forgotten copies (`_forget_chunks`' answers) no longer hold, once their batch
@@ -751,6 +754,13 @@ class BlockStore:
         except (errors.NoSuchBlock, errors.CorruptBlock):
             return 0
 
+    def zeroed(self, block_id: int) -> bool:
+        """Is the block stored here as its meta alone (ZEROED: its bytes are zeros, nothing on disk to check)?"""
+        try:
+            return self._meta(block_id)[2] == IN_ZERO
+        except (errors.NoSuchBlock, errors.CorruptBlock):
+            return False
+
     def has(self, block_id: int) -> bool:
         try:
             return self.kv.get(keys.meta(block_id)) is not None
@@ -776,7 +786,7 @@ class BlockStore:
                 raw = self.kv.get(keys.meta(bid))
                 if raw is None:
                     continue
-                freed += int.from_bytes(raw[:8], "big")
+                freed += _held(raw)
                 gone += 1
                 b.delete(keys.meta(bid))
                 packed.append(self._forget_chunks(b, bid, raw))

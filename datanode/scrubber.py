@@ -51,7 +51,10 @@ class Scrubber(Worker):
 
     def _check(self, bid: int) -> int:
         """Read and check every chunk of block `bid`; returns its size (0 if it was deleted meanwhile). A bad copy
-        is counted and noted in the store's `bad` set for the heartbeat to report."""
+        is counted and noted in the store's `bad` set for the heartbeat to report. A ZEROED block has no bytes to
+        read (its meta, the one thing stored, RocksDB checks as it reads it): 0."""
+        if self.store.zeroed(bid):
+            return 0
         try:
             return sum(len(b) for b in self.store.read(bid))
         except errors.NoSuchBlock:
