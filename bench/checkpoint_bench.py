@@ -16,6 +16,11 @@ NameNode, DataNodes), all from /proc, in ms per MiB. The load average (1 min) is
     python bench/checkpoint_bench.py                  # 1 GiB, 4 threads
     python bench/checkpoint_bench.py --mib 256        # a loaded machine
     python bench/checkpoint_bench.py --only dcp       # or save (torch.save/load)
+    python bench/checkpoint_bench.py --torch-threads 1  # torch's intra-op threads, for both sides
+
+On a machine whose cores the cluster shares (this 2-core one), torch's OpenMP workers, which spin-wait after each
+parallel copy_ (DCP copies every loaded tensor into its target), take the core the epochfs reader's fetches and the
+DataNodes need; `--torch-threads 1` leaves it to them (the local runs then use one thread too).
 
 Needs torch (CPU is enough), root and /dev/fuse for the mount phases (skipped without them, saying so). Starts its own
 cluster (`epochfs up` in a temporary folder) and tears it down.
@@ -120,7 +125,10 @@ def main() -> None:
     ap.add_argument("--sync-files", action="store_true",
                     help="FsspecWriter(sync_files=True): DCP then calls os.sync() (fsspec files have no fileno)")
     ap.add_argument("--mount-args", default="")
+    ap.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     a = ap.parse_args()
+    if a.torch_threads:
+        torch.set_num_threads(a.torch_threads)
     use_mount = not a.no_mount and os.path.exists("/dev/fuse") and os.geteuid() == 0 and shutil.which("fusermount3")
     if not use_mount and not a.no_mount:
         print("no /dev/fuse, fusermount3 or root: the mount phases are skipped")
@@ -187,7 +195,7 @@ def main() -> None:
                         lambda: same(sd, into2))
         mib = size / MiB
         print(f"\nload average after: {os.getloadavg()[0]:.1f}; mount args {a.mount_args!r}; FsspecWriter "
-              f"sync_files={a.sync_files}\n")
+              f"sync_files={a.sync_files}; torch threads {torch.get_num_threads()}\n")
         print(f"{'phase':<30}{'epochfs MB/s':>13}{'local MB/s':>12}{'ratio':>7}{'client':>8}{'mount':>7}"
               f"{'cluster':>9}{'gw':>6}{'nn':>6}{'dn':>6}  cpu ms/MiB (epochfs side)")
         for name, (t, cc, mc, kc), (lt, *_) in rows:
