@@ -13,6 +13,46 @@ def crc32c(data, value: int = 0) -> int:
     return _crc32c.crc32c(data, value)
 
 
+ZERO_MIN = 1 << 20  # a block of zeros this large crosses the network as its size alone (DataNodeClient.put)
+_ZERO_PIECE = bytes(256 << 10)
+_zero_buf = b""  # the zeros `zeros` hands out: one buffer, grown to the largest asked for (bytes: shared safely)
+
+
+def _byte_views(data) -> list[memoryview]:
+    return [v if v.ndim == 1 and v.itemsize == 1 else v.cast("B")
+            for v in map(memoryview, data if isinstance(data, list) else (data,))]
+
+
+def all_zeros(data) -> bool:
+    """Are the bytes of `data` (bytes-like, or a list of them) all zeros? Compared 256 KiB at a time (a memcmp
+    each, ~0.2 ms per 4 MiB of zeros); other data almost always differs in its first 64 bytes. A block's CRC alone
+    would not do: it can be forged to match zeros'."""
+    step = len(_ZERO_PIECE)
+    for mv in _byte_views(data):
+        n = len(mv)
+        if mv[:64].tobytes() != _ZERO_PIECE[:min(64, n)] or \
+                not all(mv[i:i + step].tobytes() == _ZERO_PIECE[:min(step, n - i)] for i in range(0, n, step)):
+            return False
+    return True
+
+
+def zero_size(data) -> int:
+    """The size of `data` (bytes-like, or a list of them) if it is a block of zeros to send as its size alone (at
+    least ZERO_MIN bytes), else 0."""
+    views = _byte_views(data)
+    n = sum(len(v) for v in views)
+    return n if n >= ZERO_MIN and all_zeros(views) else 0
+
+
+def zeros(n: int) -> memoryview:
+    """`n` zero bytes (a read of a block stored as zeros, a block that came as its size), from one shared buffer:
+    its pages, never written, are the kernel's zero page until read, so handing them out costs no copy."""
+    global _zero_buf
+    if len(_zero_buf) < n:
+        _zero_buf = bytes(n)
+    return memoryview(_zero_buf)[:n]
+
+
 # A block entry as the NameNode stores it in a record's "blk" (and as records carry it): the list
 # [id, size, crc, nodes], the array form of messages.BlockRef (nodes[0] is the primary). Code reads and changes entries
 # only through these accessors, never by position. They are functions over the list rather than a conversion into

@@ -15,7 +15,7 @@ import msgspec
 
 from . import errors
 from . import messages as m
-from .blocks import crc32c
+from .blocks import crc32c, zero_size
 from .config import parse_addr
 from .metrics import NN_LEADER_CHANGES, NN_REDIRECTS, NN_STALE_READS
 from .rpc import RpcClient, TrioRpcClient
@@ -63,12 +63,17 @@ class DataNodeClient:
 
     async def put(self, block_id: int, crc: int, data, secondaries: Sequence[m.Secondary] = (), acks: int = 1) -> None:
         """Store `data` (bytes-like, or a list of them sent without joining) as the block's primary; it replicates
-        to `secondaries` and returns once `acks` copies, its own included, are on disk."""
-        await self.rpc.request(m.Put(block_id=block_id, crc=crc, secondaries=list(secondaries), acks=acks), data)
+        to `secondaries` and returns once `acks` copies, its own included, are on disk. A large block of zeros (a
+        file's hole uploaded through the mount) is sent as its size alone."""
+        zero = zero_size(data)
+        await self.rpc.request(m.Put(block_id=block_id, crc=crc, secondaries=list(secondaries), acks=acks, zero=zero),
+                               b"" if zero else data)
 
     async def put_replica(self, block_id: int, crc: int, data, *, fresh: bool = False) -> None:
-        """Store a replica: from its primary (fresh, the write's own replication) or a repair copy."""
-        await self.rpc.request(m.PutReplica(block_id=block_id, crc=crc, fresh=fresh), data)
+        """Store a replica: from its primary (fresh, the write's own replication) or a repair copy (zeros as in
+        put)."""
+        zero = zero_size(data)
+        await self.rpc.request(m.PutReplica(block_id=block_id, crc=crc, fresh=fresh, zero=zero), b"" if zero else data)
 
     async def put_replicas(self, heads: list[m.ReplicaHead], data, *, fresh: bool = False) -> dict[int, str]:
         """Store several copies, their bytes back to back in `data`: repair copies, or a primary's fresh ones (a

@@ -149,19 +149,23 @@ class ReplicationPass(Msg):
 
 class Put(Request, tag="put"):
     """Store a block (the payload) as its primary; replicate it to `secondaries`; acknowledge once `acks` copies,
-    this one included, are on disk (the write policy: 1 async, N > 1 sync:N)."""
+    this one included, are on disk (the write policy: 1 async, N > 1 sync:N). `zero`: the block is that many zero
+    bytes, not sent (the payload is empty; blocks.zero_size)."""
     block_id: I64
     crc: I64
     secondaries: list[Secondary] = []
     acks: I64 = 1
+    zero: Nat = 0
     Reply = Done
 
 
 class PutReplica(Request, tag="put_replica"):
-    """Store a replica (the payload) from its primary (fresh: the write's own replication) or a repair copy."""
+    """Store a replica (the payload) from its primary (fresh: the write's own replication) or a repair copy; `zero`
+    as in Put."""
     block_id: I64
     crc: I64
     fresh: bool = False
+    zero: Nat = 0
     Reply = Done
 
 

@@ -6,6 +6,7 @@ import asyncio
 
 from epochfs.common import errors, readtoken, writetoken
 from epochfs.common import messages as m
+from epochfs.common.blocks import zeros
 from epochfs.common.rpc import FileSpan
 
 from .blockstore import BlockStore
@@ -19,9 +20,19 @@ DONE = m.Done()
 
 
 def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secret: str = "",
-                  node_id=lambda: None) -> dict:
+                  node_id=lambda: None, max_block: int = 1 << 30) -> dict:
     """The handlers by request type. `node_id()`: this node's id once registered (a tokened write checks that the
-    token places the block here)."""
+    token places the block here). `max_block`: the largest block a put may name as zeros (the largest payload a
+    request may carry)."""
+    def content(req: m.Put | m.PutReplica, payload):
+        """A put's block: the payload, or `req.zero` zero bytes (sent as their size: nothing in the payload)."""
+        if not req.zero:
+            return payload
+        if len(payload) or req.zero > max_block:
+            raise errors.InvalidInput(f"block {req.block_id}: a block of {req.zero} zeros with {len(payload)} bytes "
+                                      f"of payload (at most {max_block} zeros, no payload)")
+        return zeros(req.zero)
+
     def check_room(block_id: int, size: int) -> None:
         """A node with a capacity limit (DN_CAPACITY_BYTES) refuses a new block that would take it over; the
         gateway then writes elsewhere, a primary's push is retried later (the NameNode places on nodes with room)."""
@@ -37,6 +48,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         Durable means on disk: each copy's WAL is fsynced (group commit, common/kv.WalSync) before it counts, and
         with `async` too this copy is on disk before the acknowledgement."""
         bid, crc, acks = req.block_id, req.crc, req.acks
+        payload = content(req, payload)
         targets = [(t.node, t.addr) for t in req.secondaries]
         if acks > 1 + len(targets):
             raise errors.NotEnoughReplicas(f"block {bid}: the write policy requires {acks} replicas and only "
@@ -59,6 +71,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         """A replica from the primary (fresh: the write's own replication) or a repair copy ordered by the
         NameNode. A fresh push that lost the race with a delete order is dropped instead of becoming an orphan."""
         bid = req.block_id
+        payload = content(req, payload)
         if not (req.fresh and store.recently_deleted(bid)):
             check_room(bid, len(payload))
             await store.store(bid, payload, req.crc)

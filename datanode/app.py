@@ -70,7 +70,7 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
         app.state.store, app.state.heartbeat, app.state.scrubber = store, hb, scrubber
         metrics.register(store, hb)
         rpc = RpcServer(make_handlers(store, replicator, spawn, settings.capacity_bytes, settings.cluster_secret,
-                                      node_id=lambda: hb.node_id),
+                                      node_id=lambda: hb.node_id, max_block=settings.rpc_max_payload),
                         settings.cluster_secret, open_ops=OPEN_OPS, max_payload=settings.rpc_max_payload,
                         open_payload=open_payload_check(settings.cluster_secret, lambda: hb.node_id))
         await rpc.start(settings.host, settings.rpc_port)

@@ -26,7 +26,7 @@ import orjson
 from epochfs.common import errors
 from awscrt.checksums import combine_crc32c
 
-from epochfs.common.blocks import crc32c
+from epochfs.common.blocks import all_zeros, crc32c, zeros
 from epochfs.common.kv import KV, StorageError, WalSync, prefix_end, takes_direct_io
 from epochfs.common.rpc import FileSpan
 from epochfs.common.worker import PassStats, Worker
@@ -113,23 +113,6 @@ def _where(meta: bytes) -> int | None:
 def _held(meta: bytes | None) -> int:
     """The bytes a stored copy holds on this node (`used`): its size, nothing for a ZEROED block or no copy."""
     return 0 if meta is None or meta[12:13] == ZEROED else int.from_bytes(meta[:8], "big")
-
-
-_ZERO_PIECE = bytes(CHUNK_SIZE)
-
-
-def _zeros(n: int) -> memoryview:
-    """`n` zero bytes (a read of a ZEROED block)."""
-    return memoryview(bytes(n))
-
-
-def _all_zeros(mv: memoryview) -> bool:
-    """Are a block's bytes all zeros? Compared 256 KiB at a time (a memcmp each, ~0.2 ms per 4 MiB of zeros; other
-    data almost always differs in its first piece). The CRC alone would not do: it can be forged to match zeros'."""
-    n, step = len(mv), len(_ZERO_PIECE)
-    if mv[:64].tobytes() != _ZERO_PIECE[:min(64, n)]:
-        return False
-    return all(mv[i:i + step].tobytes() == _ZERO_PIECE[:min(step, n - i)] for i in range(0, n, step))
 
 
 def chunk_prefix(block_id: int, meta: bytes) -> bytes:
@@ -251,7 +234,7 @@ class BlockStore:
         if self.packs is not None and not self._large(len(mv)):
             _raise_first(self.put_many([(block_id, mv, crc, secondaries)], jobs_due_in=jobs_due_in), block_id)
             return
-        zero = self._large(len(mv)) and _all_zeros(mv)
+        zero = self._large(len(mv)) and all_zeros(mv)
         crcs, old, seq = self._begin(block_id, mv, crc, zero)
         if seq is not None:
             self._write_large(block_id, mv, seq)
@@ -278,7 +261,7 @@ class BlockStore:
         ingest = None
         try:
             since = time.monotonic()
-            zero = _all_zeros(mv)
+            zero = all_zeros(mv)
             crcs, old, seq = self._begin(block_id, mv, crc, zero)
             if not zero:
                 ingest = loop.run_in_executor(self._ingester, self._write_large, block_id, mv, seq)
@@ -634,7 +617,7 @@ class BlockStore:
         if offset >= end:
             return []
         if where == IN_ZERO:
-            return [_zeros(end - offset)]
+            return [zeros(end - offset)]
         if where in (IN_FILE, IN_PACK):
             return self._read_checked(block_id, raw, *self._place_in_file(block_id, where, raw), offset, end)
         cs = self.chunk_size
