@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mount_bench import mount, settle, start_cluster, teardown  # noqa: E402
+from mount_bench import mount, random_source, settle, start_cluster, teardown  # noqa: E402
 
 from epochfs.common.client import S3Client  # noqa: E402
 
@@ -54,11 +54,15 @@ async def run(env: dict, mp: Path, a) -> None:
     try:
         end = time.monotonic() + a.idle_s
         idle = await reads(c, a.objects, lambda: time.monotonic() > end)
-        t0 = time.monotonic()
-        dd = subprocess.Popen(["dd", "if=/dev/zero", f"of={mp / 'big'}", "bs=4M", f"count={a.count}", "conv=fsync"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        busy = await reads(c, a.objects, lambda: dd.poll() is not None)
-        took = time.monotonic() - t0
+        src = random_source(a.count * 4)  # (not zeros: the DataNodes store a block of zeros as its size)
+        try:
+            t0 = time.monotonic()
+            dd = subprocess.Popen(["dd", f"if={src}", f"of={mp / 'big'}", "bs=4M", f"count={a.count}", "conv=fsync"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            busy = await reads(c, a.objects, lambda: dd.poll() is not None)
+            took = time.monotonic() - t0
+        finally:
+            src.unlink()
         if dd.returncode:
             raise RuntimeError(f"dd failed ({dd.returncode})")
     finally:

@@ -52,6 +52,19 @@ import boto3
 from botocore.config import Config
 
 
+def random_source(mib: int) -> Path:
+    """A file of `mib` MiB of random bytes for dd to copy, in /dev/shm (memory: not the disk the benchmark writes
+    to) where there is one. Never /dev/zero: the DataNodes store a large block of zeros as its size alone (and the
+    client sends it so), which would measure that path, not a write. The caller deletes it."""
+    d = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    fd, name = tempfile.mkstemp(prefix="epochfs-bench-src-", dir=d)
+    with os.fdopen(fd, "wb") as f:
+        for _ in range(0, mib, 64):
+            f.write(os.urandom(min(64, mib) << 20))
+    os.truncate(name, mib << 20)
+    return Path(name)
+
+
 def free_port_block(n: int = 20) -> int:
     for _ in range(100):
         base = random.randrange(20000, 60000)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Mount write benchmark: writes through `epochfs mount` next to the same writes into a local directory, one run.
 
-    dd       `dd if=/dev/zero of=<dir>/big bs=4M count=N conv=fsync` (default N = 256: 1 GiB), MB/s
+    dd       `dd if=<random> of=<dir>/big bs=4M count=N conv=fsync` (default N = 256: 1 GiB), MB/s; <random> is a
+             file of random bytes in /dev/shm (zeros would take the DataNodes' zero-block path, not a write)
     tar xf   an archive of F generated files of 1-16 KiB (default 5,000, in 50 folders) unpacked into <dir>, files/s;
              then every file's mtime is checked against the archive's
 
@@ -39,7 +40,7 @@ from pathlib import Path
 import boto3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mount_bench import cpu_seconds, descendants, mount, settle, start_cluster, teardown  # noqa: E402
+from mount_bench import cpu_seconds, descendants, mount, random_source, settle, start_cluster, teardown  # noqa: E402
 
 
 def tree_cpu(pid: int) -> float:
@@ -84,8 +85,8 @@ def measure(fn, mnt_pid: int | None, cluster_pid: int) -> tuple[float, float, fl
     return dt, (cpu_seconds(mnt_pid) - m0 if mnt_pid else 0.0), tree_cpu(cluster_pid) - c0, machine_busy() - b0
 
 
-def dd(target: Path, count: int) -> None:
-    subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=4M", f"count={count}", "conv=fsync"], check=True,
+def dd(source: Path, target: Path, count: int) -> None:
+    subprocess.run(["dd", f"if={source}", f"of={target}", "bs=4M", f"count={count}", "conv=fsync"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -159,12 +160,16 @@ def main() -> None:
         rows = []
         if a.only in (None, "dd"):
             nbytes = a.count * (4 << 20)
-            lm = measure(lambda: dd(local / "big", a.count), None, cluster.pid)
-            for label, m, root in targets:
-                mm = measure(lambda: dd(root / "big", a.count), m.pid, cluster.pid)
-                assert (root / "big").stat().st_size == nbytes
-                rows.append((f"dd {nbytes >> 20} MiB{label} (MB/s)", nbytes / mm[0] / 1e6, nbytes / lm[0] / 1e6,
-                             mm[1] / nbytes * 1e9, mm[2] / nbytes * 1e9, mm[3] / nbytes * 1e9, "ms/MB"))
+            src = random_source(a.count * 4)
+            try:
+                lm = measure(lambda: dd(src, local / "big", a.count), None, cluster.pid)
+                for label, m, root in targets:
+                    mm = measure(lambda: dd(src, root / "big", a.count), m.pid, cluster.pid)
+                    assert (root / "big").stat().st_size == nbytes
+                    rows.append((f"dd {nbytes >> 20} MiB{label} (MB/s)", nbytes / mm[0] / 1e6, nbytes / lm[0] / 1e6,
+                                 mm[1] / nbytes * 1e9, mm[2] / nbytes * 1e9, mm[3] / nbytes * 1e9, "ms/MB"))
+            finally:
+                src.unlink()
         if a.only in (None, "tar"):
             lm = measure(lambda: untar(archive, local / "t"), None, cluster.pid)
             for label, m, root in targets:
