@@ -15,7 +15,7 @@ import msgspec
 
 from . import errors
 from . import messages as m
-from .blocks import crc32c, zero_size
+from .blocks import ZERO_MIN, crc32c, zero_size
 from .config import parse_addr
 from .metrics import NN_LEADER_CHANGES, NN_REDIRECTS, NN_STALE_READS
 from .rpc import RpcClient, TrioRpcClient
@@ -49,6 +49,32 @@ def _failed_checks(head: m.Pieces, data, node) -> list[int]:
     return bad
 
 
+def _zeros_as_sizes(heads: list[m.ReplicaHead], data) -> tuple[list[m.ReplicaHead], list]:
+    """The blocks of a batch (`heads`, their bytes back to back in `data`: bytes-like, or a list of them) with each
+    large block of zeros marked `zero` and left out of the payload; the payload as a list of views (not joined)."""
+    if all(h.size < ZERO_MIN for h in heads):  # (a batch of small blocks: as it is)
+        return heads, data
+    bufs = [memoryview(b).cast("B") for b in (data if isinstance(data, list) else [data])]
+    out_heads, payload, i, off = [], [], 0, 0
+    for h in heads:
+        views, need = [], h.size
+        while need:
+            if i >= len(bufs):
+                raise errors.InvalidInput("the blocks' sizes add up to more than their bytes")
+            take = bufs[i][off:off + need]
+            views.append(take)
+            need -= len(take)
+            off += len(take)
+            if off == len(bufs[i]):
+                i, off = i + 1, 0
+        if zero_size(views):
+            out_heads.append(msgspec.structs.replace(h, zero=True))
+        else:
+            out_heads.append(h)
+            payload.extend(views)
+    return out_heads, payload
+
+
 class DataNodeClient:
     """Block I/O with one DataNode (datanode/api.py), over an asyncio or a trio connection pool."""
 
@@ -78,7 +104,8 @@ class DataNodeClient:
     async def put_replicas(self, heads: list[m.ReplicaHead], data, *, fresh: bool = False) -> dict[int, str]:
         """Store several copies, their bytes back to back in `data`: repair copies, or a primary's fresh ones (a
         put_many batch's replication, answered once on disk): the error class of each one (by index in `heads`)
-        that was not stored."""
+        that was not stored. Large blocks of zeros are sent as their sizes."""
+        heads, data = _zeros_as_sizes(heads, data)
         reply, _ = await self.rpc.request(m.PutReplicas(blocks=heads, fresh=fresh), data)
         return reply.errs
 
@@ -136,7 +163,9 @@ class DataNodeClient:
                             fast: bool = False) -> m.Receipts:
         """Store blocks as their primary on a connection without the cluster secret, with a gateway's write token
         (their bytes back to back in `data`, a list sent without joining): per block its receipt or error (`fast`:
-        blocks of an object of several, receipted with XXH3-128s, not MD5s)."""
+        blocks of an object of several, receipted with XXH3-128s, not MD5s). Large blocks of zeros are sent as their
+        sizes."""
+        heads, data = _zeros_as_sizes(heads, data)
         reply, _ = await self.rpc.request(m.WriteTokened(grant=grant, blocks=heads, fast=fast), data)
         return reply
 

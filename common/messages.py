@@ -91,10 +91,12 @@ class Secondary(Msg, array_like=True):
 
 
 class ReplicaHead(Msg, array_like=True):
-    """One block of a put_replicas batch: on the wire [id, crc, size]; its bytes are `size` bytes of the payload."""
+    """One block of a put_replicas batch (or a write_tokened call): on the wire [id, crc, size]; its bytes are `size`
+    bytes of the payload, or, [id, crc, size, true] (`zero`), `size` zero bytes that are not in the payload."""
     id: int
     crc: int
     size: int
+    zero: bool = False
 
 
 class BlockRead(Msg, array_like=True):

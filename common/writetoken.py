@@ -61,11 +61,11 @@ def check(secret: str, grant: m.WriteGrant, *, live: bool = True) -> None:
 def check_heads(secret: str, grant: m.WriteGrant, heads: list[m.ReplicaHead], node: int | None,
                 payload_len: int) -> dict[int, tuple[int, ...]]:
     """A DataNode's check of a tokened write before its payload is read: the grant is live and ours, every block is
-    one it names, placed on this `node`, at most grant.size bytes, and the sizes add up to the payload.
-    Returns block id -> its placed nodes."""
+    one it names, placed on this `node`, at most grant.size bytes, and the sizes add up to the payload (a block of
+    zeros sent as its size has none there). Returns block id -> its placed nodes."""
     check(secret, grant)
     placed = {p.id: p.nodes for p in grant.blocks}
-    if sum(h.size for h in heads) != payload_len or any(h.size < 0 for h in heads):
+    if sum(h.size for h in heads if not h.zero) != payload_len or any(h.size < 0 for h in heads):
         raise errors.InvalidInput("write_tokened: the block sizes do not add up to the payload")
     if len({h.id for h in heads}) != len(heads):
         raise errors.InvalidInput("write_tokened: a block is named twice")

@@ -33,6 +33,21 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
                                       f"of payload (at most {max_block} zeros, no payload)")
         return zeros(req.zero)
 
+    def blocks_in(heads: list[m.ReplicaHead], payload, op: str) -> list:
+        """The bytes of each block of a batch: its slice of the payload, or its zeros (`zero`: not in the payload)."""
+        if sum(h.size for h in heads if not h.zero) != len(payload) or any(h.size < 0 for h in heads):
+            raise errors.InvalidInput(f"{op}: the block sizes do not add up to the payload")
+        if any(h.zero and h.size > max_block for h in heads):
+            raise errors.InvalidInput(f"{op}: a block of zeros larger than {max_block} bytes")
+        mv, off, out = memoryview(payload), 0, []
+        for h in heads:
+            if h.zero:
+                out.append(zeros(h.size))
+            else:
+                out.append(mv[off:off + h.size])
+                off += h.size
+        return out
+
     def check_room(block_id: int, size: int) -> None:
         """A node with a capacity limit (DN_CAPACITY_BYTES) refuses a new block that would take it over; the
         gateway then writes elsewhere, a primary's push is retried later (the NameNode places on nodes with room)."""
@@ -121,13 +136,10 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         fresh copies of a put_many batch (`fresh`: one deleted meanwhile is dropped, as put_replica drops it; all in
         one write batch, answered once on disk). Answers the error class of each block not stored (no room, CRC
         mismatch)."""
-        if sum(h.size for h in req.blocks) != len(payload) or any(h.size < 0 for h in req.blocks):
-            raise errors.InvalidInput("put_replicas: the block sizes do not add up to the payload")
-        mv, off, errs = memoryview(payload), 0, {}
+        datas, errs = blocks_in(req.blocks, payload, "put_replicas"), {}
         if req.fresh:
             todo, where = [], []
-            for i, h in enumerate(req.blocks):
-                data, off = mv[off:off + h.size], off + h.size
+            for i, (h, data) in enumerate(zip(req.blocks, datas)):
                 if store.recently_deleted(h.id):
                     continue
                 try:
@@ -141,8 +153,7 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
                 errs[where[j]] = err
             await store.synced()
             return m.Stored(errs=errs)
-        for i, h in enumerate(req.blocks):
-            data, off = mv[off:off + h.size], off + h.size
+        for i, (h, data) in enumerate(zip(req.blocks, datas)):
             try:
                 check_room(h.id, h.size)
                 await store.store(h.id, data, h.crc)
@@ -205,12 +216,11 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
         get their receipt."""
         me = node_id()
         placed = writetoken.check_heads(secret, req.grant, req.blocks, me, len(payload))
-        g, mv, off = req.grant, memoryview(payload), 0
+        g = req.grant
         errs: dict[int, str] = {}
         todo = []
         again = []  # blocks stored here already with these very bytes (a retry whose reply was lost): receipted
-        for i, h in enumerate(req.blocks):
-            data, off = mv[off:off + h.size], off + h.size
+        for i, (h, data) in enumerate(zip(req.blocks, blocks_in(req.blocks, payload, "write_tokened"))):
             if store.recently_deleted(h.id):
                 errs[i] = "Conflict"
             elif store.has(h.id):
@@ -244,7 +254,8 @@ def make_handlers(store: BlockStore, replicator, spawn, capacity: int = 0, secre
                          for _, h, _, sec in todo]
                 res = await put_many(m.PutMany(blocks=heads, addrs={str(n): addr[str(n)] for b in heads
                                                                     for n in b.secondaries}, acks=g.acks),
-                                     payload if len(todo) == len(req.blocks) else b"".join(d for _, _, d, _ in todo))
+                                     payload if len(todo) == len(req.blocks) and not any(h.zero for h in req.blocks)
+                                     else b"".join(d for _, _, d, _ in todo))
                 errs.update({todo[j][0]: e for j, e in res.errs.items()})
         finally:
             sums = await hashing if hashing is not None else digests(todo)
