@@ -1519,6 +1519,12 @@ class NewExtent(Msg, array_like=True, tag="n"):
     length: Nat
 
 
+class ZeroExtent(Msg, array_like=True, tag="z"):
+    """`length` zero bytes of a file write, not in the body (a hole of the mount's local copy): on the wire ["z",
+    length]. The gateway stores them as blocks of zeros, which cross the network as their sizes."""
+    length: Nat
+
+
 class RestOfBody(Msg, array_like=True, tag="r"):
     """All of a file write's content, new, is the rest of the body (sent chunked, its length not known when it
     starts): on the wire ["r"], the layout's only segment, with size 0."""
@@ -1537,13 +1543,13 @@ class FileWriteDirect(Msg):
 
 class FileWrite(Msg):
     """The layout ahead of a mount's file write (PUT /_epochfs/fs/<bucket>?ino=): the new content, `size` bytes, is
-    `segs` in order, blocks kept from version `base` (its ETag; None: no base) and new extents. `mt`: an mtime set
+    `segs` in order, blocks kept from version `base` (its ETag; None: no base), new extents and extents of zeros. `mt`: an mtime set
     with utimens after the last write, which the commit takes instead of its own time. `held`: a chmod, chown or
     atime set while the changes were unsaved (mode, uid, gid, at only), applied with the commit as a setattr would
     be, saving the request of its own (an archiver restores each file's owner and mode before closing it)."""
     base: str | None
     size: Nat
-    segs: list[KeepBlock | NewExtent | RestOfBody]
+    segs: list[KeepBlock | NewExtent | ZeroExtent | RestOfBody]
     mt: Nat | None = None
     held: AttrChanges | None = None
 

@@ -37,7 +37,7 @@ from epochfs.common.client import S3Client
 from epochfs.common.directwrite import (DIRECT_RETRY_S, ROUND_MAX, ROUNDS_IN_FLIGHT, WINDOW, DirectUnavailable,
                                         DirectWriter, of_several)
 from epochfs.common.messages import (AttrChanges, BlockSpan, FileWrite, FileWriteDirect, KeepBlock, NewExtent,
-                                     NewFile, RestOfBody)
+                                     NewFile, RestOfBody, ZeroExtent)
 
 from .cache import BlockCache
 from .front import Front, Slabs, open_direct
@@ -219,21 +219,57 @@ class Writer:
         self.size = size
 
     def layout(self) -> tuple[FileWrite, list[tuple[int, int]]]:
-        """The commit's layout (blocks kept by id, new extents by length) and the new extents as (offset, length)."""
-        segs: list[KeepBlock | NewExtent] = []
+        """The commit's layout (blocks kept by id, new extents by length, the local copy's holes as extents of
+        zeros) and the new extents as (offset, length)."""
+        segs: list[KeepBlock | NewExtent | ZeroExtent] = []
         extents, pos = [], 0
+
+        def new(start: int, end: int) -> None:
+            at = start
+            for z, n in self._zero_runs(start, end):
+                if z > at:
+                    segs.append(NewExtent(length=z - at))
+                    extents.append((at, z - at))
+                segs.append(ZeroExtent(length=n))
+                at = z + n
+            if end > at:
+                segs.append(NewExtent(length=end - at))
+                extents.append((at, end - at))
+
         for i, bid in enumerate(self.ids):
             if self.state[i] in (KEPT, CLEAN):
                 if self.starts[i] > pos:
-                    segs.append(NewExtent(length=self.starts[i] - pos))
-                    extents.append((pos, self.starts[i] - pos))
+                    new(pos, self.starts[i])
                 segs.append(KeepBlock(id=bid))
                 pos = self.starts[i + 1]
         if self.size > pos:
-            segs.append(NewExtent(length=self.size - pos))
-            extents.append((pos, self.size - pos))
+            new(pos, self.size)
         return FileWrite(base=self.base, size=self.size, segs=segs, mt=self.mtime_ns if self.mtime_set else None,
                          held=AttrChanges(**self.pending) if self.pending else None), extents
+
+    def _zero_runs(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The holes of the local copy in new extent [start, end) as (offset, length), cut to whole blocks counted
+        from `start` (the gateway cuts an extent into blocks from its start, so the blocks stay those of a layout
+        without them): a file grown by a truncate or written past its end sends its hole as its size, not as
+        zeros. Inside new extents a hole is zeros: the blocks of the base a write changes in part are fetched into
+        the local copy first (`partly`, `cut`). None while a front holds bytes the local copy has not yet."""
+        bs, out, pos = self.bs, [], start
+        if self.front is not None or end - start < bs:
+            return out
+        while pos < end:
+            try:
+                data = min(os.lseek(self.fd, pos, os.SEEK_DATA), end)
+            except OSError as e:  # ENXIO: no data from pos on; anything else: no holes known (all sent)
+                if e.errno != errno.ENXIO:
+                    return []
+                data = end
+            z0, z1 = start + -(-(pos - start) // bs) * bs, start + (data - start) // bs * bs
+            if z1 > z0:
+                out.append((z0, z1 - z0))
+            if data >= end:
+                break
+            pos = os.lseek(self.fd, data, os.SEEK_HOLE)
+        return out
 
     def fresh(self) -> bool:
         """All of the content is new (the version it started from is empty): it can be streamed as it grows."""

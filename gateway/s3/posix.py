@@ -37,7 +37,7 @@ import msgspec
 from prometheus_client import Counter
 
 from epochfs.common import errors, readtoken, writetoken
-from epochfs.common.blocks import crc32c
+from epochfs.common.blocks import crc32c, zeros
 from epochfs.common import messages as m
 from epochfs.common.clients import NameNodeClient
 from epochfs.common.messages import op_name
@@ -56,6 +56,19 @@ JSON = [("content-type", "application/json")]
 READ_OPS = frozenset((m.FsGetattr, m.FsLookup, m.FsReaddir, m.FsDirs, m.FsReadlink, m.FsLayout, m.FsGetxattr, m.FsListxattr))
 _decode_op = msgspec.json.Decoder(Union[m.FS_OPS]).decode  # one of the mount's operations, never another request
 _decode_layout = msgspec.json.Decoder(m.FileWrite).decode   # the layout ahead of a file write's new bytes
+ZERO_PIECE = 4 << 20  # a ZeroExtent's zeros go to write_stream this many at a time (views of one shared buffer)
+
+
+async def _zero_stream(n: int):
+    """`n` zero bytes, as a file write's stream of new bytes (a ZeroExtent)."""
+    while n:
+        k = min(n, ZERO_PIECE)
+        yield zeros(k)
+        n -= k
+
+
+def _unhashed(_: bytes) -> None:
+    """A ZeroExtent's zeros are not hashed: the ETag of a layout with one hashes the layout."""
 _FORWARD = {  # the NameNodeClient method each goes to
     m.FsLookup: NameNodeClient.fs_lookup, m.FsGetattr: NameNodeClient.fs_getattr,
     m.FsReaddir: NameNodeClient.fs_readdir, m.FsDirs: NameNodeClient.fs_dirs, m.FsReadlink: NameNodeClient.fs_readlink,
@@ -377,6 +390,9 @@ async def fs_write(ctx, req):
         if streamed and (len(layout.segs) != 1 or layout.size):
             raise errors.InvalidInput("a layout with a RestOfBody has no other segment and size 0")
         size = layout.size
+        if sum(seg.length for seg in layout.segs if type(seg) in (m.NewExtent, m.ZeroExtent)) > \
+                ctx.settings.max_object_size:  # (before a block of zeros is made: they cost no body bytes)
+            raise errors.EntityTooLarge(f"a file write of more than {ctx.settings.max_object_size} new bytes")
         if streamed:
             blk, size = await ctx.cluster.write_stream(req.bucket, body.rest(), md5.update,
                                                        limit=ctx.settings.max_object_size)
@@ -384,12 +400,18 @@ async def fs_write(ctx, req):
         for seg in [] if streamed else layout.segs:
             if type(seg) is m.KeepBlock:
                 blk.append(seg.id)
+            elif type(seg) is m.ZeroExtent:  # blocks of zeros, made here (the ETag below is the layout's)
+                new, _ = await ctx.cluster.write_stream(req.bucket, _zero_stream(seg.length), _unhashed,
+                                                        limit=ctx.settings.max_object_size)
+                written += new
+                blk += new
             elif seg.length:
                 new, _ = await ctx.cluster.write_stream(req.bucket, body.take(seg.length), md5.update,
                                                         limit=ctx.settings.max_object_size)
                 written += new
                 blk += new
-        if any(type(seg) is m.KeepBlock for seg in layout.segs):  # the MD5 over the layout's segs as they were sent
+        if any(type(seg) in (m.KeepBlock, m.ZeroExtent) for seg in layout.segs):  # the MD5 over the new bytes
+            # and the layout's segs as they were sent (kept blocks and zeros are not hashed)
             etag = f'"{hashlib.md5(md5.digest() + msgspec.json.encode(layout.segs)).hexdigest()}-{len(blk)}"'
         else:
             etag = f'"{md5.hexdigest()}"'

@@ -2,6 +2,7 @@
 id; the local copy is filled lazily; truncates, appends, a racing S3 PUT and readers during commits."""
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import errno
 import os
@@ -11,6 +12,10 @@ import time
 
 import pytest
 
+from cluster import MAIN
+from epochfs.common import errors
+from epochfs.common.client import S3Client
+from epochfs.common.messages import FileWrite, ZeroExtent
 from mounting import fs_requests, needs_fuse
 
 pytestmark = [pytest.mark.integration, needs_fuse]
@@ -123,8 +128,9 @@ def _block_files(cluster, block_id: int) -> list:
 
 
 def test_a_hole_made_by_a_truncate_or_a_write_past_the_end_takes_no_space_on_the_datanodes(cluster, mnt, s3, bucket):
-    """The layout has no holes: a file grown by a truncate, or written past its end, uploads its hole as blocks of
-    zeros. The DataNodes store such a block as its size alone (and its replicas too), and read it back as zeros."""
+    """The layout has no holes: a file grown by a truncate, or written past its end, sends its hole to the gateway
+    as its size (ZeroExtent), which stores it as blocks of zeros, sent to the DataNodes as their sizes. The
+    DataNodes store such a block as its size alone (and its replicas too), and read it back as zeros."""
     bs = cluster.block_size
     with open(mnt.path / "grown.bin", "wb") as f:
         f.truncate(6 * bs)
@@ -143,6 +149,19 @@ def test_a_hole_made_by_a_truncate_or_a_write_past_the_end_takes_no_space_on_the
     # 10 blocks of zeros, 3 copies each (120 MiB of them): no file; past.bin's first block (its "head") has its 3
     assert [b for b in grown + past[1:-1] if _block_files(cluster, b)] == []
     assert len(_block_files(cluster, past[0])) == 3 and len(grown) == 6 and len(past) == 6
+    # sent as sizes: the ETag is the layout's (the zeros were not hashed), the blocks are the ones bytes make
+    assert s3.head_object(Bucket=bucket, Key="grown.bin")["ETag"].endswith('-6"')
+    assert _block_sizes(cluster, bucket, "past.bin") == [bs] * 5 + [13]
+    # a layout naming more zeros than an object may hold is refused before a block is made
+    ino = os.stat(mnt.path / "grown.bin").st_ino
+
+    async def huge():
+        async with S3Client(cluster.endpoint, MAIN[0], MAIN[1]) as c:
+            return await c.fs_write(bucket, ino, FileWrite(base=None, size=1 << 60, segs=[ZeroExtent(length=1 << 60)]),
+                                    b"")
+    with pytest.raises(errors.InvalidInput, match="a file write of more than"):
+        asyncio.run(huge())
+    assert s3.get_object(Bucket=bucket, Key="grown.bin")["Body"].read() == bytes(6 * bs)
 
 
 def test_readers_never_see_a_half_committed_file(cluster, mnt, s3, bucket):

@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from epochfs.common.messages import FileWrite, KeepBlock, NewExtent
+from epochfs.common.messages import FileWrite, KeepBlock, NewExtent, ZeroExtent
 from epochfs.frontends.fuse.front import MAX_SLABS, SLAB, Front, Slabs, open_direct
 from epochfs.frontends.fuse.writer import Writer
 
@@ -25,22 +25,28 @@ def w(tmp_path):
     w.file.close()
 
 
+def _wrote(w: Writer, off: int, end: int) -> None:
+    """A write of [off, end) as the mount makes it: the bytes into the local copy, then the bookkeeping."""
+    os.pwrite(w.fd, b"w" * (end - off), off)
+    w.wrote(off, end)
+
+
 def test_a_write_inside_one_block_fetches_and_replaces_only_that_block(w):
     assert w.partly(12, 15) == [1] and w.absent(0, 25) == [0, 1, 2]
-    w.wrote(12, 15)
+    _wrote(w, 12, 15)
     assert w.layout() == (FileWrite(base='"v1"', size=25,
                                     segs=[KeepBlock(id=1), NewExtent(length=10), KeepBlock(id=3)]), [(10, 10)])
 
 
 def test_a_write_of_whole_blocks_fetches_nothing(w):
     assert w.partly(0, 20) == []
-    w.wrote(0, 20)
+    _wrote(w, 0, 20)
     assert w.layout()[0].segs == [NewExtent(length=20), KeepBlock(id=3)]
 
 
 def test_growing_the_file_rewrites_its_short_last_block_with_the_new_bytes(w):
     assert w.partly(30, 32) == [2]  # past EOF, with a hole: the short block is merged, not left behind
-    w.wrote(30, 32)
+    _wrote(w, 30, 32)
     assert w.layout() == (FileWrite(base='"v1"', size=32,
                                     segs=[KeepBlock(id=1), KeepBlock(id=2), NewExtent(length=12)]), [(20, 12)])
 
@@ -62,8 +68,36 @@ def test_after_a_commit_the_new_blocks_are_local_and_kept_next_time(w):
     w.committed('"v2-3"', [[1, 10], [7, 10], [3, 5]], 10)
     assert not w.dirty and w.base == '"v2-3"'
     assert w.absent(0, 25) == [0, 2]  # block 7 was written here: no fetch
-    w.wrote(24, 25)
+    _wrote(w, 24, 25)
     assert w.layout()[0].segs == [KeepBlock(id=1), KeepBlock(id=7), NewExtent(length=5)]
+
+
+def test_the_local_copys_holes_go_as_extents_of_zeros_cut_to_whole_blocks(tmp_path):
+    """A file grown by a truncate, or written past its end, sends its hole as its size (ZeroExtent), in whole
+    blocks counted from its extent's start, so the blocks are those the bytes would have made; a hole shorter
+    than a block goes as the zeros it is."""
+    w = Writer(tmp_path, {"etag": None, "blk": [], "size": 0, "bs": MiB})
+    try:
+        os.ftruncate(w.fd, 6 * MiB + 100)
+        w.truncate(6 * MiB + 100)
+        os.pwrite(w.fd, b"head", 0)
+        w.wrote(0, 4)
+        os.pwrite(w.fd, b"end", 5 * MiB + 10)
+        w.wrote(5 * MiB + 10, 5 * MiB + 13)
+        layout, extents = w.layout()
+        assert layout.segs == [NewExtent(length=MiB), ZeroExtent(length=4 * MiB), NewExtent(length=MiB + 100)]
+        assert extents == [(0, MiB), (5 * MiB, MiB + 100)] and layout.size == 6 * MiB + 100
+        os.pwrite(w.fd, b"x", 3 * MiB + 5)  # data in the middle: two runs of zeros around its block
+        w.wrote(3 * MiB + 5, 3 * MiB + 6)
+        assert w.layout()[0].segs == [NewExtent(length=MiB), ZeroExtent(length=2 * MiB), NewExtent(length=MiB),
+                                      ZeroExtent(length=MiB), NewExtent(length=MiB + 100)]
+        small = Writer(tmp_path, {"etag": None, "blk": [], "size": 0, "bs": 16 * MiB})
+        os.ftruncate(small.fd, 6 * MiB)
+        small.truncate(6 * MiB)
+        assert small.layout()[0].segs == [NewExtent(length=6 * MiB)], "a hole shorter than a block: its zeros"
+        small.file.close()
+    finally:
+        w.file.close()
 
 
 def _resident(fd: int, size: int) -> list[bool]:
