@@ -1543,10 +1543,11 @@ class FileWriteDirect(Msg):
 
 class FileWrite(Msg):
     """The layout ahead of a mount's file write (PUT /_epochfs/fs/<bucket>?ino=): the new content, `size` bytes, is
-    `segs` in order, blocks kept from version `base` (its ETag; None: no base), new extents and extents of zeros. `mt`: an mtime set
-    with utimens after the last write, which the commit takes instead of its own time. `held`: a chmod, chown or
-    atime set while the changes were unsaved (mode, uid, gid, at only), applied with the commit as a setattr would
-    be, saving the request of its own (an archiver restores each file's owner and mode before closing it)."""
+    `segs` in order, blocks kept from version `base` (its ETag; None: no base), new extents and extents of zeros.
+    `mt`: an mtime set with utimens after the last write, which the commit takes instead of its own time. `held`: a
+    chmod, chown or atime set while the changes were unsaved (mode, uid, gid, at only), applied with the commit as a
+    setattr would be, saving the request of its own (an archiver restores each file's owner and mode before closing
+    it)."""
     base: str | None
     size: Nat
     segs: list[KeepBlock | NewExtent | ZeroExtent | RestOfBody]

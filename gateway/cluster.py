@@ -430,8 +430,9 @@ def plan_range(blocks: Sequence[m.BlockRef], start: int, end: int) -> list[tuple
 
 
 def _joined(pieces: list) -> bytes:
-    """One block from the pieces of a request body: a single whole piece as it is, else joined with one copy."""
-    if len(pieces) == 1 and not isinstance(pieces[0], memoryview):
+    """One block from the pieces of a request body: a single whole piece as it is (or a view of immutable bytes,
+    such as a file write's zeros: common/blocks.zeros), else joined with one copy."""
+    if len(pieces) == 1 and (not isinstance(pieces[0], memoryview) or isinstance(pieces[0].obj, bytes)):
         return pieces[0]
     return b"".join(pieces)
 

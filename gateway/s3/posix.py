@@ -56,19 +56,21 @@ JSON = [("content-type", "application/json")]
 READ_OPS = frozenset((m.FsGetattr, m.FsLookup, m.FsReaddir, m.FsDirs, m.FsReadlink, m.FsLayout, m.FsGetxattr, m.FsListxattr))
 _decode_op = msgspec.json.Decoder(Union[m.FS_OPS]).decode  # one of the mount's operations, never another request
 _decode_layout = msgspec.json.Decoder(m.FileWrite).decode   # the layout ahead of a file write's new bytes
-ZERO_PIECE = 4 << 20  # a ZeroExtent's zeros go to write_stream this many at a time (views of one shared buffer)
 
 
-async def _zero_stream(n: int):
-    """`n` zero bytes, as a file write's stream of new bytes (a ZeroExtent)."""
+async def _zero_stream(n: int, piece: int):
+    """`n` zero bytes as a file write's stream of new bytes (a ZeroExtent), `piece` (the block size) at a time:
+    views of one shared buffer, each a block as it is."""
     while n:
-        k = min(n, ZERO_PIECE)
+        k = min(n, piece)
         yield zeros(k)
         n -= k
 
 
 def _unhashed(_: bytes) -> None:
     """A ZeroExtent's zeros are not hashed: the ETag of a layout with one hashes the layout."""
+
+
 _FORWARD = {  # the NameNodeClient method each goes to
     m.FsLookup: NameNodeClient.fs_lookup, m.FsGetattr: NameNodeClient.fs_getattr,
     m.FsReaddir: NameNodeClient.fs_readdir, m.FsDirs: NameNodeClient.fs_dirs, m.FsReadlink: NameNodeClient.fs_readlink,
@@ -401,7 +403,8 @@ async def fs_write(ctx, req):
             if type(seg) is m.KeepBlock:
                 blk.append(seg.id)
             elif type(seg) is m.ZeroExtent:  # blocks of zeros, made here (the ETag below is the layout's)
-                new, _ = await ctx.cluster.write_stream(req.bucket, _zero_stream(seg.length), _unhashed,
+                piece = await ctx.cluster.block_size(req.bucket)
+                new, _ = await ctx.cluster.write_stream(req.bucket, _zero_stream(seg.length, piece), _unhashed,
                                                         limit=ctx.settings.max_object_size)
                 written += new
                 blk += new
