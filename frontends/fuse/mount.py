@@ -5,6 +5,7 @@ command waits for until the mount is up. SIGTERM and SIGINT unmount it cleanly.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -121,7 +122,8 @@ def _drop_empty_log() -> None:
 def _mount_background(mp: str) -> int:
     """Run this same command with -f in a new session and wait until the mount is up (or the child gave up). The
     daemon logs to a file of its own: the terminal that started it may be long gone when it has something to say
-    (the file goes when the mount ends cleanly with nothing in it)."""
+    (the file goes when the mount ends cleanly with nothing in it, or when it gave up before mounting: what it said
+    is shown then)."""
     argv = [sys.executable, "-m", "epochfs.frontends.cli.main", *sys.argv[1:], "--foreground"]
     log = tempfile.NamedTemporaryFile(prefix="epochfs-mount-", suffix=".log", delete=False)
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
@@ -133,12 +135,14 @@ def _mount_background(mp: str) -> int:
             print(f"epochfs mounted on {mp} (pid {p.pid}, log {log.name}); unmount with: epochfs umount {mp}",
                   file=sys.stderr)
             return 0
-        if p.poll() is not None:
+        if p.poll() is not None:  # it gave up: what it said is shown here, and its log goes (nothing else in it)
             sys.stderr.write(Path(log.name).read_text())
+            with contextlib.suppress(OSError):
+                os.unlink(log.name)
             return p.returncode or 1
         time.sleep(0.05)
     p.terminate()
-    print(f"epochfs mount: {mp} did not come up within 30 s", file=sys.stderr)
+    print(f"epochfs mount: {mp} did not come up within 30 s (its log: {log.name})", file=sys.stderr)
     return 1
 
 

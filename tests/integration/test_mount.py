@@ -9,6 +9,7 @@ import re
 import signal
 import stat
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -277,6 +278,12 @@ def test_daemon_mount_and_umount(cluster, bucket, s3, tmp_path):
         while log.exists() and time.monotonic() < deadline:  # the daemon ends after the unmount
             time.sleep(0.05)
         assert not log.exists(), "a clean mount's empty log file is not left behind"
+        # a mount that gives up (no such bucket) says why and leaves no log behind either
+        before = set(Path(tempfile.gettempdir()).glob("epochfs-mount-*.log"))
+        failed = subprocess.run([*cli, "mount", f"{bucket}-none", str(mp)], env=env, timeout=60, capture_output=True,
+                                text=True)
+        assert failed.returncode != 0 and "does not exist" in failed.stderr and not os.path.ismount(mp)
+        assert set(Path(tempfile.gettempdir()).glob("epochfs-mount-*.log")) <= before
     finally:
         if os.path.ismount(mp):
             subprocess.call(["fusermount3", "-u", "-z", str(mp)])
