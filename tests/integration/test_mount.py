@@ -9,8 +9,8 @@ import re
 import signal
 import stat
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 import uuid
