@@ -178,11 +178,11 @@ class EpochOperations(pyfuse3.Operations):
         # writers size their buffers by: cp (coreutils) writes max(128 KiB, st_blksize) at a time, Python's open()
         # and stdio buffer st_blksize. Each request costs the mount about as much as its bytes: `cp` of a 512 MiB
         # file, 1 MiB against 4096 (cp's 128 KiB), 2 pairs: 231-275 against 192-201 MiB/s, mount 1.17-1.45 against
-        # 2.11-2.19 ms of CPU per MiB. fsstress copies to up to 1,024 x st_blksize past EOF and holes are uploaded
-        # as zeros (which the DataNodes keep as metadata): `fsstress -n 1000 -p 2` ran 121 s and left 3.9 GB on the
-        # disk with 1 MiB (44 GB before the DataNodes did), 15 s and 168 MB with 4096 (run it with `--blksize 4K`);
-        # readers gain nothing from it (the kernel's readahead, mount.py, sets the size of the reads that reach
-        # the mount).
+        # 2.11-2.19 ms of CPU per MiB. fsstress copies to up to 1,024 x st_blksize past EOF: its holes go as their
+        # sizes (writer.py _zero_runs) and the DataNodes keep blocks of zeros as metadata, so `fsstress -n 1000 -p
+        # 2` runs 35 s and leaves 3.6 GB on the disk with 1 MiB (44 GB when holes were stored as zeros; 15 s and
+        # 168 MB with 4096); readers gain nothing from it (the kernel's readahead, mount.py, sets the size of the
+        # reads that reach the mount).
         e.st_blksize = self.o.blksize
         e.st_blocks = (size + 511) // 512
         return e

@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-allow-other", action="store_true", help="only the mounting user sees the mount")
     p.add_argument("--blksize", type=_blksize, default=1 << 20,
                    help="st_blksize of files (default 1M, the kernel's largest write: cp writes that much at a "
-                        "time); 4K for tools that scale offsets by it, such as fsstress (holes are uploaded as zeros)")
+                        "time); 4K for tools that scale offsets by it, such as fsstress, for smaller files")
 
 
 def options(args) -> MountOptions:
