@@ -49,6 +49,7 @@ from awscrt import checksums as crt
 from . import errors
 from . import messages as m
 from .blocks import crc32c
+from .worker import in_thread
 
 ROUND_MAX = 64       # blocks a stream asks for at most at a time (it asks 1, 2, 4, ... as it grows)
 WINDOW = 4           # blocks of a stream stored per round (one call per primary node)
@@ -96,10 +97,7 @@ async def _crcs(pieces: list) -> list[int]:
     if sum(len(p) for p in pieces) >= THREAD_CRC_BYTES:
         def work() -> list[int]:
             return [crc32c(p) for p in pieces]
-        if sniffio.current_async_library() == "trio":  # the mount: anyio's to_thread wants a newer trio than 0.22
-            import trio
-            return await trio.to_thread.run_sync(work)
-        return await anyio.to_thread.run_sync(work)
+        return await in_thread(work)
     return [crc32c(p) for p in pieces]
 
 

@@ -225,6 +225,39 @@ class ReadTokened(Request, tag="read_tokened"):
     Reply = Pieces
 
 
+class LocalRead(Msg):
+    """A request on a DataNode's local socket (common/localread.py): where `reads` lie in its files, their
+    descriptors passed along, for a reader on the same machine to read itself. `proof` (a gateway's, from the
+    cluster secret) or `grant` (a native client's read token, covering every block read) says it is one of ours."""
+    reads: list[BlockRead]
+    proof: str = ""
+    grant: ReadGrant | None = None
+
+
+class LocalSpan(Msg, array_like=True):
+    """Where one read lies: chunks `size` bytes long from byte `at` of the reply's descriptor number `fd`, starting
+    at block offset `lo`, with the CRC32C of each chunk; `fd` ZERO_SPAN: the bytes are zeros (no file), REMOTE_SPAN:
+    not in a file here (read it over RPC)."""
+    fd: int
+    at: int = 0
+    lo: int = 0
+    size: int = 0
+    crcs: list[int] = []
+
+
+ZERO_SPAN, REMOTE_SPAN = -1, -2
+
+
+class LocalSpans(Msg):
+    """The reply to LocalRead: a span per read, or its error (by index: NoSuchBlock, CorruptBlock), or `err` for the
+    whole request (Unauthorized, InvalidInput)."""
+    spans: list[LocalSpan] = []
+    errs: dict[int, PieceError] = {}
+    chunk: int = 0  # the bytes each CRC32C covers (the last chunk of a block may be shorter)
+    err: str = ""
+    msg: str = ""
+
+
 class Delete(Request, tag="delete"):
     blocks: list[I64]
     Reply = Done

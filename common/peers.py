@@ -1,15 +1,18 @@
 """A cache of DataNode clients keyed by "host:port", shared by everything in one process that talks to DataNodes."""
 from __future__ import annotations
 
+from . import localread
 from .clients import DataNodeClient
 from .config import parse_addr
 from .rpc import RpcClient
 
 
 class Peers:
-    def __init__(self, secret: str, *, timeout: float = 30.0) -> None:
+    def __init__(self, secret: str, *, timeout: float = 30.0, local_reads: bool = False) -> None:
+        """`local_reads`: read from DataNodes on this machine through their local sockets (common/localread.py)."""
         self.secret = secret
         self.timeout = timeout
+        self.local_proof = localread.proof(secret) if local_reads and localread.enabled() else ""
         self._clients: dict[str, DataNodeClient] = {}
 
     def get(self, addr: str) -> DataNodeClient:
@@ -17,7 +20,8 @@ class Peers:
         c = self._clients.get(addr)
         if c is None:
             host, port = parse_addr(addr)
-            c = self._clients[addr] = DataNodeClient(RpcClient(host, port, self.secret, timeout=self.timeout))
+            local = localread.LocalReader(addr, proof=self.local_proof) if self.local_proof else None
+            c = self._clients[addr] = DataNodeClient(RpcClient(host, port, self.secret, timeout=self.timeout), local)
         return c
 
     async def close(self) -> None:

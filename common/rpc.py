@@ -67,7 +67,8 @@ _uninitialized_bytearray.restype = ctypes.py_object
 _uninitialized_bytearray.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
 
 
-def _payload_buffer(n: int) -> bytearray:
+def payload_buffer(n: int) -> bytearray:
+    """A buffer of n bytes to be filled whole (recv_into, preadv): left uninitialized from 64 KiB on."""
     return _uninitialized_bytearray(None, n) if n >= 65536 else bytearray(n)
 
 
@@ -173,7 +174,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 if jl > self.max_json or pl > self.max_payload:
                     self.frame_too_large(jl, pl)
                     return
-                self._payload_len, self._stage, self._buf, self._pos = pl, 1, _payload_buffer(jl), 0
+                self._payload_len, self._stage, self._buf, self._pos = pl, 1, payload_buffer(jl), 0
             elif self._stage == 1:
                 self._json = self._buf
                 refusal = self.check_head(self._json, self._payload_len) if self._payload_len else None
@@ -181,7 +182,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                     self._refusal, self._left = refusal, self._payload_len
                     self._stage, self._buf, self._pos = 3, bytearray(min(self._left, 65536)), 0
                     continue
-                self._stage, self._buf, self._pos = 2, _payload_buffer(self._payload_len), 0
+                self._stage, self._buf, self._pos = 2, payload_buffer(self._payload_len), 0
             elif self._stage == 3:
                 self._left -= len(self._buf)
                 if self._left:
@@ -605,7 +606,7 @@ class _TrioConn:
         if jl > MAX_JSON or pl > MAX_PAYLOAD:
             raise ConnectionError(f"frame too large ({jl} + {pl} bytes)")
         head = await self._recv(bytearray(jl))
-        return head, await self._recv(_payload_buffer(pl))
+        return head, await self._recv(payload_buffer(pl))
 
     async def _recv(self, buf: bytearray) -> bytearray:
         view, pos = memoryview(buf), 0

@@ -5,6 +5,17 @@ import logging
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.to_thread
+import sniffio
+
+
+async def in_thread(fn, *args):
+    """fn(*args) in a worker thread, from asyncio or trio (the mount: anyio's to_thread wants a newer trio than
+    its 0.22)."""
+    if sniffio.current_async_library() == "trio":
+        import trio
+        return await trio.to_thread.run_sync(fn, *args)
+    return await anyio.to_thread.run_sync(fn, *args)
 
 
 @dataclass

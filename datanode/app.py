@@ -9,6 +9,7 @@ import anyio
 from fastapi import FastAPI
 
 from epochfs.common.clients import NameNodeClient
+from epochfs.common import localread
 from epochfs.common.kv import RocksKV
 from epochfs.common.metrics import mount_metrics
 from epochfs.common.peers import Peers
@@ -19,6 +20,7 @@ from .api import OPEN_OPS, make_handlers, open_payload_check
 from .blockstore import BlockStore, Purger
 from .config import DataNodeSettings
 from .heartbeat import Heartbeat
+from .localread import LocalReadServer
 from .replicator import CopyOrders, Replicator
 from .scrubber import Scrubber
 
@@ -74,6 +76,11 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
                         settings.cluster_secret, open_ops=OPEN_OPS, max_payload=settings.rpc_max_payload,
                         open_payload=open_payload_check(settings.cluster_secret, lambda: hb.node_id))
         await rpc.start(settings.host, settings.rpc_port)
+        local = LocalReadServer(store, localread.socket_path(f"{settings.advertise_host or settings.host}:"
+                                                             f"{settings.rpc_port}"), settings.cluster_secret)
+        if settings.local_reads:
+            await local.start()
+        app.state.local_reads = local
         async with anyio.create_task_group() as tg:
             tg.start_soon(hb.run_forever)
             tg.start_soon(replicate_loop)
@@ -81,6 +88,7 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
             tg.start_soon(scrubber.run_forever)  # idle when background scrubbing is off and no scrub job runs
             yield
             tg.cancel_scope.cancel()
+        await local.stop()
         await rpc.stop()
         for t in list(background):
             t.cancel()

@@ -654,6 +654,35 @@ class BlockStore:
         crcs = [int.from_bytes(raw[crcs_at + 4 * i:crcs_at + 4 + 4 * i], "big") for i in range(first, stop)]
         return [FileSpan(fd, base + offset, end - offset)], crcs
 
+    def open_local(self, block_id: int, offset: int = 0, length: int = -1) -> tuple[int | None, int, int, int,
+                                                                                         list[int]] | None:
+        """Where bytes [offset, offset+length) of a block lie, for a reader on this machine that reads them itself
+        (datanode/localread.py): (an open descriptor of the file holding them, where the chunks they touch start in
+        it, the block offset of that first chunk, how many bytes those chunks are, each one's CRC32C). A ZEROED
+        block: (None, 0, offset, n, []) (no file: the reader makes the zeros). None for a block whose chunks are in
+        RocksDB (read it over RPC). NoSuchBlock / CorruptBlock as `read`. The descriptor is the caller's to close."""
+        size, _, where, _, raw = self._meta(block_id)
+        end = size if length < 0 else min(size, offset + length)
+        if offset >= end:
+            return None, 0, offset, 0, []
+        if where == IN_ZERO:
+            return None, 0, offset, end - offset, []
+        if where not in (IN_FILE, IN_PACK):
+            return None
+        cs = self.chunk_size
+        first, stop = offset // cs, (end - 1) // cs + 1
+        lo, hi = first * cs, min(size, stop * cs)
+        path, base, crcs_at = self._place_in_file(block_id, where, raw)
+        fd = self._open_file(block_id, path)
+        try:
+            if os.fstat(fd).st_size < base + hi:
+                raise errors.CorruptBlock(f"block {block_id}: its file {path.name} is short")
+        except BaseException:
+            os.close(fd)
+            raise
+        crcs = [int.from_bytes(raw[crcs_at + 4 * i:crcs_at + 4 + 4 * i], "big") for i in range(first, stop)]
+        return fd, base + lo, lo, hi - lo, crcs
+
     def _place_in_file(self, block_id: int, where: int, meta: bytes) -> tuple[Path, int, int]:
         """(its file, where its data starts in the file, where its chunks' CRC32Cs start in `meta`) of a FILED
         block (a file of its own) or a PACKED one."""

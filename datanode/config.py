@@ -15,6 +15,9 @@ class DataNodeSettings(ServiceSettings):
     the active one and follow it on a failover."""
     advertise_host: str = ""
     """Address peers and the gateway use to reach this node's RPC port (default: host)."""
+    local_reads: bool = True
+    """Serve local reads: readers on this machine (the gateway, the mount, `epochfs://`) get the block files open
+    through a Unix socket (common/localread.py, in EPOCHFS_LOCAL_DIR) and read them themselves."""
     capacity_bytes: int = 0
     """Space this node offers; 0 = the free space of the data directory's file system."""
     heartbeat_interval_s: float = 1.0

@@ -8,6 +8,9 @@ from epochfs.common.metrics import gauge
 STALE_ORDERS = Counter("epochfs_datanode_stale_orders_total",
                        "Heartbeat replies whose orders were refused: they came from a deposed NameNode (a fencing "
                        "epoch below the highest seen)")
+LOCAL_READS = Counter("epochfs_datanode_local_reads_total",
+                      "Reads served to readers on this machine through the local socket: their files passed, not "
+                      "their bytes (common/localread.py)")
 
 
 def register(store, heartbeat) -> None:

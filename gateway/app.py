@@ -46,7 +46,7 @@ class GatewayContext:
         self._admins = admins
         self._names = {u.owner_id: u.display_name for u in self.users}
         self.cluster = Cluster(settings.namenode, settings.cluster_secret, rpc_timeout_s=settings.rpc_timeout_s,
-                               nn_retry_s=settings.namenode_retry_s)
+                               nn_retry_s=settings.namenode_retry_s, local_reads=settings.local_reads)
         self.keys = KeyRegistry(self.users, self.cluster)
         self.s3_verifier = SigV4Verifier(self.keys, max_skew_s=settings.max_skew_s)  # also used by the admin API
         self.metrics = S3Metrics(settings.access_log)

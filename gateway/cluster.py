@@ -34,9 +34,10 @@ LEASE_TTL_S = 30.0
 
 
 class Cluster:
-    def __init__(self, namenode: str, secret: str, *, rpc_timeout_s: float = 30.0, nn_retry_s: float = 10.0) -> None:
+    def __init__(self, namenode: str, secret: str, *, rpc_timeout_s: float = 30.0, nn_retry_s: float = 10.0,
+                 local_reads: bool = False) -> None:
         self.namenode = NameNodeClient.connect(namenode, secret, timeout=rpc_timeout_s, retry_s=nn_retry_s)
-        self.peers = Peers(secret, timeout=rpc_timeout_s)
+        self.peers = Peers(secret, timeout=rpc_timeout_s, local_reads=local_reads)
         self.nn_retry_s = nn_retry_s
         self._block_size: dict[str, tuple[int, float]] = {}  # bucket -> (block size, when the NameNode said so)
         self._tasks: set[asyncio.Task] = set()

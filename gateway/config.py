@@ -24,6 +24,9 @@ class GatewaySettings(ServiceSettings):
     max_skew_s: int = 900
     """Largest accepted difference between a request's x-amz-date and the gateway's clock."""
     rpc_timeout_s: float = 30.0
+    local_reads: bool = True
+    """Read blocks of DataNodes on this machine from their files, through the DataNodes' local sockets
+    (common/localread.py; EPOCHFS_LOCAL_READS=0 turns it off for every reader), not over RPC."""
     namenode_retry_s: float = 10.0
     """How long a request waits for an unreachable NameNode before answering 503 ServiceUnavailable."""
     max_object_size: int = defaults.MAX_OBJECT_SIZE

@@ -1,14 +1,35 @@
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
 
+from epochfs.common import localread
+
 sys.path.insert(0, str(Path(__file__).parent))
 from cluster import Cluster  # noqa: E402
 from mounting import Mount  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def local_sockets():
+    """The DataNodes' local sockets (common/localread.py) of every cluster the tests start, and of their readers
+    (the tests' own clients and mounts, spawned with this environment), in a folder of the session's: a DataNode
+    killed with -9 leaves its socket behind, and that must not stay in /run."""
+    d = tempfile.mkdtemp(prefix="epochfs-sockets-")
+    old = os.environ.get(localread.ENV_DIR)
+    os.environ[localread.ENV_DIR] = d
+    yield d
+    if old is None:
+        os.environ.pop(localread.ENV_DIR, None)
+    else:
+        os.environ[localread.ENV_DIR] = old
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
