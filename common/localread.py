@@ -43,6 +43,7 @@ log = logging.getLogger("epochfs.localread")
 MAX_READS = 64  # reads per request: each passes a descriptor, and a message carries at most 253 (SCM_MAX_FD)
 MAX_REQUEST = 256 << 10  # bytes of a request (a read token lists its blocks); a larger one goes over RPC
 MAX_REPLY = 64 << 10  # a reply of MAX_READS spans with the CRCs of 4 MiB blocks' 16 chunks: ~6 KiB
+MAX_IDLE = 8  # connections a reader keeps open between calls (one per call in flight; the rest are closed)
 RETRY_S = 30.0  # after the socket failed, reads go over RPC for this long before it is tried again
 ENV_DIR = "EPOCHFS_LOCAL_DIR"
 ENV_OFF = "EPOCHFS_LOCAL_READS"  # "0": readers never use the local path
@@ -177,7 +178,7 @@ class LocalReader:
             self._off(e)
             return None
         finally:
-            if ok:
+            if ok and len(self._idle) < MAX_IDLE:
                 self._idle.append(sock)
             else:  # failed, or cancelled while the reply was on its way: the connection is not reusable
                 sock.close()
