@@ -18,7 +18,8 @@ already has. Anything the local path can't serve (no socket: another machine or 
 in RocksDB; an error; a chunk failing its check) returns None, and the caller reads it over RPC, which also reports
 bad copies for repair.
 
-Measured (`python bench/s3_bench.py --target epochfs --phases "GET stream warm" --big-mib 1024`, see the commit)."""
+Measured on this 2-core machine, one 4 MiB block read by one client: 0.53-0.54 ms of the reader's CPU and 0.13 of the
+DataNode's, against 1.27-1.44 and 1.20-1.43 over RPC; the benchmarks' figures are in the README ("Local reads")."""
 from __future__ import annotations
 
 import array

@@ -25,6 +25,9 @@ MAX_CONNECTIONS = 256  # local readers' connections at once (a gateway pools a f
 
 
 class LocalReadServer:
+    """The local socket at `path`, on the DataNode's event loop: a request is answered from the block index and the
+    files opened, never a byte of them read here."""
+
     def __init__(self, store: BlockStore, path: Path, secret: str) -> None:
         self.store = store
         self.path = path
