@@ -642,16 +642,7 @@ class BlockStore:
         cs = self.chunk_size
         if where not in (IN_FILE, IN_PACK) or end - offset < UNREAD_MIN or offset % cs or (end % cs and end != size):
             return self._read(block_id, found, offset, length), None
-        path, base, crcs_at = self._place_in_file(block_id, where, raw)
-        fd = self._open_file(block_id, path)
-        try:
-            if os.fstat(fd).st_size < base + end:
-                raise errors.CorruptBlock(f"block {block_id}: its file {path.name} is short")
-        except BaseException:
-            os.close(fd)
-            raise
-        first, stop = offset // cs, (end - 1) // cs + 1
-        crcs = [int.from_bytes(raw[crcs_at + 4 * i:crcs_at + 4 + 4 * i], "big") for i in range(first, stop)]
+        fd, base, crcs = self._open_chunks(block_id, where, raw, offset // cs, (end - 1) // cs + 1, end)
         return [FileSpan(fd, base + offset, end - offset)], crcs
 
     def open_local(self, block_id: int, offset: int = 0, length: int = -1) -> tuple[int | None, int, int, int,
@@ -672,16 +663,22 @@ class BlockStore:
         cs = self.chunk_size
         first, stop = offset // cs, (end - 1) // cs + 1
         lo, hi = first * cs, min(size, stop * cs)
-        path, base, crcs_at = self._place_in_file(block_id, where, raw)
+        fd, base, crcs = self._open_chunks(block_id, where, raw, first, stop, hi)
+        return fd, base + lo, lo, hi - lo, crcs
+
+    def _open_chunks(self, block_id: int, where: int, meta: bytes, first: int, stop: int,
+                     end: int) -> tuple[int, int, list[int]]:
+        """(an open descriptor of a FILED or PACKED block's file, where the block starts in it, the CRC32Cs of
+        chunks [first, stop)), the file checked to hold the block's bytes up to `end` (else CorruptBlock)."""
+        path, base, crcs_at = self._place_in_file(block_id, where, meta)
         fd = self._open_file(block_id, path)
         try:
-            if os.fstat(fd).st_size < base + hi:
+            if os.fstat(fd).st_size < base + end:
                 raise errors.CorruptBlock(f"block {block_id}: its file {path.name} is short")
         except BaseException:
             os.close(fd)
             raise
-        crcs = [int.from_bytes(raw[crcs_at + 4 * i:crcs_at + 4 + 4 * i], "big") for i in range(first, stop)]
-        return fd, base + lo, lo, hi - lo, crcs
+        return fd, base, [int.from_bytes(meta[crcs_at + 4 * i:crcs_at + 4 + 4 * i], "big") for i in range(first, stop)]
 
     def _place_in_file(self, block_id: int, where: int, meta: bytes) -> tuple[Path, int, int]:
         """(its file, where its data starts in the file, where its chunks' CRC32Cs start in `meta`) of a FILED

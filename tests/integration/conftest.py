@@ -7,12 +7,13 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import fsspec
 import pytest
 
 from epochfs.common import localread
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cluster import Cluster  # noqa: E402
+from cluster import MAIN, Cluster  # noqa: E402
 from mounting import Mount  # noqa: E402
 
 
@@ -44,6 +45,17 @@ def bucket(cluster):
     name = f"t-{uuid.uuid4().hex[:12]}"
     cluster.s3().create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture
+def env(cluster, monkeypatch):
+    """What `epochfs up` prints, so epochfs:// needs no storage options."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", cluster.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", MAIN[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", MAIN[1])
+    fsspec.filesystem("epochfs").clear_instance_cache()
+    yield
+    fsspec.filesystem("epochfs").clear_instance_cache()
 
 
 @pytest.fixture

@@ -66,17 +66,6 @@ def _assert_bitwise_equal(got: dict, want: dict) -> None:
         assert g[k].reshape(-1).view(torch.uint8).equal(t.reshape(-1).view(torch.uint8)), k  # bits, not values
 
 
-@pytest.fixture
-def env(cluster, monkeypatch):
-    """What `epochfs up` prints, so epochfs:// needs no storage options."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL", cluster.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", MAIN[0])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", MAIN[1])
-    fsspec.filesystem("epochfs").clear_instance_cache()
-    yield
-    fsspec.filesystem("epochfs").clear_instance_cache()
-
-
 # ------------------------------------------------------------------------------------------------ the mount
 @needs_fuse
 def test_torch_save_and_load_through_the_mount(mnt, s3, bucket):
@@ -140,7 +129,6 @@ def test_dcp_fsspec_writer_on_epochfs(env, cluster, s3, bucket):
     # DCP's own check-for-a-checkpoint: with overwrite=False a second save is refused before anything is written
     with pytest.raises(dcp.api.CheckpointException, match="already exists"):
         dcp.save(_state(11), storage_writer=FsspecWriter(url, overwrite=False))
-
 
 
 def test_dcp_async_save_through_epochfs(env, bucket):

@@ -9,22 +9,10 @@ import fsspec
 import httpx
 import pytest
 
-from cluster import MAIN
 from epochfs.common import errors
 from epochfs.common.client import WHOLE_GET_MAX
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def env(cluster, monkeypatch):
-    """What `epochfs up` prints, so fsspec.open("epochfs://...") needs no storage options."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL", cluster.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", MAIN[0])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", MAIN[1])
-    fsspec.filesystem("epochfs").clear_instance_cache()
-    yield
-    fsspec.filesystem("epochfs").clear_instance_cache()
 
 
 @pytest.fixture

@@ -30,16 +30,6 @@ def _served(cluster) -> int:
     return total
 
 
-@pytest.fixture
-def env(cluster, monkeypatch):
-    monkeypatch.setenv("AWS_ENDPOINT_URL", cluster.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", MAIN[0])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", MAIN[1])
-    fsspec.filesystem("epochfs").clear_instance_cache()
-    yield
-    fsspec.filesystem("epochfs").clear_instance_cache()
-
-
 def test_the_gateway_fsspec_and_the_mount_read_the_datanodes_files_themselves(cluster, bucket, s3, env, tmp_path):
     body = os.urandom(5 * (4 << 20) + 12345)  # several blocks of the bucket's size, the last one short
     s3.put_object(Bucket=bucket, Key="big", Body=body)
