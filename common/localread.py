@@ -132,9 +132,7 @@ class LocalReader:
             log.info("local reads from %s off for %.0f s: %s", self.path, RETRY_S, why)
         self._off_until = time.monotonic() + RETRY_S
 
-    def _take(self) -> socket.socket:
-        if self._idle:
-            return self._idle.pop()
+    def _connect(self) -> socket.socket:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)
         try:
             s.connect(str(self.path))  # a Unix socket connects at once, or fails (EAGAIN: its backlog is full)
@@ -147,44 +145,32 @@ class LocalReader:
         req = encode(m.LocalRead(reads=reads, proof=self.proof, grant=None if self.proof else grant))
         if len(req) > MAX_REQUEST:
             return None
-        try:
-            sock = self._take()
-        except OSError as e:  # no socket here (another machine), nobody listening, not ours to use
-            self._off(e)
-            return None
-        fds: list[int] = []
-        ok = False
-        try:
-            sock.send(req)  # one small message into an empty buffer (the last reply was read): never waits
-            while True:
-                try:
-                    raw, anc, flags, _ = sock.recvmsg(MAX_REPLY, socket.CMSG_SPACE(MAX_READS * 4))
-                    break
-                except BlockingIOError:
-                    await anyio.wait_readable(sock)
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    a = array.array("i")
-                    a.frombytes(data[:len(data) - len(data) % a.itemsize])
-                    fds += a
-            if not raw or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-                raise ConnectionError("the DataNode closed the connection or sent a cut reply")
-            reply = _decode_reply(raw)
-            if reply.err:
-                raise ConnectionError(f"{reply.err}: {reply.msg}")
-            if len(reply.spans) != len(reads) or reply.chunk <= 0 and any(s.fd >= 0 for s in reply.spans):
-                raise ConnectionError("a reply that does not match its request")
-            ok = True
-        except (OSError, ValueError, msgspec.DecodeError) as e:
-            self._off(e)
-            return None
-        finally:
-            if ok and len(self._idle) < MAX_IDLE:
-                self._idle.append(sock)
-            else:  # failed, or cancelled while the reply was on its way: the connection is not reusable
-                sock.close()
-            if not ok:
-                _close_all(fds)
+        while True:
+            pooled = bool(self._idle)
+            try:
+                sock = self._idle.pop() if pooled else self._connect()
+            except OSError as e:  # no socket here (another machine), nobody listening, not ours to use
+                self._off(e)
+                return None
+            fds: list[int] = []
+            ok = False
+            try:
+                reply = await _exchange(sock, req, len(reads), fds)
+                ok = True
+            except (OSError, ValueError, msgspec.DecodeError) as e:
+                if pooled and isinstance(e, (ConnectionError, _Closed)):
+                    self.close()  # the DataNode restarted since: its old connections are all gone; a new one
+                    continue
+                self._off(e)
+                return None
+            finally:
+                if ok and len(self._idle) < MAX_IDLE:
+                    self._idle.append(sock)
+                else:  # failed, or cancelled while the reply was on its way: the connection is not reusable
+                    sock.close()
+                if not ok:
+                    _close_all(fds)
+            break
         try:
             return await _pieces(reads, reply, fds)
         except ValueError as e:
@@ -192,6 +178,41 @@ class LocalReader:
             return None
         finally:
             _close_all(fds)
+
+
+class _Closed(ConnectionError):
+    """The DataNode's end of the connection is closed (it stopped, or restarted)."""
+
+
+async def _exchange(sock: socket.socket, req: bytes, n: int, fds: list[int]) -> m.LocalSpans:
+    """One request and its reply, the descriptors passed with it appended to `fds`."""
+    try:
+        sock.send(req)  # one small message into an empty buffer (the last reply was read): never waits
+    except (BrokenPipeError, ConnectionResetError) as e:
+        raise _Closed(str(e)) from None
+    while True:
+        try:
+            raw, anc, flags, _ = sock.recvmsg(MAX_REPLY, socket.CMSG_SPACE(MAX_READS * 4))
+            break
+        except BlockingIOError:
+            await anyio.wait_readable(sock)
+        except ConnectionResetError as e:
+            raise _Closed(str(e)) from None
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            a = array.array("i")
+            a.frombytes(data[:len(data) - len(data) % a.itemsize])
+            fds += a
+    if not raw:
+        raise _Closed("the DataNode closed the connection")
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        raise ConnectionError("a cut reply")
+    reply = _decode_reply(raw)
+    if reply.err:
+        raise ValueError(f"{reply.err}: {reply.msg}")
+    if len(reply.spans) != n or reply.chunk <= 0 and any(s.fd >= 0 for s in reply.spans):
+        raise ValueError("a reply that does not match its request")
+    return reply
 
 
 def _close_all(fds: list[int]) -> None:

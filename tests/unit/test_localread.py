@@ -207,3 +207,23 @@ def test_without_a_socket_reads_go_over_rpc_and_the_socket_is_tried_again_later(
         assert bytes(await dn.get(1)) == data[1] and server.served == 1
         await dn.close()
     _run(store, body, rpc=True)
+
+
+def test_after_the_datanode_restarts_its_readers_connect_again_at_once(node):
+    """A reader's pooled connections die with the DataNode that answered them: the next read connects anew (to the
+    restarted node) rather than turning local reads off for RETRY_S."""
+    store, data = node
+
+    async def body(server, _):
+        reader = localread.LocalReader("127.0.0.1:7", proof=localread.proof(S))
+        assert bytes((await reader.read([m.BlockRead(1)]))[0]) == data[1]
+        await server.stop()
+        again = LocalReadServer(store, server.path, S)
+        assert await again.start()
+        try:
+            assert bytes((await reader.read([m.BlockRead(1)]))[0]) == data[1]
+            assert again.served == 1 and reader.usable()
+        finally:
+            await again.stop()
+            reader.close()
+    _run(store, body)
