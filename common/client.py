@@ -701,12 +701,12 @@ class S3Client:
             async def node_reads(addr: str, refs: list[int]) -> None:
                 dn = self._datanode(addr)
                 reads = [m.BlockRead(id=p.id, offset=p.offset, length=p.length) for p in (pieces[i] for i in refs)]
-                got = await dn.read_local(reads, grant)  # a node on this machine: its files read here
-                if got is not None:
-                    for i, piece in zip(refs, got):
-                        out[i] = piece
-                    return
                 try:
+                    got = await dn.read_local(reads, grant)  # a node on this machine: its files read here
+                    if got is not None:
+                        for i, piece in zip(refs, got):
+                            out[i] = piece
+                        return
                     head, payload = await dn.read_tokened(reads, grant)
                 except errors.Unauthorized as e:  # the token: every holder refuses it alike
                     refused.append(e)

@@ -103,11 +103,11 @@ class DataNodeClient:
     async def read_local(self, reads: list[m.BlockRead], grant: m.ReadGrant | None = None) -> list | None:
         """Each read's bytes, read from the node's files through its local socket and checked, or None when that
         can't serve them all (no local socket, a block not in a file, an error, a failed check): then read them
-        over RPC, which also has bad copies repaired."""
+        over RPC, which also has bad copies repaired. Unavailable if the node does not answer in the RPC timeout."""
         if self.local is None or not self.local.usable() or \
                 sum(r.length if r.length >= 0 else LOCAL_MIN for r in reads) < LOCAL_MIN:
             return None
-        got = await self.local.read(reads, grant)
+        got = await self.local.read(reads, grant, timeout=self.rpc.timeout)
         return None if got is None or any(x is None for x in got) else got
 
     async def put(self, block_id: int, crc: int, data, secondaries: Sequence[m.Secondary] = (), acks: int = 1) -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 import anyio
 import msgspec
 
+from . import errors
 from . import messages as m
 from .blocks import crc32c, zeros
 from .config import parse_addr
@@ -108,14 +109,23 @@ class LocalReader:
     def usable(self) -> bool:
         return time.monotonic() >= self._off_until
 
-    async def read(self, reads: list[m.BlockRead], grant: m.ReadGrant | None = None) -> list | None:
+    async def read(self, reads: list[m.BlockRead], grant: m.ReadGrant | None = None, *,
+                   timeout: float = 30.0) -> list | None:
         """Each read's bytes (checked against their CRC32Cs), or None for a read this node can't serve locally; None
-        instead of the list when the local socket can't be used (all go over RPC)."""
+        instead of the list when the local socket can't be used (all go over RPC). A DataNode that does not answer
+        within `timeout` (stopped, or its event loop stuck) is Unavailable, as over RPC: the caller reads another
+        replica."""
         if not self.usable():
             return None
         out: list = []
         for i in range(0, len(reads), MAX_READS):
-            part = await self._request(reads[i:i + MAX_READS], grant)
+            try:
+                with anyio.fail_after(timeout):
+                    part = await self._request(reads[i:i + MAX_READS], grant)
+            except TimeoutError:
+                self._off("no answer")
+                raise errors.Unavailable(f"DataNode at {self.path} did not answer a local read in {timeout:g} s") \
+                    from None
             if part is None:
                 return None
             out += part

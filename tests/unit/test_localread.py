@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from epochfs.common import localread, messages as m, readtoken
+from epochfs.common import errors, localread, messages as m, readtoken
 from epochfs.common.blocks import crc32c
 from epochfs.common.clients import LOCAL_MIN, DataNodeClient
 from epochfs.common.kv import RocksKV
@@ -227,3 +227,25 @@ def test_after_the_datanode_restarts_its_readers_connect_again_at_once(node):
             await again.stop()
             reader.close()
     _run(store, body)
+
+
+def test_a_datanode_that_does_not_answer_is_unavailable_after_the_timeout(tmp_path, monkeypatch):
+    """A DataNode stopped or stuck (its socket takes the connection and the request, nothing answers): the read is
+    Unavailable after the timeout, as over RPC, so the caller reads another replica; local reads go off for a while."""
+    monkeypatch.setenv(localread.ENV_DIR, str(tmp_path))
+    path = localread.socket_path("127.0.0.1:9")
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    mute.bind(str(path))
+    mute.listen(4)  # never accepts: connects land in the backlog
+
+    async def go():
+        reader = localread.LocalReader("127.0.0.1:9", proof=localread.proof(S))
+        with pytest.raises(errors.Unavailable, match="did not answer"):
+            await asyncio.wait_for(reader.read([m.BlockRead(1)], timeout=0.3), 10)  # (without it: hung)
+        assert not reader.usable()
+        assert await reader.read([m.BlockRead(1)], timeout=0.3) is None, "off: straight to RPC"
+        reader.close()
+    try:
+        asyncio.run(go())
+    finally:
+        mute.close()
