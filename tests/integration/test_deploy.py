@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -135,6 +136,15 @@ def test_compose_and_kubernetes_manifests():
             ha = {f"NN_{n.upper()}" for n in NN_HA_SETTINGS} if prefix == "NN_" else set()
             assert env - {"POD_NAME"} - ha <= {prefix + n.upper() for n in SERVICES[c["args"][0]].model_fields}
     assert "ENTRYPOINT [\"epochfs\"]" in (DEPLOY / "Dockerfile").read_text()
+    # local reads: the DataNodes and the gateways share the node's socket folder, the image's EPOCHFS_LOCAL_DIR
+    local_dir = re.search(r"EPOCHFS_LOCAL_DIR=(\S+)", (DEPLOY / "Dockerfile").read_text()).group(1)
+    for kind_name in (("StatefulSet", "epochfs-datanode"), ("Deployment", "epochfs-gateway")):
+        pod = by_name[kind_name]["spec"]["template"]["spec"]
+        paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+        mounted = {v["name"]: v["mountPath"] for v in pod["containers"][0]["volumeMounts"]}
+        assert [n for n in paths if paths[n] == local_dir and mounted.get(n) == local_dir], kind_name
+    for n in ("datanode1", "datanode2", "datanode3", "gateway"):
+        assert f"local-sockets:{local_dir}" in services[n]["volumes"]
 
 
 @pytest.mark.parametrize("service", SERVICES)
