@@ -106,16 +106,16 @@ def show_status(c: AdminClient) -> Table:
 
 def show_ha(c: AdminClient) -> Table:
     h = c.call("GET", "/ha")
-    rows = [[n["name"], n["address"], n["role"] + (" (this gateway's)" if n["current"] else ""),
-             n["applied"] if h["mode"] == "etcd" else "-", n["lag"] if h["mode"] == "etcd" else "-",
-             f"{n['stale_served']}/{n['stale_refused']}" if h["mode"] == "etcd" else "-",
-             n["error"] or ""] for n in h["namenodes"]]
-    title = (f"NameNodes: {h['mode']}" + (f", epoch {h['epoch']}, leader {h['leader'] or 'none'}, log "
-                                          f"{h['log_first']}..{h['log_end']}" if h["mode"] == "etcd" else ""))
+    if h["mode"] != "etcd":  # one NameNode: no log, lag or standbys to show
+        return _table("NameNode", ["address", "role", "error"], [
+            [n["address"], n["role"] + (" (this gateway's)" if n["current"] else ""), n["error"] or ""]
+            for n in h["namenodes"]], keep=(1,))
+    rows = [[n["name"], n["address"], n["role"] + (" (this gateway's)" if n["current"] else ""), n["applied"], n["lag"],
+             f"{n['stale_served']}/{n['stale_refused']}", n["error"] or ""] for n in h["namenodes"]]
+    title = (f"NameNodes: {h['mode']}, epoch {h['epoch']}, leader {h['leader'] or 'none'}, log "
+             f"{h['log_first']}..{h['log_end']}")
     # stale ok/no: the stale reads this NameNode served as a standby / refused as too stale
     t = _table(title, ["name", "address", "role", "applied", "lag", "stale ok/no", "error"], rows, keep=(1,))
-    if h["mode"] != "etcd":
-        return t
     grid = Table.grid()
     grid.add_row(t)
     grid.add_row(_table("etcd", ["endpoint", "health", "leader", "db size", "revision", "error"], [
