@@ -262,9 +262,12 @@ def cmd_transfer(args) -> int:
 def add_parser(sub) -> None:
     for name, help_ in (("cp", "copy a file or folder to or from epochfs://bucket/prefix"),
                         ("sync", "copy only new and changed files (size, then mtime) to or from a bucket")):
-        p = sub.add_parser(name, help=help_)
-        p.add_argument("src")
-        p.add_argument("dst")
+        p = sub.add_parser(name, help=help_, description=help_ + ". A remote path is epochfs://bucket/prefix or "
+                           "s3://bucket/prefix, anything else a local file or folder; a folder is copied whole.")
+        p.add_argument("src", help="a local file or folder, or epochfs://bucket/prefix")
+        p.add_argument("dst", help="where it goes: epochfs://bucket/prefix, or a local path")
+        # as `cp -r`, `aws s3 cp --recursive` and `gsutil cp -r` are typed: a folder is copied whole either way
+        p.add_argument("-r", "--recursive", action="store_true", help="accepted; folders are always copied whole")
         p.add_argument("-j", "--jobs", type=int, default=16, help="parallel transfers (default 16)")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
         p.add_argument("--no-batch", action="store_true",

@@ -65,6 +65,11 @@ def test_cp_and_sync_round_trip(cluster, epochfs, bucket, s3, tmp_path):
     assert "0 copied, 42 unchanged" in epochfs("sync", f"epochfs://{bucket}/data", str(out)).stderr
     epochfs("cp", f"epochfs://{bucket}/data/new.txt", str(tmp_path / "one.txt"))
     assert (tmp_path / "one.txt").read_text() == "new"
+    # -r / --recursive, as cp and aws s3 cp are typed, copy the folder as without them
+    assert "42 copied" in epochfs("cp", "-r", f"epochfs://{bucket}/data", str(tmp_path / "again")).stderr
+    assert _tree(tmp_path / "again") == _tree(src)
+    assert "0 copied, 42 unchanged" in \
+        epochfs("sync", "--recursive", str(src), f"epochfs://{bucket}/data").stderr
 
 
 def test_clear_errors(epochfs, bucket, tmp_path):
