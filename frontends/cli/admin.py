@@ -335,6 +335,9 @@ def _perms(specs: list[str] | None) -> dict:
 
 
 def run(args) -> int:
+    if args.what is None:  # `epochfs admin` alone: what it can do
+        args.parser.print_help(sys.stderr)
+        return 2
     endpoint = args.endpoint or os.environ.get("AWS_ENDPOINT_URL")
     ak = args.access_key or os.environ.get("AWS_ACCESS_KEY_ID")
     sk = args.secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY")
@@ -399,7 +402,7 @@ def add_parser(sub) -> None:
     ap.add_argument("--endpoint", help="gateway URL (default: $AWS_ENDPOINT_URL)")
     ap.add_argument("--access-key", help="admin access key (default: $AWS_ACCESS_KEY_ID)")
     ap.add_argument("--secret-key", help="admin secret key (default: $AWS_SECRET_ACCESS_KEY)")
-    what = ap.add_subparsers(dest="what", required=True)
+    what = ap.add_subparsers(dest="what")  # none: `run` prints this parser's help
     for name, help_ in (("status", "cluster summary, NameNodes (role, log position, lag) and etcd"), ("nodes", "DataNodes")):
         what.add_parser(name, help=help_)
     kms = what.add_parser("kms", help="the KMS key ids SSE-KMS may name (GW_SSE_KMS_KEYS and created ones); "
@@ -440,4 +443,4 @@ def add_parser(sub) -> None:
     keys.add_argument("--admin", action="store_true", help="create an admin key")
     dec = what.add_parser("decommission", help="drain a DataNode")
     dec.add_argument("node", type=int)
-    ap.set_defaults(func=run)
+    ap.set_defaults(func=run, parser=ap)

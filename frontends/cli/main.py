@@ -428,7 +428,11 @@ def _add_mount_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):  # `epochfs` alone: what it can do, not argparse's complaint
+        ap.print_help(sys.stderr)
+        sys.exit(2)
+    args = ap.parse_args(argv)
     sys.exit(args.func(args))
 
 
