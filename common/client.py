@@ -128,7 +128,8 @@ class S3Client:
         S3 calls stay read-after-write consistent whatever this says). They still see every write answered before
         this client's first stale read, and its own writes: the first such read, and the first after a write, asks
         the active NameNode's log position first (`msync`)."""
-        self.endpoint = (endpoint or os.environ.get("AWS_ENDPOINT_URL") or "http://127.0.0.1:9000").rstrip("/")
+        self.endpoint = (endpoint or os.environ.get("AWS_ENDPOINT_URL") or defaults.ENDPOINT).rstrip("/")
+        self._guessed = not (endpoint or os.environ.get("AWS_ENDPOINT_URL"))  # (an error then says so)
         self.access_key = access_key or os.environ.get("AWS_ACCESS_KEY_ID", "")
         self.secret_key = secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY", "")
         self.region = region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
@@ -454,7 +455,9 @@ class S3Client:
         try:
             return await self._send(method, "_epochfs", key, **kw)
         except httpx.HTTPError as e:
-            raise errors.Unavailable(f"gateway {self.endpoint}: {e!r}") from None
+            hint = (" (no endpoint given and AWS_ENDPOINT_URL unset, so the default: start a cluster with `epochfs "
+                    "up`, or export the line it printed)") if self._guessed and isinstance(e, httpx.ConnectError) else ""
+            raise errors.Unavailable(f"gateway {self.endpoint}: {e!r}{hint}") from None
 
     async def _fs(self, bucket: str | None, req: m.Request):
         """One namespace operation by inode in `bucket` (None: on the root, the tree of buckets): its typed reply. A

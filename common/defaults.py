@@ -9,6 +9,11 @@ from . import errors
 
 KiB, MiB = 1 << 10, 1 << 20
 
+PORT = 9000
+"""`epochfs up`'s S3 port; the services of a local cluster take the ports after it."""
+ENDPOINT = f"http://127.0.0.1:{PORT}"
+"""The gateway clients talk to when given none (and AWS_ENDPOINT_URL is unset): a local `epochfs up`."""
+
 RPC_MAX_PAYLOAD = 64 * MiB
 """Largest request payload an RPC server (NameNode, DataNode) accepts by default: a block is the largest."""
 

@@ -18,7 +18,7 @@ import httpx
 from epochfs.common import defaults
 from . import admin, transfer
 
-DEFAULT_PORT = 9000
+DEFAULT_PORT = defaults.PORT
 N_DATANODES = 3
 N_NAMENODES_HA = 3
 N_ETCD = 3

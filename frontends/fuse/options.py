@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from epochfs.common import defaults
+
 from .cache import POLICIES
 
 
@@ -52,8 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", nargs="?", default="", metavar="BUCKET[/PREFIX]",
                    help="what to mount; without it, every bucket is a top-level directory")
     p.add_argument("mountpoint")
-    p.add_argument("--endpoint", default=os.environ.get("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
-                   help="gateway URL (default: $AWS_ENDPOINT_URL, as `epochfs up` prints it)")
+    p.add_argument("--endpoint", help="gateway URL (default: $AWS_ENDPOINT_URL, as `epochfs up` prints it, else "
+                                      f"{defaults.ENDPOINT})")
     p.add_argument("--access-key", default=os.environ.get("AWS_ACCESS_KEY_ID", ""),
                    help="default: $AWS_ACCESS_KEY_ID")
     p.add_argument("--secret-key", default=os.environ.get("AWS_SECRET_ACCESS_KEY", ""),

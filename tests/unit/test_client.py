@@ -1,10 +1,12 @@
 """The client's SigV4 signatures pass the gateway's verifier (both use common/sigv4.py); errors map through tables."""
+import asyncio
 import errno
+import socket
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from epochfs.common import errors
+from epochfs.common import defaults, errors
 from epochfs.common.client import S3Client
 from epochfs.frontends import errmap
 from epochfs.gateway.s3.errors import S3Error
@@ -37,6 +39,23 @@ def test_client_from_environment(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "SK")
     c = S3Client()
     assert (c.endpoint, c.access_key, c.secret_key) == ("http://10.0.0.1:9000", "AK", "SK")
+
+
+def test_no_gateway_at_the_default_endpoint_says_how_to_get_one(monkeypatch):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setattr(defaults, "ENDPOINT", closed)
+
+    async def lookup(c: S3Client) -> None:
+        async with c:
+            await c.fs_lookup("b", parent=1, name="x")
+    with pytest.raises(errors.Unavailable, match="AWS_ENDPOINT_URL unset.*epochfs up"):
+        asyncio.run(lookup(S3Client(access_key="AK", secret_key="SK")))
+    with pytest.raises(errors.Unavailable) as given:  # an endpoint given: the error names it, no guess to explain
+        asyncio.run(lookup(S3Client(closed, "AK", "SK")))
+    assert closed in str(given.value) and "epochfs up" not in str(given.value)
 
 
 def test_errmap():
