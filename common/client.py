@@ -230,7 +230,13 @@ class S3Client:
         req = httpx.Request(method, httpx.URL(url), headers=headers, content=content,
                             extensions={**self._timeouts, "max_answer": None} if whole else self._timeouts)
         lean = self._lean is not None and not stream and (content is None or isinstance(content, bytes))
-        resp = await (self._lean if lean else self._http).handle_async_request(req)
+        try:
+            resp = await (self._lean if lean else self._http).handle_async_request(req)
+        except httpx.ConnectError as e:
+            if not self._guessed:
+                raise
+            raise httpx.ConnectError(f"{e} (no endpoint given and AWS_ENDPOINT_URL unset, so the default: start a "
+                                     "cluster with `epochfs up`, or export the line it printed)", request=req) from None
         resp.request = req
         if not read and method not in ("GET", "HEAD"):
             self._unsynced = True
@@ -455,9 +461,7 @@ class S3Client:
         try:
             return await self._send(method, "_epochfs", key, **kw)
         except httpx.HTTPError as e:
-            hint = (" (no endpoint given and AWS_ENDPOINT_URL unset, so the default: start a cluster with `epochfs "
-                    "up`, or export the line it printed)") if self._guessed and isinstance(e, httpx.ConnectError) else ""
-            raise errors.Unavailable(f"gateway {self.endpoint}: {e!r}{hint}") from None
+            raise errors.Unavailable(f"gateway {self.endpoint}: {e!r}") from None
 
     async def _fs(self, bucket: str | None, req: m.Request):
         """One namespace operation by inode in `bucket` (None: on the root, the tree of buckets): its typed reply. A

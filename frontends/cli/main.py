@@ -18,7 +18,6 @@ import httpx
 from epochfs.common import defaults
 from . import admin, transfer
 
-DEFAULT_PORT = defaults.PORT
 N_DATANODES = 3
 N_NAMENODES_HA = 3
 N_ETCD = 3
@@ -386,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=help_).set_defaults(func=_service(name))
     up = sub.add_parser("up", help="run a local cluster: NameNode, 3 DataNodes and the S3 gateway")
     up.add_argument("--data-dir", default="./epochfs-data")
-    up.add_argument("--port", type=int, default=DEFAULT_PORT, help="S3 port; the services use the next ones")
+    up.add_argument("--port", type=int, default=defaults.PORT, help="S3 port; the services use the next ones")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--user", action="append", metavar="ACCESS:SECRET[:OWNER_ID[:NAME[:EMAIL]]]",
                     help="an extra S3 user (repeatable); ACL grants by emailAddress resolve to it by EMAIL")

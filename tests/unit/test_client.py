@@ -4,6 +4,7 @@ import errno
 import socket
 from urllib.parse import parse_qsl, urlsplit
 
+import httpx
 import pytest
 
 from epochfs.common import defaults, errors
@@ -53,6 +54,12 @@ def test_no_gateway_at_the_default_endpoint_says_how_to_get_one(monkeypatch):
             await c.fs_lookup("b", parent=1, name="x")
     with pytest.raises(errors.Unavailable, match="AWS_ENDPOINT_URL unset.*epochfs up"):
         asyncio.run(lookup(S3Client(access_key="AK", secret_key="SK")))
+
+    async def listing(c: S3Client) -> None:  # an S3 call (fsspec's ls): the same words, its error type kept
+        async with c:
+            await c.list_buckets()
+    with pytest.raises(httpx.ConnectError, match="AWS_ENDPOINT_URL unset.*epochfs up"):
+        asyncio.run(listing(S3Client(access_key="AK", secret_key="SK")))
     with pytest.raises(errors.Unavailable) as given:  # an endpoint given: the error names it, no guess to explain
         asyncio.run(lookup(S3Client(closed, "AK", "SK")))
     assert closed in str(given.value) and "epochfs up" not in str(given.value)
