@@ -23,16 +23,11 @@ import statistics
 import subprocess
 import tempfile
 import time
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from epochfs.common import ports
 
 
 def start_etcd(tmp: str) -> tuple[subprocess.Popen, int]:
-    cp, pp = free_port(), free_port()
+    cp, pp = ports.free_block(), ports.free_block()
     proc = subprocess.Popen(
         ["etcd", "--name", "b0", "--data-dir", os.path.join(tmp, "b0"),
          "--listen-client-urls", f"http://127.0.0.1:{cp}", "--advertise-client-urls", f"http://127.0.0.1:{cp}",

@@ -41,7 +41,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,8 @@ from pathlib import Path
 
 import boto3
 from botocore.config import Config
+
+from epochfs.common import ports
 
 
 def random_source(mib: int) -> Path:
@@ -63,24 +64,6 @@ def random_source(mib: int) -> Path:
             f.write(os.urandom(min(64, mib) << 20))
     os.truncate(name, mib << 20)
     return Path(name)
-
-
-def free_port_block(n: int = 20) -> int:
-    for _ in range(100):
-        base = random.randrange(20000, 60000)
-        try:
-            socks = []
-            for p in range(base, base + n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            for s in socks:
-                s.close()
-            return base
-        except OSError:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port block")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -130,7 +113,7 @@ def settle(pid: int, quiet: float = 0.05, timeout: float = 180.0) -> float:
 
 
 def start_cluster(root: Path) -> tuple[subprocess.Popen, dict]:
-    port = free_port_block()
+    port = ports.free_block()
     p = subprocess.Popen([sys.executable, "-m", "epochfs.frontends.cli.main", "up", "--data-dir", str(root / "data"),
                           "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     for line in p.stdout:

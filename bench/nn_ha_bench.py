@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,19 +26,13 @@ import time
 
 import httpx
 
-from epochfs.common import errors
+from epochfs.common import errors, ports
 from epochfs.common import messages as m
 from epochfs.common.clients import NameNodeClient
 from epochfs.common.rpc import RpcClient
 
 SECRET = "bench-secret-bench-secret"
 OBJ = m.ObjectRecord(size=0, etag='"d41d8cd98f00b204e9800998ecf8427e"', owner="bench")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_s(pids) -> float:
@@ -80,19 +73,19 @@ class Target:
     def start(self) -> "Target":
         endpoints = ""
         if self.ha:
-            ports = [(free_port(), free_port()) for _ in range(3)]
-            cluster = ",".join(f"e{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(ports))
-            for i, (c, p) in enumerate(ports):
+            etcd_ports = [(ports.free_block(), ports.free_block()) for _ in range(3)]
+            cluster = ",".join(f"e{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(etcd_ports))
+            for i, (c, p) in enumerate(etcd_ports):
                 self._spawn(["etcd", "--name", f"e{i}", "--data-dir", os.path.join(self.root, f"etcd{i}"),
                              "--listen-client-urls", f"http://127.0.0.1:{c}",
                              "--advertise-client-urls", f"http://127.0.0.1:{c}",
                              "--listen-peer-urls", f"http://127.0.0.1:{p}",
                              "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
                              "--initial-cluster", cluster, "--max-request-bytes", str(8 << 20)], name=f"etcd{i}")
-            endpoints = ",".join(f"http://127.0.0.1:{c}" for c, _ in ports)
-            self.etcd_endpoints = ",".join(f"127.0.0.1:{c}" for c, _ in ports)
+            endpoints = ",".join(f"http://127.0.0.1:{c}" for c, _ in etcd_ports)
+            self.etcd_endpoints = ",".join(f"127.0.0.1:{c}" for c, _ in etcd_ports)
         for i in range(3 if self.ha else 1):
-            http, rpc = free_port(), free_port()
+            http, rpc = ports.free_block(), ports.free_block()
             env = {"NN_HOST": "127.0.0.1", "NN_PORT": str(http), "NN_RPC_PORT": str(rpc),
                    "NN_DATA_DIR": os.path.join(self.root, f"nn{i}"), "NN_CLUSTER_SECRET": SECRET,
                    "NN_NAME": f"nn{i}", "NN_ETCD_ENDPOINTS": endpoints, "NN_LEASE_TTL_S": str(self.ttl),

@@ -83,6 +83,8 @@ import tempfile
 import time
 from urllib.parse import quote, urlparse
 
+from epochfs.common import ports
+
 try:
     import uvloop
 except ImportError:  # pragma: no cover
@@ -699,23 +701,6 @@ class CpuMeter:
 
 
 # ------------------------------------------------------------------------------------------------------ the targets
-def free_port_block(n: int) -> int:
-    rnd = random.Random()
-    for _ in range(200):
-        base = rnd.randrange(20000, 60000 - n)
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free block of ports")
-
-
 def wait_port(host: str, port: int, deadline: float, proc: subprocess.Popen | None = None) -> None:
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -749,7 +734,7 @@ class EpochfsTarget(Target):
         self.keep, self.ha = keep, ha
         if ha:
             self.name = "epochfs-ha"
-        port = self.port = free_port_block(30 if ha else 20)
+        port = self.port = ports.free_block(30 if ha else 20)
         self.log = open(os.path.join(self.dir, "up.log"), "ab")
         # == `epochfs up --data-dir DIR --port PORT` (the console script's entry point), replication 3
         self.proc = subprocess.Popen(
@@ -817,7 +802,7 @@ class MotoTarget(Target):
     name = "moto"
 
     def __init__(self) -> None:
-        port = free_port_block(1)
+        port = ports.free_block(1)
         self.logf = tempfile.NamedTemporaryFile(prefix="moto-bench-", suffix=".log", delete=False)
         self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                      stdout=self.logf, stderr=self.logf, stdin=subprocess.DEVNULL,

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from epochfs.common import defaults
+from epochfs.common.ports import ephemeral_range, in_ephemeral, is_free
 from . import admin, transfer
 
 N_DATANODES = 3
@@ -63,19 +64,6 @@ def etcd_env(base: dict[str, str]) -> dict[str, str]:
     bench/s3_bench.py's PUT 0 on one cluster, members restarted alternately) from 0.285 / 0.359 to 0.260 / 0.273 ms
     (0.78-0.85 of the gateway's CPU to 0.67-0.70); GOGC=400 on top of it did not help (0.31 / 0.26)."""
     return {**base, "GOMAXPROCS": base.get("GOMAXPROCS") or str(max(1, (os.cpu_count() or 1) // N_ETCD))}
-
-
-def _ports_in_use(host: str, ports: list[int]) -> list[int]:
-    import socket
-    busy = []
-    for p in ports:
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the services bind (TIME_WAIT is no use)
-            try:
-                s.bind((host, p))
-            except OSError:
-                busy.append(p)
-    return busy
 
 
 def _load_or_create(path: Path, make) -> dict:
@@ -187,13 +175,19 @@ def cmd_up(args) -> int:
                   env("GW_", port=ports["gateway"], namenode=nn_addrs, users=",".join(users),
                       sse_master_key_file=master)))
 
-    busy = _ports_in_use(host, [ports["gateway"], *(p for pair in ports["nn"] + ports["dn"] + ports["etcd"]
-                                                    for p in pair)])
+    last = args.port + (25 if args.ha else 15)  # the services' ports are args.port to last (cluster_ports)
+    busy = [p for p in [ports["gateway"], *(p for pair in ports["nn"] + ports["dn"] + ports["etcd"] for p in pair)]
+            if not is_free(host, p)]
     if busy:
         print(f"epochfs up: port(s) {', '.join(map(str, busy))} on {host} are in use (another cluster? pick "
-              f"another --port; the services use ports {args.port} to {args.port + (25 if args.ha else 15)})",
+              f"another --port; the services use ports {args.port} to {last})",
               file=sys.stderr)
         return 1
+    if in_ephemeral(args.port, last):
+        lo, hi = ephemeral_range()
+        print(f"epochfs up: warning: ports {args.port} to {last} meet the kernel's range for outgoing connections "
+              f"({lo}-{hi}), which may take one before its service binds it; a --port below {lo - 26} avoids that",
+              file=sys.stderr)
     children = [Child(name, argv, e, data_dir / "logs" / f"{name}.log") for name, argv, e in specs]
     stopping = False
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +15,7 @@ import boto3
 import botocore.exceptions
 import httpx
 from botocore.config import Config
+from epochfs.common import ports
 from epochfs.common.clients import DataNodeClient, NameNodeClient
 from epochfs.common.rpc import RpcClient
 from epochfs.frontends.cli.main import wait_ready
@@ -28,32 +27,10 @@ SECRET = "test-cluster-secret"
 KMS_KEYS = "testkey-1,testkey-2"  # the KMS key ids the gateway knows (as ceph/s3-tests names them)
 
 
-_given: set[int] = set()
-
-
-def ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_port() -> int:
-    """A port nobody listens on, below the kernel's ephemeral range and not handed out before in this run. A port
-    from bind(0) is an ephemeral one, which any of a test run's many outgoing connections may take as its local port
-    before the service given it binds it (a CI run lost a test to EADDRINUSE that way)."""
-    hi = min(ephemeral_low(), 65536) - 1
-    while True:
-        port = random.randint(min(10000, hi - 1000), hi)
-        if port in _given:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _given.add(port)
-        return port
+def free_port(span: int = 1) -> int:
+    """A port nobody listens on (and the next `span - 1` too), below the kernel's ephemeral range and not handed out
+    before in this run (common/ports.py says why: a CI run lost a test to EADDRINUSE)."""
+    return ports.free_block(span)
 
 
 class Cluster:

@@ -8,28 +8,10 @@ import sys
 
 import boto3
 import pytest
-from cluster import ephemeral_low
+from cluster import free_port
 
+UP_PORTS = 17  # `epochfs up --port P` uses P to P + 16 (P + 26 with --ha)
 
-def free_port(span: int = 17) -> int:
-    """A gateway port whose next `span - 1` ports (the other services of `epochfs up`: 16, 26 with --ha) are free
-    too, below the ephemeral range (cluster.free_port says why)."""
-    import random
-    import socket
-    while True:
-        base = random.randint(10000, ephemeral_low() - span - 1)
-        try:
-            socks = []
-            for p in range(base, base + span):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +42,7 @@ def client(exports):
 
 
 def test_up_serves_stops_and_restarts_with_its_data(tmp_path):
-    port = free_port()
+    port = free_port(UP_PORTS)
     p, exports = start_up(tmp_path / "data", port)
     try:
         assert exports["AWS_ENDPOINT_URL"] == f"http://127.0.0.1:{port}"
@@ -85,7 +67,7 @@ def test_up_serves_stops_and_restarts_with_its_data(tmp_path):
 
 
 def test_up_takes_the_root_key_from_the_environment(tmp_path):
-    p, exports = start_up(tmp_path / "data", free_port(),
+    p, exports = start_up(tmp_path / "data", free_port(UP_PORTS),
                           env={"AWS_ACCESS_KEY_ID": "MYROOTKEY", "AWS_SECRET_ACCESS_KEY": "my-root-secret"})
     try:
         assert exports["AWS_ACCESS_KEY_ID"] == "MYROOTKEY"
@@ -108,7 +90,7 @@ def test_up_ha_runs_etcd_three_namenodes_and_stops_them_all(tmp_path):
     from epochfs.frontends.cli.main import cluster_ports
     if not shutil.which("etcd") and not os.path.exists("/usr/bin/etcd"):
         pytest.skip("etcd is not installed (apt-get install etcd-server)")
-    data, port = tmp_path / "data", free_port(27)
+    data, port = tmp_path / "data", free_port(UP_PORTS + 10)
     cli = [sys.executable, "-m", "epochfs.frontends.cli.main"]
     r = subprocess.run([*cli, "up", "--ha", "--detach", "--data-dir", str(data), "--port", str(port)],
                        capture_output=True, text=True, timeout=180)

@@ -4,11 +4,10 @@ NameNodes played by RpcServers on loopback; a reply whose fencing epoch is below
 from __future__ import annotations
 
 import asyncio
-import socket
 
 from prometheus_client import REGISTRY
 
-from epochfs.common import errors
+from epochfs.common import errors, ports
 from epochfs.common import messages as m
 from epochfs.common.blocks import crc32c
 from epochfs.common.clients import DataNodeClient
@@ -19,19 +18,13 @@ from epochfs.datanode.config import DataNodeSettings
 SECRET = "s3cret"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class FakeNameNode:
     """Answers register and heartbeat: `orders` is the next heartbeat reply (then empty orders with `epoch`);
     a standby (not `active`) answers NotLeader naming `leader`."""
 
     def __init__(self, epoch: int, active: bool = True) -> None:
         self.epoch, self.active, self.leader = epoch, active, ""
-        self.port = free_port()
+        self.port = ports.free_block()
         self.addr = f"127.0.0.1:{self.port}"
         self.orders: m.HeartbeatOrders | None = None
         self.beats: list[m.Heartbeat] = []
@@ -72,8 +65,8 @@ def test_orders_of_a_deposed_namenode_are_refused(tmp_path, caplog):
         old.leader = new.addr
         await old.server.start("127.0.0.1", old.port)
         await new.server.start("127.0.0.1", new.port)
-        rpc_port = free_port()
-        settings = DataNodeSettings(data_dir=tmp_path, port=free_port(), rpc_port=rpc_port, cluster_secret=SECRET,
+        rpc_port = ports.free_block()
+        settings = DataNodeSettings(data_dir=tmp_path, port=ports.free_block(), rpc_port=rpc_port, cluster_secret=SECRET,
                                     namenode=f"{old.addr},{new.addr}", heartbeat_interval_s=0.05)
         app = create_app(settings)
         async with app.router.lifespan_context(app):
@@ -129,8 +122,8 @@ def test_an_embedded_namenode_epoch_0_is_obeyed(tmp_path):
     async def main():
         nn = FakeNameNode(epoch=0)
         await nn.server.start("127.0.0.1", nn.port)
-        rpc_port = free_port()
-        app = create_app(DataNodeSettings(data_dir=tmp_path, port=free_port(), rpc_port=rpc_port,
+        rpc_port = ports.free_block()
+        app = create_app(DataNodeSettings(data_dir=tmp_path, port=ports.free_block(), rpc_port=rpc_port,
                                           cluster_secret=SECRET, namenode=nn.addr, heartbeat_interval_s=0.05))
         async with app.router.lifespan_context(app):
             dn = DataNodeClient(RpcClient("127.0.0.1", rpc_port, SECRET))

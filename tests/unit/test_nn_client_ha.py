@@ -4,12 +4,11 @@ error once its retry time is over."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
 
-from epochfs.common import errors
+from epochfs.common import errors, ports
 from epochfs.common import messages as m
 from epochfs.common.clients import NameNodeClient, parse_addrs
 from epochfs.common.metrics import NN_LEADER_CHANGES, NN_REDIRECTS
@@ -18,18 +17,12 @@ from epochfs.common.rpc import RpcClient, RpcServer
 SECRET = "s3cret"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class FakeNameNode:
     """An RpcServer answering bucket_list and ha_status: as the active NameNode (its own bucket name, so the test
     sees who answered) or as a standby (NotLeader naming `leader`). `calls` counts the requests it got."""
 
     def __init__(self, name: str, *, port: int | None = None, ha: bool = True) -> None:
-        self.name, self.port = name, port or free_port()
+        self.name, self.port = name, port or ports.free_block()
         self.addr = f"127.0.0.1:{self.port}"
         self.active = False
         self.leader = ""  # what a standby answers in NotLeader
@@ -125,7 +118,7 @@ def test_a_standby_that_knows_no_leader_sends_the_call_to_the_next_address():
 
 def test_follows_a_failover_and_skips_an_address_out_of_reach():
     async def main():
-        dead = free_port()  # nothing listens there
+        dead = ports.free_block()  # nothing listens there
         nns = [await FakeNameNode(f"nn{i}").start() for i in range(2)]
         nns[0].active = True
         nns[1].leader = nns[0].addr
@@ -207,7 +200,7 @@ def test_gives_up_after_retry_s_with_the_last_error():
             for n in nns:
                 await n.stop()
         # none reachable at all: Unavailable (not NotLeader) after retry_s
-        c = NameNodeClient.connect(f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}", SECRET, retry_s=0.3)
+        c = NameNodeClient.connect(f"127.0.0.1:{ports.free_block()},127.0.0.1:{ports.free_block()}", SECRET, retry_s=0.3)
         with pytest.raises(errors.Unavailable) as e:
             await c.bucket_list()
         assert not isinstance(e.value, errors.NotLeader)
@@ -239,7 +232,7 @@ def test_concurrent_calls_move_once():
         nns = [await FakeNameNode(f"nn{i}").start() for i in range(3)]
         nns[2].active = True
         nns[1].leader = nns[2].addr
-        c = NameNodeClient.connect(f"127.0.0.1:{free_port()},{nns[0].addr},{nns[1].addr},{nns[2].addr}", SECRET,
+        c = NameNodeClient.connect(f"127.0.0.1:{ports.free_block()},{nns[0].addr},{nns[1].addr},{nns[2].addr}", SECRET,
                                    retry_s=5)
         nns[0].leader = nns[2].addr
         try:

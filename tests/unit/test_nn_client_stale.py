@@ -6,22 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 
 import msgspec
 
-from epochfs.common import errors
+from epochfs.common import errors, ports
 from epochfs.common import messages as m
 from epochfs.common.clients import NameNodeClient
 from epochfs.common.rpc import RpcClient, RpcServer
 
 SECRET = "s3cret"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def requests_with_stale() -> set[type]:
@@ -50,7 +43,7 @@ class Fake:
     (TooStale to stale reads), "frozen" (never answers)."""
 
     def __init__(self, name: str, mode: str) -> None:
-        self.name, self.mode, self.port = name, mode, free_port()
+        self.name, self.mode, self.port = name, mode, ports.free_block()
         self.addr = f"127.0.0.1:{self.port}"
         self.calls = 0
         self.server = RpcServer({m.Manifest: self._manifest, m.Msync: self._msync}, SECRET)
