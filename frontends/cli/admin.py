@@ -76,11 +76,13 @@ def _size(n) -> str:
     return ""
 
 
-def _table(title: str, columns: list[str], rows: list[list], keep: tuple[int, ...] = ()) -> Table:
+def _table(title: str, columns: list[str], rows: list[list], keep: tuple[int, ...] = (), fold: bool = False) -> Table:
     """`keep`: columns besides the first never folded either (an address that scripts grep for)."""
     t = Table(title=title)
     for i, c in enumerate(columns):
-        t.add_column(c, no_wrap=i == 0 or i in keep)  # the first column names the row (a bucket, a key): never folded
+        # the first column names the row (a bucket, a key): never folded; `fold`: a word too long for its column
+        # (an owner id) goes on in the next line, not cut off with an ellipsis
+        t.add_column(c, no_wrap=i == 0 or i in keep, overflow="fold" if fold else "ellipsis")
     for r in rows:
         t.add_row(*("-" if v is None else str(v) for v in r))
     return t
@@ -139,10 +141,10 @@ def show_cluster(c: AdminClient):
 def show_nodes(c: AdminClient) -> Table:
     rows = [[n["id"], n["address"], n["state"] + (f": {n['write_error']}" if n.get("write_error") else ""),
              _size(n["capacity"]), _size(n["used"]), n["blocks"],
-             "never" if n["last_heartbeat_s"] is None else f"{n['last_heartbeat_s']:.1f} s ago",
+             "never" if n["last_heartbeat_s"] is None else f"{n['last_heartbeat_s']:.1f}s ago",
              n["replication_lag"]] for n in c.call("GET", "/nodes")]
     return _table("DataNodes", ["id", "address", "state", "capacity", "used", "blocks", "heartbeat",
-                                "replication lag"], rows)
+                                "repl. lag"], rows, keep=(1, 3, 6))
 
 
 def _lock(b: dict) -> str:
@@ -158,16 +160,44 @@ def _logging(b: dict) -> str:
     return "-" if lg is None else f"{lg['target_bucket']}/{lg['target_prefix']}"
 
 
+def _storage(b: dict) -> str:
+    """Block size, replicas and write policy in one cell: "4.0 MiB x3 async"."""
+    return f"{_size(b['block_size'])} x{b['replication']} {b['write_policy']}"
+
+
+def _policy(b: dict) -> str:
+    return "public" if b.get("policy_public") else "yes" if b.get("policy") else "-"
+
+
+def _public_block(b: dict) -> str:
+    return ",".join(k for k, v in (b.get("public_access_block") or {}).items() if v) or "-"
+
+
+def _quota(b: dict) -> str:
+    q = [] if b["quota_bytes"] is None else [_size(b["quota_bytes"])]
+    q += [] if b["quota_objects"] is None else [f"{b['quota_objects']} objects"]
+    return " / ".join(q) or "-"
+
+
+def _settings(b: dict) -> str:
+    """What a bucket has set beyond its storage, in a few words (the list's last column; `buckets show` has each)."""
+    n_tags, n_rules = len(b.get("tags") or {}), len(b.get("lifecycle") or [])
+    parts = [f"quota {_quota(b)}" if _quota(b) != "-" else "", f"policy {_policy(b)}" if b.get("policy") else "",
+             f"public access block {_public_block(b)}" if _public_block(b) != "-" else "",
+             f"object lock {_lock(b)}" if b.get("object_lock") else "",
+             f"logging to {_logging(b)}" if b.get("logging") else "",
+             f"encryption {_encryption(b)}" if b.get("encryption") else "",
+             f"{n_tags} tag{'s' * (n_tags != 1)}" if n_tags else "",
+             f"{n_rules} lifecycle rule{'s' * (n_rules != 1)}" if n_rules else ""]
+    return ", ".join(p for p in parts if p) or "-"
+
+
 def show_buckets(c: AdminClient) -> Table:
-    rows = [[b["name"], b["owner"][:16], _size(b["bytes"]), b["objects"], _size(b["block_size"]), b["replication"],
-             b["write_policy"], "-" if b["quota_bytes"] is None else _size(b["quota_bytes"]), b["quota_objects"],
-             "public" if b.get("policy_public") else "yes" if b.get("policy") else "-",
-             ",".join(k for k, v in (b.get("public_access_block") or {}).items() if v) or "-", _lock(b), _logging(b),
-             _encryption(b), len(b.get("tags") or {}), len(b.get("lifecycle") or [])]
+    """`admin buckets`: a line per bucket that fits a terminal of 80 columns (`buckets show NAME`: all of one)."""
+    rows = [[b["name"], b["owner"][:12], _size(b["bytes"]), b["objects"], _storage(b), _settings(b)]
             for b in c.call("GET", "/buckets")]
-    return _table("Buckets", ["name", "owner", "size", "objects", "block size", "replicas", "write policy",
-                              "quota bytes", "quota objects", "policy", "public access block", "object lock",
-                              "logging", "encryption", "tags", "lifecycle rules"], rows)
+    return _table("Buckets", ["name", "owner", "size", "objects", "block, replicas, writes", "settings"], rows,
+                  keep=(2, 3))
 
 
 def _bucket_policy(c: AdminClient, args) -> str:
@@ -208,16 +238,18 @@ def _rule_text(r: dict) -> str:
 
 
 def show_bucket(c: AdminClient, name: str) -> Table:
-    """`buckets show NAME`: a bucket's settings, tags and lifecycle rules."""
+    """`buckets show NAME`: a bucket's size, storage, settings, tags and lifecycle rules."""
     b = c.call("GET", f"/buckets/{name}")
-    rows = [["object lock", _lock(b)], ["logging", _logging(b)], ["encryption", _encryption(b)],
-            ["policy", "public" if b.get("policy_public") else "yes" if b.get("policy") else "-"],
+    rows = [["owner", b["owner"]], ["size", _size(b["bytes"])], ["objects", b["objects"]],
+            ["block size", _size(b["block_size"])], ["replicas", b["replication"]], ["write policy", b["write_policy"]],
+            ["quota", _quota(b)], ["object lock", _lock(b)], ["logging", _logging(b)], ["encryption", _encryption(b)],
+            ["policy", _policy(b)], ["public access block", _public_block(b)],
             ["tags", ", ".join(f"{k}={v}" for k, v in (b.get("tags") or {}).items()) or "none"]]
     for r in b.get("lifecycle") or []:
         rows.append([f"rule {r['id']}" + ("" if r["enabled"] else " (disabled)"), _rule_text(r)])
     if not b.get("lifecycle"):
         rows.append(["lifecycle", "none"])
-    return _table(f"Bucket {name}", ["", ""], rows)
+    return _table(f"Bucket {name}", ["", ""], rows, fold=True)
 
 
 def _bucket_set(c: AdminClient, args) -> Table:

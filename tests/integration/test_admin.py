@@ -269,6 +269,21 @@ def test_cli_admin_tables(cluster):
     b = _name()
     cluster.s3().create_bucket(Bucket=b)
     assert b in cli("buckets")
+    # in a terminal of 80 columns every table still shows what names its rows whole: the bucket list a line per
+    # bucket (a table of 16 columns was all ellipses there), the DataNodes' addresses, `buckets show` each setting
+    cluster.s3().put_bucket_tagging(Bucket=b, Tagging={"TagSet": [{"Key": "team", "Value": "vision"}]})
+    env["COLUMNS"] = "80"
+    listed = cli("buckets")
+    assert max(map(len, listed.splitlines())) <= 80
+    row = next(ln for ln in listed.splitlines() if b in ln)
+    assert re.search(rf"│ {b} +│ \S+ +│ 0 B +│ 0 +│ [\d.]+ MiB x\d async +│ 1 tag", row), listed
+    addrs = re.findall(r"127\.0\.0\.1:(\d+)", cli("nodes"))
+    assert {cluster.ports[f"dn{i}"][1] for i in (1, 2, 3)} <= set(map(int, addrs))
+    shown = cli("buckets", "show", b)
+    for field in ("owner", "size", "objects", "block size", "replicas", "write policy", "quota", "object lock",
+                  "encryption", "policy", "public access block", "team=vision", "lifecycle"):
+        assert field in shown, (field, shown)
+    env["COLUMNS"] = "200"
     created = cli("keys", "create", "--name", "cli-key", "--bucket", f"{b}:read")
     ak = re.search(r"access key (\S+)", created).group(1)
     assert re.search(r"secret key \S+", created)
