@@ -67,7 +67,7 @@ class AdminClient:
         return r.json() if r.content else None
 
 
-def _size(n) -> str:
+def human_size(n) -> str:
     n = float(n or 0)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
@@ -91,9 +91,9 @@ def _table(title: str, columns: list[str], rows: list[list], keep: tuple[int, ..
 def show_status(c: AdminClient) -> Table:
     s = c.call("GET", "/summary")
     g = s["gateway"]
-    rows = [["health", s["health"]], ["capacity", _size(s["capacity"])], ["used", _size(s["used"])],
-            ["free", _size(s["free"])], ["buckets", s["buckets"]], ["objects", s["objects"]],
-            ["object bytes", _size(s["bytes"])],
+    rows = [["health", s["health"]], ["capacity", human_size(s["capacity"])], ["used", human_size(s["used"])],
+            ["free", human_size(s["free"])], ["buckets", s["buckets"]], ["objects", s["objects"]],
+            ["object bytes", human_size(s["bytes"])],
             ["DataNodes", ", ".join(f"{v} {k}" for k, v in s["nodes"].items()) or "none"],
             ["under-replicated blocks", s["under_replicated"]], ["lost blocks", s["lost"]],
             ["repairs in flight", s["repairs_in_flight"]],
@@ -102,7 +102,7 @@ def show_status(c: AdminClient) -> Table:
                 if s["waiting_reasons"] else "")],
             ["replica pushes queued", s["replication_queued"]],
             ["gateway requests", f"{g['requests']:.0f} ({g['errors']:.0f} errors)"],
-            ["gateway bytes in / out", f"{_size(g['bytes_in'])} / {_size(g['bytes_out'])}"]]
+            ["gateway bytes in / out", f"{human_size(g['bytes_in'])} / {human_size(g['bytes_out'])}"]]
     return _table("epochfs cluster", ["", ""], rows)
 
 
@@ -122,7 +122,7 @@ def show_ha(c: AdminClient) -> Table:
     grid.add_row(t)
     grid.add_row(_table("etcd", ["endpoint", "health", "leader", "db size", "revision", "error"], [
         [e["endpoint"], "healthy" if e["healthy"] else "UNHEALTHY", "yes" if e["leader"] else "",
-         None if e["db_size"] is None else _size(e["db_size"]), e["revision"], e["error"] or ""]
+         None if e["db_size"] is None else human_size(e["db_size"]), e["revision"], e["error"] or ""]
         for e in h["etcd"]]))
     return grid
 
@@ -140,7 +140,7 @@ def show_cluster(c: AdminClient):
 
 def show_nodes(c: AdminClient) -> Table:
     rows = [[n["id"], n["address"], n["state"] + (f": {n['write_error']}" if n.get("write_error") else ""),
-             _size(n["capacity"]), _size(n["used"]), n["blocks"],
+             human_size(n["capacity"]), human_size(n["used"]), n["blocks"],
              "never" if n["last_heartbeat_s"] is None else f"{n['last_heartbeat_s']:.1f}s ago",
              n["replication_lag"]] for n in c.call("GET", "/nodes")]
     return _table("DataNodes", ["id", "address", "state", "capacity", "used", "blocks", "heartbeat",
@@ -162,7 +162,7 @@ def _logging(b: dict) -> str:
 
 def _storage(b: dict) -> str:
     """Block size, replicas and write policy in one cell: "4.0 MiB x3 async"."""
-    return f"{_size(b['block_size'])} x{b['replication']} {b['write_policy']}"
+    return f"{human_size(b['block_size'])} x{b['replication']} {b['write_policy']}"
 
 
 def _policy(b: dict) -> str:
@@ -174,7 +174,7 @@ def _public_block(b: dict) -> str:
 
 
 def _quota(b: dict) -> str:
-    q = [] if b["quota_bytes"] is None else [_size(b["quota_bytes"])]
+    q = [] if b["quota_bytes"] is None else [human_size(b["quota_bytes"])]
     q += [] if b["quota_objects"] is None else [f"{b['quota_objects']} objects"]
     return " / ".join(q) or "-"
 
@@ -194,7 +194,7 @@ def _settings(b: dict) -> str:
 
 def show_buckets(c: AdminClient) -> Table:
     """`admin buckets`: a line per bucket that fits a terminal of 80 columns (`buckets show NAME`: all of one)."""
-    rows = [[b["name"], b["owner"][:12], _size(b["bytes"]), b["objects"], _storage(b), _settings(b)]
+    rows = [[b["name"], b["owner"][:12], human_size(b["bytes"]), b["objects"], _storage(b), _settings(b)]
             for b in c.call("GET", "/buckets")]
     return _table("Buckets", ["name", "owner", "size", "objects", "block, replicas, writes", "settings"], rows,
                   keep=(2, 3))
@@ -240,8 +240,8 @@ def _rule_text(r: dict) -> str:
 def show_bucket(c: AdminClient, name: str) -> Table:
     """`buckets show NAME`: a bucket's size, storage, settings, tags and lifecycle rules."""
     b = c.call("GET", f"/buckets/{name}")
-    rows = [["owner", b["owner"]], ["size", _size(b["bytes"])], ["objects", b["objects"]],
-            ["block size", _size(b["block_size"])], ["replicas", b["replication"]], ["write policy", b["write_policy"]],
+    rows = [["owner", b["owner"]], ["size", human_size(b["bytes"])], ["objects", b["objects"]],
+            ["block size", human_size(b["block_size"])], ["replicas", b["replication"]], ["write policy", b["write_policy"]],
             ["quota", _quota(b)], ["object lock", _lock(b)], ["logging", _logging(b)], ["encryption", _encryption(b)],
             ["policy", _policy(b)], ["public access block", _public_block(b)],
             ["tags", ", ".join(f"{k}={v}" for k, v in (b.get("tags") or {}).items()) or "none"]]

@@ -17,7 +17,7 @@ import httpx
 
 from epochfs.common import defaults
 from epochfs.common.ports import ephemeral_range, in_ephemeral, is_free
-from . import admin, transfer
+from . import admin, objects, transfer
 
 N_DATANODES = 3
 N_NAMENODES_HA = 3
@@ -397,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     down.set_defaults(func=cmd_down)
     admin.add_parser(sub)
     transfer.add_parser(sub)
+    objects.add_parser(sub)
     mount = sub.add_parser("mount", help="mount buckets (or BUCKET[/PREFIX]) as a POSIX file system (FUSE)")
     mount.set_defaults(func=_fuse("cmd_mount"))
     umount = sub.add_parser("umount", help="unmount an `epochfs mount`")

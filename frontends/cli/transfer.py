@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from epochfs.common import errors
@@ -41,7 +42,7 @@ class TransferError(Exception):
     """A problem worth one line to the user (no traceback)."""
 
 
-def _remote(path: str) -> tuple[str, str] | None:
+def remote_path(path: str) -> tuple[str, str] | None:
     for scheme in REMOTE:
         if path.startswith(scheme):
             bucket, _, key = path[len(scheme):].partition("/")
@@ -183,7 +184,7 @@ async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool, ba
     """Copy src to dst (one side local, one remote); returns (files copied, files skipped as unchanged). Uploads go
     straight to the DataNodes when they can be reached (`direct`; common/directwrite.py), else through the gateway;
     `stats` gets the count of each ("direct", "gateway")."""
-    rs, rd = _remote(src), _remote(dst)
+    rs, rd = remote_path(src), remote_path(dst)
     if (rs is None) == (rd is None):
         raise TransferError("one of SRC and DST must be local and the other epochfs://bucket/... or s3://bucket/...")
     async with S3Client(max_connections=jobs, direct_writes=direct) as c:
@@ -250,7 +251,7 @@ def cmd_transfer(args) -> int:
         copied, skipped = asyncio.run(transfer(args.src, args.dst, sync=args.cmd == "sync", jobs=args.jobs,
                                                quiet=args.quiet, batch=not args.no_batch, direct=not args.no_direct,
                                                stats=stats))
-    except (TransferError, errors.DomainError, OSError) as e:
+    except (TransferError, errors.DomainError, OSError, httpx.HTTPError) as e:  # (httpx: no gateway there)
         print(f"epochfs {args.cmd}: {e}", file=sys.stderr)
         return 1
     up = stats.get("direct", 0) + stats.get("gateway", 0)

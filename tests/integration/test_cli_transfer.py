@@ -82,3 +82,46 @@ def test_clear_errors(epochfs, bucket, tmp_path):
     (tmp_path / "f").write_text("x")
     p = epochfs("cp", str(tmp_path / "f"), "epochfs://no-such-bucket-cli/f", ok=False)
     assert "NoSuchBucket" in p.stderr or "does not exist" in p.stderr
+
+
+def test_ls_rm_mb_rb_print_as_aws_s3_does(cluster, epochfs, tmp_path):
+    """`epochfs ls` prints what `aws s3 ls` prints for the same bucket (its oracle, against the same gateway);
+    rm, mb and rb do what they say, and refuse what would surprise."""
+    bucket = f"t-ls-{os.urandom(4).hex()}"
+    assert epochfs("mb", f"epochfs://{bucket}").stdout == f"make_bucket: {bucket}\n"
+    src = tmp_path / "src"
+    (src / "a" / "b").mkdir(parents=True)
+    (src / "a" / "b" / "c.txt").write_text("hi")
+    (src / "a" / "big.bin").write_bytes(os.urandom(3 << 20))
+    (src / "top.txt").write_text("x")
+    epochfs("cp", "-q", str(src), f"epochfs://{bucket}/set")
+    aws_env = {**os.environ, "AWS_ENDPOINT_URL": cluster.endpoint, "AWS_ACCESS_KEY_ID": MAIN[0],
+               "AWS_SECRET_ACCESS_KEY": MAIN[1], "AWS_DEFAULT_REGION": "us-east-1", "TZ": "UTC"}
+
+    def aws_ls(*args: str) -> str:
+        return subprocess.run(["aws", "s3", "ls", *args], env=aws_env, capture_output=True, text=True,
+                              timeout=120, check=True).stdout
+
+    assert bucket in epochfs("ls").stdout.split()
+    pairs = [([f"epochfs://{bucket}"], [f"s3://{bucket}"]), ([f"epochfs://{bucket}/set/"], [f"s3://{bucket}/set/"]),
+             ([f"epochfs://{bucket}/set"], [f"s3://{bucket}/set"]),
+             (["-r", f"epochfs://{bucket}"], ["--recursive", f"s3://{bucket}"])]
+    for ours, theirs in pairs:
+        expected = aws_ls(*theirs)
+        assert expected and epochfs("ls", *ours).stdout == expected, ours
+    assert "PRE a/" in epochfs("ls", f"epochfs://{bucket}/set/").stdout
+    assert "3.0 MiB set/a/big.bin" in epochfs("ls", "-r", "-H", f"epochfs://{bucket}").stdout
+
+    # rm: one object; a folder only with -r; a missing object is an error, as rm of a missing file
+    assert epochfs("rm", f"epochfs://{bucket}/set/top.txt").stdout == f"delete: epochfs://{bucket}/set/top.txt\n"
+    assert "no such object" in epochfs("rm", f"epochfs://{bucket}/set/top.txt", ok=False).stderr
+    assert "a folder; give -r" in epochfs("rm", f"epochfs://{bucket}/set/a", ok=False).stderr
+    assert "deleted 2 objects" in epochfs("rm", "-r", f"epochfs://{bucket}/set/a").stdout
+    assert epochfs("ls", "-r", f"epochfs://{bucket}").stdout == ""
+    # rb: an empty bucket; one with objects only with --force
+    epochfs("cp", "-q", str(src), f"epochfs://{bucket}/again")
+    assert "not empty" in epochfs("rb", f"epochfs://{bucket}", ok=False).stderr
+    assert "remove_bucket" in epochfs("rb", "--force", f"epochfs://{bucket}").stdout
+    assert "no such bucket" in epochfs("ls", f"epochfs://{bucket}", ok=False).stderr
+    p = epochfs("ls", str(tmp_path), ok=False)
+    assert "not a bucket path" in p.stderr and "Traceback" not in p.stderr
