@@ -338,7 +338,7 @@ class Writes:
         self.queued_bytes = 0
         self._more = trio.Event()
         self._creators = 0
-        self._inos: Iterator[int] | None = None
+        self._inos: dict[str, Iterator[int]] = {}  # write-back: inode numbers reserved, per bucket
         self._reserving = trio.Lock()
         self._direct_after = 0.0  # monotonic: streams go through the gateway until then (DataNodes unreachable)
         self.slabs = Slabs()  # the fronts' (front.py)
@@ -372,13 +372,13 @@ class Writes:
         return None if ino is None else self.made_here.get(ino)
 
     async def next_ino(self, bucket: str) -> int:
+        """An inode number for a file made in `bucket`, from numbers reserved there: a bucket that can't take the
+        mount's writes (one that encrypts new objects) refuses the reservation, so the create fails at once."""
         async with self._reserving:
-            if not self._inos:
-                self._inos = iter(await self.c.fs_reserve_inodes(bucket, INO_RESERVE))
-            ino = next(self._inos, None)
-            if ino is None:  # used up meanwhile
-                self._inos = iter(await self.c.fs_reserve_inodes(bucket, INO_RESERVE))
-                ino = next(self._inos)
+            ino = next(self._inos.get(bucket, iter(())), None)
+            if ino is None:  # none reserved yet, or used up
+                self._inos[bucket] = iter(await self.c.fs_reserve_inodes(bucket, INO_RESERVE))
+                ino = next(self._inos[bucket])
             return ino
 
     def make(self, ino: int, parent: int, name: str, attr: dict) -> Writer:
@@ -462,9 +462,10 @@ class Writes:
                                       gid=a["gid"], at=a["at"], mt=w.mtime_ns, size=size, ct=a["ct"],
                                       dt=w.made_at),
                               os.pread(w.fd, size, 0) if size else b""))
+            bucket = self._bucket(batch[0].attr["ino"])
             for wait in (*CREATE_RETRY_S, None):
                 try:
-                    res = await self.c.fs_create_files(self._bucket(batch[0].attr["ino"]), files)
+                    res = await self.c.fs_create_files(bucket, files)
                     break
                 except errors.Unavailable as e:  # no answer (it may have been made): the same batch again; the
                     if wait is None:             # NameNode answers files it made already as it did the first time
@@ -494,6 +495,8 @@ class Writes:
                 w.new, w.queued = None, False
                 if isinstance(r, errors.DomainError):
                     log.error("inode %s (%r): not saved: %s", ino, f.name, r)
+                    if isinstance(r, errors.EncryptedObject):  # encrypting since the reservation: the next create
+                        self._inos.pop(bucket, None)  # asks again, and is refused at once
                     w.error, w.dirty = r, False
                 elif w.bare:  # made empty: the content stays to be written (streamed) as a new file's
                     w._rebase(r["etag"], [], {}, CLEAN, r.pop("bs"))

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import stat
 from typing import Union
 
 import msgspec
@@ -123,6 +124,23 @@ async def _visible_buckets(ctx, req, entries: list[m.DirEntry]) -> list[m.DirEnt
     return out
 
 
+def _writes_content(op) -> bool:
+    """Whether `op` starts or is part of writing a file's bytes through the mount: a regular file made, a size
+    set (O_TRUNC, truncate), the layout a writer starts from, inode numbers for write-back creates."""
+    t = type(op)
+    return t is m.FsMknod and stat.S_ISREG(op.mode) or t is m.FsSetattr and op.fields.size is not None \
+        or t in (m.FsLayout, m.FsReserveInodes)
+
+
+def _encrypting(bucket: str) -> errors.EncryptedObject:
+    """The mount's writer stores plaintext blocks, and a bucket that encrypts new objects takes none: refused where
+    the write begins (open, truncate, the first write), so the caller sees EACCES there, before anything is changed.
+    Refused only at the commit (fs_write), `echo new > file` had emptied the file (O_TRUNC) and lost the new bytes
+    with an error at close that the shell ignores."""
+    return errors.EncryptedObject(f"bucket {bucket} encrypts new objects server-side: the mount can't write its "
+                                  "files (write them through S3)")
+
+
 @extension("POST", "fs")
 async def fs_op(ctx, req):
     try:
@@ -139,6 +157,8 @@ async def fs_op(ctx, req):
         bi = None
         if req.bucket is not None:
             bi = await _bucket_ino(ctx, req, "read" if type(op) in READ_OPS else "write")
+            if _writes_content(op) and (await ctx.bucket(req.bucket)).encryption is not None:
+                raise _encrypting(req.bucket)
         # the scope is the gateway's to set, and so are the bucket charged for a change of its usage and the owner of
         # reserved inode numbers (the caller's access key); a stale read keeps the caller's log position (from
         # msync: read-your-writes; one made up only sends that caller's reads to the active NameNode)
@@ -273,7 +293,7 @@ async def fs_create_files(ctx, req, bi: int):
     if 4 + n + total != length:
         raise errors.InvalidInput(f"the file sizes add up to {total} bytes, the body holds {length - 4 - n}")
     if (await ctx.bucket(req.bucket)).encryption is not None:
-        raise errors.EncryptedObject(f"bucket {req.bucket} encrypts new objects server-side: write them through S3")
+        raise _encrypting(req.bucket)
     data = memoryview(await body.read(total))
     bs = await ctx.cluster.block_size(req.bucket)
     hashed = await asyncio.to_thread(_hash_files, items, data, bs)
@@ -362,9 +382,8 @@ async def fs_write(ctx, req):
         raise errors.InvalidInput("PUT /_epochfs/fs/<bucket>?ino=N: the bucket is missing")
     try:
         bi = await _bucket_ino(ctx, req, "write")
-        if (await ctx.bucket(req.bucket)).encryption is not None:  # the mount's writer stores plaintext blocks
-            raise errors.EncryptedObject(f"bucket {req.bucket} encrypts new objects server-side: write them "
-                                         "through S3")
+        if (await ctx.bucket(req.bucket)).encryption is not None:
+            raise _encrypting(req.bucket)
     except (S3Error, errors.PermissionDenied):
         await _discard(req.receive, 1 << 20)
         raise

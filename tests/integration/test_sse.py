@@ -359,22 +359,33 @@ def test_mount_reads_through_the_gateway_and_refuses_writes(cluster, s3, bucket,
         finally:
             m.close()
     assert s3.get_object(Bucket=bucket, Key="big")["Body"].read() == big
-    # a bucket that encrypts new objects by default takes no new file from the mount (it would be plaintext)
+    # a bucket that encrypts new objects by default takes no file content from the mount (it would be plaintext):
+    # refused where the write begins (the create, O_TRUNC, truncate, the first write), so nothing is emptied or
+    # half-written; a file kept unchanged, a new one never made, in both create modes
+    s3.put_object(Bucket=bucket, Key="plain", Body=b"kept as it was")
     s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": [
         {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]})
-    m = Mount(cluster, bucket, tmp_path / "mnt-enc", "--attr-timeout", "0.5", "--cache-dir", str(tmp_path / "c3"),
-              log=tmp_path / "mount-enc.log")
-    try:
-        with pytest.raises(OSError) as e:
-            with open(m.path / "new.txt", "wb") as f:
-                f.write(b"would be stored in the clear")
-        assert e.value.errno == errno.EACCES
-    finally:
-        m.close()
-    try:  # the create may have left an empty file; the bytes were not stored
-        assert s3.get_object(Bucket=bucket, Key="new.txt")["Body"].read() == b""
-    except ClientError as e:
-        assert e.response["Error"]["Code"] == "NoSuchKey"
+    for extra in ((), ("--writeback",)):
+        m = Mount(cluster, bucket, tmp_path / f"mnt-enc{len(extra)}", *extra, "--attr-timeout", "0.5",
+                  "--cache-dir", str(tmp_path / f"c-enc{len(extra)}"), log=tmp_path / f"mount-enc{len(extra)}.log")
+        try:
+            def write(name: str, mode: str) -> None:
+                with open(m.path / name, mode, buffering=0) as f:
+                    f.write(b" and more")
+            for attempt in (lambda: write("new.txt", "wb"), lambda: write("plain", "wb"),  # O_CREAT, O_TRUNC
+                            lambda: os.truncate(m.path / "plain", 3), lambda: write("plain", "ab")):
+                with pytest.raises(OSError) as e:
+                    attempt()
+                assert e.value.errno == errno.EACCES, attempt
+            assert (m.path / "plain").read_bytes() == b"kept as it was"
+            (m.path / "dir").mkdir(exist_ok=True)  # what holds no file content still works
+            os.chmod(m.path / "plain", 0o600)
+        finally:
+            m.close()
+        assert s3.get_object(Bucket=bucket, Key="plain")["Body"].read() == b"kept as it was"
+        with pytest.raises(ClientError) as e:
+            s3.head_object(Bucket=bucket, Key="new.txt")
+        assert e.value.response["Error"]["Code"] == "404"
 
 
 # ---------------------------------------------------------------- moto as an oracle
