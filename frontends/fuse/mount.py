@@ -88,6 +88,9 @@ def cmd_mount(args) -> int:
     if not os.path.isdir(mp):
         print(f"epochfs mount: {mp} is not a directory", file=sys.stderr)
         return 2
+    if os.path.ismount(mp):  # FUSE would stack a second mount over it, hiding the first: a slip, not a wish
+        print(f"epochfs mount: {mp} is a mount point already (epochfs umount {mp} first)", file=sys.stderr)
+        return 2
     if not args.foreground:
         return _mount_background(mp)
     setup_logging("warning")

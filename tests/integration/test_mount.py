@@ -272,6 +272,8 @@ def test_daemon_mount_and_umount(cluster, bucket, s3, tmp_path):
                              text=True).stderr
         log = Path(re.search(r"log (\S+\.log)\)", out).group(1))
         assert log.exists() and (mp / "k").read_bytes() == b"v"
+        again = subprocess.run([*cli, "mount", bucket, str(mp)], env=env, timeout=60, capture_output=True, text=True)
+        assert again.returncode == 2 and "a mount point already" in again.stderr  # not a second mount over it
         subprocess.run([*cli, "umount", str(mp)], check=True, timeout=30)
         assert not os.path.ismount(mp)
         deadline = time.monotonic() + 15
