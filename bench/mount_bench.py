@@ -113,7 +113,7 @@ def settle(pid: int, quiet: float = 0.05, timeout: float = 180.0) -> float:
 
 
 def start_cluster(root: Path) -> tuple[subprocess.Popen, dict]:
-    port = ports.free_block()
+    port = ports.free_block(20)  # `epochfs up` uses the port and the 15 after it
     p = subprocess.Popen([sys.executable, "-m", "epochfs.frontends.cli.main", "up", "--data-dir", str(root / "data"),
                           "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     for line in p.stdout:
