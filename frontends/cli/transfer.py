@@ -180,23 +180,25 @@ async def _download_batch(c: S3Client, bucket: str, key: str, root: Path, batch:
 
 
 async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool, batch: bool = True,
-                   direct: bool = True, stats: dict | None = None) -> tuple[int, int]:
-    """Copy src to dst (one side local, one remote); returns (files copied, files skipped as unchanged). Uploads go
-    straight to the DataNodes when they can be reached (`direct`; common/directwrite.py), else through the gateway;
-    `stats` gets the count of each ("direct", "gateway")."""
+                   direct: bool = True, delete: bool = False, stats: dict | None = None) -> tuple[int, int, int]:
+    """Copy src to dst (one side local, one remote); returns (files copied, files skipped as unchanged, files
+    deleted). Uploads go straight to the DataNodes when they can be reached (`direct`; common/directwrite.py), else
+    through the gateway; `stats` gets the count of each ("direct", "gateway"). `delete` (sync): files below dst that
+    src does not have are deleted, once every copy succeeded."""
     rs, rd = remote_path(src), remote_path(dst)
     if (rs is None) == (rd is None):
         raise TransferError("one of SRC and DST must be local and the other epochfs://bucket/... or s3://bucket/...")
     async with S3Client(max_connections=jobs, direct_writes=direct) as c:
         try:
-            return await _transfer(c, src, dst, rs, rd, sync=sync, jobs=jobs, quiet=quiet, batch=batch)
+            return await _transfer(c, src, dst, rs, rd, sync=sync, jobs=jobs, quiet=quiet, batch=batch,
+                                   delete=delete)
         finally:
             if stats is not None:
                 stats.update(direct=c.direct_writes, gateway=c.gateway_writes)
 
 
 async def _transfer(c: S3Client, src: str, dst: str, rs, rd, *, sync: bool, jobs: int, quiet: bool,
-                    batch: bool) -> tuple[int, int]:
+                    batch: bool, delete: bool) -> tuple[int, int, int]:
     if rs is None:
         root = Path(src)
         if not root.exists():
@@ -208,6 +210,8 @@ async def _transfer(c: S3Client, src: str, dst: str, rs, rd, *, sync: bool, jobs
         if not todo:
             raise TransferError(f"{src}: no such object or prefix")
         other = _local_tree(root) if sync and root.exists() else {}
+    if delete and "" in todo:  # one file: what "below dst" would mean is not the user's to guess
+        raise TransferError("--delete syncs a folder with a prefix (and back); SRC is a single file")
     work = [e for e in todo.values() if not sync or _changed(e, other.get(e.rel))]
     skipped = len(todo) - len(work)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
@@ -241,22 +245,31 @@ async def _transfer(c: S3Client, src: str, dst: str, rs, rd, *, sync: bool, jobs
     failed = [(e, r) for e, r in zip(work, results) if isinstance(r, BaseException)]
     if failed:
         e, r = failed[0]
-        raise TransferError(f"{len(failed)} of {len(work)} files failed; first: {e.rel or src}: {r}")
-    return len(work), skipped
+        raise TransferError(f"{len(failed)} of {len(work)} files failed; first: {e.rel or src}"
+                            f": {r}" + ("; nothing deleted" if delete else ""))
+    extra = sorted(rel for rel in other if rel and rel not in todo) if delete else []
+    if extra and rs is None:  # objects below the destination prefix that the folder does not have
+        failed_del = await c.delete_many(rd[0], [_join(rd[1], rel) for rel in extra])
+        if failed_del:
+            k, err = next(iter(failed_del.items()))
+            raise TransferError(f"{len(failed_del)} of {len(extra)} deletes failed; first: {k}: {err}")
+    for rel in extra if rs is not None else ():  # local files the prefix does not have
+        (root / rel).unlink(missing_ok=True)
+    return len(work), skipped, len(extra)
 
 
 def cmd_transfer(args) -> int:
     stats: dict = {}
     try:
-        copied, skipped = asyncio.run(transfer(args.src, args.dst, sync=args.cmd == "sync", jobs=args.jobs,
-                                               quiet=args.quiet, batch=not args.no_batch, direct=not args.no_direct,
-                                               stats=stats))
+        copied, skipped, deleted = asyncio.run(transfer(
+            args.src, args.dst, sync=args.cmd == "sync", jobs=args.jobs, quiet=args.quiet, batch=not args.no_batch,
+            direct=not args.no_direct, delete=getattr(args, "delete", False), stats=stats))
     except (TransferError, errors.DomainError, OSError, httpx.HTTPError) as e:  # (httpx: no gateway there)
         print(f"epochfs {args.cmd}: {e}", file=sys.stderr)
         return 1
     up = stats.get("direct", 0) + stats.get("gateway", 0)
-    print(f"{copied} copied, {skipped} unchanged" + (f" ({stats['direct']} of {up} uploads straight to the "
-                                                      "DataNodes)" if up else ""), file=sys.stderr)
+    print(f"{copied} copied, {skipped} unchanged" + (f", {deleted} deleted" if deleted else "")
+          + (f" ({stats['direct']} of {up} uploads straight to the DataNodes)" if up else ""), file=sys.stderr)
     return 0
 
 
@@ -276,4 +289,7 @@ def add_parser(sub) -> None:
         p.add_argument("--no-direct", action="store_true",
                        help="upload through the gateway only (by default blocks go straight to the DataNodes when "
                             "they can be reached)")
+        if name == "sync":
+            p.add_argument("--delete", action="store_true",
+                           help="also delete files below DST that SRC does not have (after every copy succeeded)")
         p.set_defaults(func=cmd_transfer)

@@ -125,3 +125,35 @@ def test_ls_rm_mb_rb_print_as_aws_s3_does(cluster, epochfs, tmp_path):
     assert "no such bucket" in epochfs("ls", f"epochfs://{bucket}", ok=False).stderr
     p = epochfs("ls", str(tmp_path), ok=False)
     assert "not a bucket path" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_sync_delete_mirrors_a_folder_both_ways(epochfs, bucket, s3, tmp_path):
+    """`sync --delete` makes the destination hold what the source holds: objects (or files) the source lacks go,
+    only below the destination, and only once every copy succeeded; a single file refuses it."""
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    for name in ("a", "b", "d/c"):
+        (src / name).write_text(name)
+    s3.put_object(Bucket=bucket, Key="beside/x", Body=b"not below the destination")
+    epochfs("sync", str(src), f"epochfs://{bucket}/set")
+    (src / "b").unlink()
+    (src / "d" / "c").unlink()
+    (src / "new").write_text("new")
+    out = epochfs("sync", "--delete", str(src), f"epochfs://{bucket}/set").stderr
+    assert "1 copied, 1 unchanged, 2 deleted" in out, out
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
+    assert keys == {"set/a", "set/new", "beside/x"}
+    # back down into a folder holding a file the prefix does not have
+    down = tmp_path / "down"
+    down.mkdir()
+    (down / "stale").write_text("stale")
+    out = epochfs("sync", "--delete", f"epochfs://{bucket}/set", str(down)).stderr
+    assert "2 copied, 0 unchanged, 1 deleted" in out, out
+    assert sorted(p.name for p in down.iterdir()) == ["a", "new"]
+    # without --delete nothing goes; a single file can't mean "below"
+    (src / "a").unlink()
+    assert "0 copied, 1 unchanged" in epochfs("sync", str(src), f"epochfs://{bucket}/set").stderr
+    assert "set/a" in {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
+    p = epochfs("sync", "--delete", str(src / "new"), f"epochfs://{bucket}/set/", ok=False)
+    assert "single file" in p.stderr
+    assert {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]} == {"set/a", "set/new", "beside/x"}
