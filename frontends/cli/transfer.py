@@ -189,6 +189,12 @@ async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool, ba
     if (rs is None) == (rd is None):
         raise TransferError("one of SRC and DST must be local and the other epochfs://bucket/... or s3://bucket/...")
     async with S3Client(max_connections=jobs, direct_writes=direct) as c:
+        bucket = (rd or rs)[0]
+        try:
+            await c.head_bucket(bucket)
+        except errors.NoSuchBucket:
+            hint = f" (epochfs mb epochfs://{bucket} makes it)" if rd else ""
+            raise TransferError(f"epochfs://{bucket}: no such bucket{hint}") from None
         try:
             return await _transfer(c, src, dst, rs, rd, sync=sync, jobs=jobs, quiet=quiet, batch=batch,
                                    delete=delete)

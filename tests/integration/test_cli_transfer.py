@@ -81,7 +81,9 @@ def test_clear_errors(epochfs, bucket, tmp_path):
     assert "one of SRC and DST must be local" in p.stderr
     (tmp_path / "f").write_text("x")
     p = epochfs("cp", str(tmp_path / "f"), "epochfs://no-such-bucket-cli/f", ok=False)
-    assert "NoSuchBucket" in p.stderr or "does not exist" in p.stderr
+    assert "epochfs://no-such-bucket-cli: no such bucket (epochfs mb epochfs://no-such-bucket-cli makes it)" in p.stderr
+    p = epochfs("cp", "epochfs://no-such-bucket-cli/f", str(tmp_path / "g"), ok=False)
+    assert "epochfs://no-such-bucket-cli: no such bucket" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_ls_rm_mb_rb_print_as_aws_s3_does(cluster, epochfs, tmp_path):
