@@ -251,6 +251,19 @@ def test_error_request_id_is_logged(cluster):
     assert lines and "level=info" in lines[0] and "code=" in lines[0] and "status=" in lines[0]
 
 
+def _row(table: str, name: str) -> list[str]:
+    """The cells of the row named `name` in a table as rich draws it, a cell folded over several lines joined."""
+    lines = table.splitlines()
+    i = next(n for n, ln in enumerate(lines) if ln.startswith(f"│ {name} "))
+    cells = [c.strip() for c in lines[i].split("│")[1:-1]]
+    for ln in lines[i + 1:]:
+        more = [c.strip() for c in ln.split("│")[1:-1]]
+        if not more or more[0]:  # a border, or the next row
+            break
+        cells = [f"{a} {b}".strip() for a, b in zip(cells, more)]
+    return cells
+
+
 def test_cli_admin_tables(cluster):
     env = {**os.environ, "AWS_ENDPOINT_URL": cluster.endpoint, "AWS_ACCESS_KEY_ID": MAIN[0],
            "AWS_SECRET_ACCESS_KEY": MAIN[1], "COLUMNS": "200"}
@@ -275,8 +288,9 @@ def test_cli_admin_tables(cluster):
     env["COLUMNS"] = "80"
     listed = cli("buckets")
     assert max(map(len, listed.splitlines())) <= 80
-    row = next(ln for ln in listed.splitlines() if b in ln)
-    assert re.search(rf"│ {b} +│ \S+ +│ 0 B +│ 0 +│ [\d.]+ MiB x\d async +│ 1 tag", row), listed
+    cells = _row(listed, b)  # (a cell of the last two columns may fold onto the row's next lines)
+    assert cells[:4] == [b, MAIN[2][:12], "0 B", "0"] and re.fullmatch(r"[\d.]+ MiB x3 async", cells[4]) \
+        and cells[5] == "1 tag", listed
     addrs = re.findall(r"127\.0\.0\.1:(\d+)", cli("nodes"))
     assert {cluster.ports[f"dn{i}"][1] for i in (1, 2, 3)} <= set(map(int, addrs))
     shown = cli("buckets", "show", b)

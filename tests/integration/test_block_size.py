@@ -146,5 +146,5 @@ def test_admin_api_creates_with_and_changes_the_block_size(cluster, s3, admin):
            "AWS_SECRET_ACCESS_KEY": MAIN[1], "COLUMNS": "250"}
     out = subprocess.run([sys.executable, "-m", "epochfs.frontends.cli.main", "admin", "buckets"], env=env,
                          capture_output=True, text=True, timeout=60, check=True).stdout
-    assert "block size" in out
+    assert "block, replicas, writes" in out
     assert "2.0 MiB" in next(line for line in out.splitlines() if name in line)

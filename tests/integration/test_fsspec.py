@@ -270,7 +270,9 @@ def test_stale_reads_msync_and_see_their_own_writes(env, bucket):
     first stale read and after each of its writes (msync), and fs.msync() gives it; listings see every write."""
     fs = fsspec.filesystem("epochfs", skip_instance_cache=True, stale_reads=True)
     first = fs.msync()
-    assert first > 0 and fs.msync() == first  # nothing written meanwhile
+    # the position never goes back (the shared cluster's background commands, a GC of blocks freed by an earlier
+    # test's deletes, may move it on meanwhile)
+    assert first > 0 and fs.msync() >= first
     for i in range(3):
         fs.pipe(f"{bucket}/ryw/{i}.bin", b"x" * i)
         assert fs.find(f"{bucket}/ryw") == [f"{bucket}/ryw/{j}.bin" for j in range(i + 1)]
