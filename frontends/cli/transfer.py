@@ -195,12 +195,44 @@ async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool, ba
         except errors.NoSuchBucket:
             hint = f" (epochfs mb epochfs://{bucket} makes it)" if rd else ""
             raise TransferError(f"epochfs://{bucket}: no such bucket{hint}") from None
+        if "-" in (src, dst):
+            if sync:
+                raise TransferError("sync copies folders; `-` (standard input or output) goes with cp")
+            await (_from_stdin(c, *rd) if src == "-" else _to_stdout(c, *rs))
+            return 1, 0, 0
         try:
             return await _transfer(c, src, dst, rs, rd, sync=sync, jobs=jobs, quiet=quiet, batch=batch,
                                    delete=delete)
         finally:
             if stats is not None:
                 stats.update(direct=c.direct_writes, gateway=c.gateway_writes)
+
+
+async def _from_stdin(c: S3Client, bucket: str, key: str) -> None:
+    """`epochfs cp - epochfs://bucket/key`: standard input becomes the object, which appears once it is whole."""
+    if not key or key.endswith("/"):
+        raise TransferError("cp from standard input needs the object's full key (epochfs://bucket/key)")
+    w = c.writer(bucket, key)
+    try:
+        while chunk := await asyncio.to_thread(sys.stdin.buffer.read, c.part_size):
+            await w.write(chunk)
+        await w.finish()
+    except BaseException:
+        await w.abort()
+        raise
+
+
+async def _to_stdout(c: S3Client, bucket: str, key: str) -> None:
+    """`epochfs cp epochfs://bucket/key -`: the object onto standard output (as `aws s3 cp ... -` does)."""
+    if not key or key.endswith("/"):
+        raise TransferError("cp to standard output takes one object (epochfs://bucket/key)")
+    try:
+        info = await c.head(bucket, key)
+    except errors.NotFound:  # (a HEAD's 404 has no body to say more)
+        raise TransferError(f"epochfs://{bucket}/{key}: no such object") from None
+    out = sys.stdout.buffer
+    await c.download(bucket, key, out.write, size=info.size)
+    out.flush()
 
 
 async def _transfer(c: S3Client, src: str, dst: str, rs, rd, *, sync: bool, jobs: int, quiet: bool,
@@ -273,6 +305,8 @@ def cmd_transfer(args) -> int:
     except (TransferError, errors.DomainError, OSError, httpx.HTTPError) as e:  # (httpx: no gateway there)
         print(f"epochfs {args.cmd}: {e}", file=sys.stderr)
         return 1
+    if "-" in (args.src, args.dst):
+        return 0  # the bytes went through a pipe: nothing else to say on it
     up = stats.get("direct", 0) + stats.get("gateway", 0)
     print(f"{copied} copied, {skipped} unchanged" + (f", {deleted} deleted" if deleted else "")
           + (f" ({stats['direct']} of {up} uploads straight to the DataNodes)" if up else ""), file=sys.stderr)
@@ -284,8 +318,9 @@ def add_parser(sub) -> None:
                         ("sync", "copy only new and changed files (size, then mtime) to or from a bucket")):
         p = sub.add_parser(name, help=help_, description=help_ + ". A remote path is epochfs://bucket/prefix or "
                            "s3://bucket/prefix, anything else a local file or folder; a folder is copied whole.")
-        p.add_argument("src", help="a local file or folder, or epochfs://bucket/prefix")
-        p.add_argument("dst", help="where it goes: epochfs://bucket/prefix, or a local path")
+        p.add_argument("src", help="a local file or folder, or epochfs://bucket/prefix (cp: - is standard input)")
+        p.add_argument("dst", help="where it goes: epochfs://bucket/prefix, or a local path (cp: - is standard "
+                                   "output)")
         # as `cp -r`, `aws s3 cp --recursive` and `gsutil cp -r` are typed: a folder is copied whole either way
         p.add_argument("-r", "--recursive", action="store_true", help="accepted; folders are always copied whole")
         p.add_argument("-j", "--jobs", type=int, default=16, help="parallel transfers (default 16)")

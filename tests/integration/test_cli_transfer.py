@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -159,3 +160,23 @@ def test_sync_delete_mirrors_a_folder_both_ways(epochfs, bucket, s3, tmp_path):
     p = epochfs("sync", "--delete", str(src / "new"), f"epochfs://{bucket}/set/", ok=False)
     assert "single file" in p.stderr
     assert {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]} == {"set/a", "set/new", "beside/x"}
+
+
+def test_cp_through_standard_input_and_output(cluster, epochfs, bucket, s3):
+    """`-` is standard input (upload) or output (download) for cp, as for `aws s3 cp`: bytes through a pipe, whole,
+    multipart when large, and nothing but the bytes on standard output."""
+    env = {**os.environ, "AWS_ENDPOINT_URL": cluster.endpoint, "AWS_ACCESS_KEY_ID": MAIN[0],
+           "AWS_SECRET_ACCESS_KEY": MAIN[1]}
+    cli = [sys.executable, "-m", "epochfs.frontends.cli.main", "cp"]
+    for key, data in (("small", b"piped\n"), ("large", os.urandom(19 << 20))):  # large: three 8 MiB parts
+        subprocess.run([*cli, "-", f"epochfs://{bucket}/{key}"], input=data, env=env, check=True, timeout=120,
+                       capture_output=True)
+        assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == data
+        out = subprocess.run([*cli, f"epochfs://{bucket}/{key}", "-"], env=env, check=True, timeout=120,
+                             capture_output=True)
+        assert out.stdout == data
+    assert re.fullmatch(r'"[0-9a-f]{32}-\d+"', s3.head_object(Bucket=bucket, Key="large")["ETag"])  # multipart
+    assert "full key" in epochfs("cp", "-", f"epochfs://{bucket}/dir/", ok=False).stderr
+    p = epochfs("cp", f"epochfs://{bucket}/nope", "-", ok=False)
+    assert p.stdout == "" and p.stderr == f"epochfs cp: epochfs://{bucket}/nope: no such object\n"
+    assert "goes with cp" in epochfs("sync", "-", f"epochfs://{bucket}/x", ok=False).stderr
