@@ -288,8 +288,14 @@ class EtcdJournal(Journal):
                     cur = await self.etcd.get(self.k_leader)
                     if cur is None:
                         log.info("%s: no leader; campaigning at seq %d", self.name, self.meta.seq)
-                        if await self._catch_up_locked() and \
-                                await self.etcd.create(self.k_leader, self.me, self.lease):
+                        # with the lease held before the awaits: one found gone meanwhile (a member that had not
+                        # applied its grant yet answered LeaseNotFound to another call) left self.lease 0, and a
+                        # create with it made a leader key under no lease, which never expires: every NameNode,
+                        # this one too (not _ours), followed it for good (a clean-clone suite run of
+                        # test_ha_etcd_members, no leader for 40 s after quorum came back)
+                        lease = self.lease
+                        if await self._catch_up_locked() and lease and self.lease == lease and \
+                                await self.etcd.create(self.k_leader, self.me, lease):
                             await self._lead()
                         continue
                     if self._ours(cur):  # our create committed, its answer never came (an etcd call that timed out):
