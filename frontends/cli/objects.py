@@ -32,26 +32,21 @@ def _bucket_of(path: str) -> tuple[str, str]:
     return where
 
 
-async def ls(path: str | None, *, recursive: bool, human: bool, out=sys.stdout) -> int:
-    """Print the buckets (no path), or the objects and folders below `path`; the number of lines printed."""
-    n = 0
+async def ls(path: str | None, *, recursive: bool, human: bool, out=sys.stdout) -> None:
+    """Print the buckets (no path), or the objects and folders below `path`."""
     size = human_size if human else str
     async with S3Client() as c:
         if path is None:
             for b in await c.list_buckets():
                 print(b, file=out)
-                n += 1
-            return n
+            return
         bucket, prefix = _bucket_of(path)
         base = "" if recursive else prefix[:prefix.rfind("/") + 1]  # names print below the prefix's folder
         async for page in c.list_pages(bucket, prefix, "" if recursive else "/"):
             for p in page.prefixes:
                 print(f"{'PRE':>30} {p[len(base):]}", file=out)
-                n += 1
             for o in page.objects:
                 print(f"{_when(o.last_modified)} {size(o.size):>10} {o.key[len(base):]}", file=out)
-                n += 1
-    return n
 
 
 async def rm(path: str, *, recursive: bool, out=sys.stdout) -> int:
