@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import calendar
 import os
+import stat
 import sys
 import time
 from contextlib import contextmanager
@@ -52,18 +53,65 @@ def remote_path(path: str) -> tuple[str, str] | None:
     return None
 
 
-def _local_tree(root: Path) -> dict[str, Entry]:
-    if root.is_file():
-        st = root.stat()
-        return {"": Entry("", st.st_size, st.st_mtime)}
+class Notes:
+    """What a copy left out (`skipped`: not a regular file) or could not copy (`failed`), a line each ("path: why"),
+    said on stderr as they are found, as `aws s3 cp` does: one such file never stops the others."""
+
+    def __init__(self, say: bool = True) -> None:
+        self.say = say  # False: only counted (the destination side of a download)
+        self.skipped: list[str] = []
+        self.failed: list[str] = []
+
+    def skip(self, path, why: str) -> None:
+        self.skipped.append(f"{path}: {why}")
+        if self.say:
+            print(f"warning: skipping {path}: {why}", file=sys.stderr)
+
+    def fail(self, path, why) -> None:
+        self.failed.append(f"{path}: {why}")
+        if self.say and len(self.failed) <= MAX_FAILURES_SAID:
+            print(f"failed: {path}: {why}", file=sys.stderr)
+
+
+MAX_FAILURES_SAID = 20  # failed files named one by one on stderr; the summary counts them all
+
+
+def _local_tree(root: Path, notes: Notes) -> dict[str, Entry]:
+    """The regular files below `root` (or `root` itself, rel ""), links followed. Left out, and noted: what is no
+    regular file (a FIFO, whose read would wait forever, a socket, a device), a dangling or looping link, a folder
+    that can't be listed, and a name that is no UTF-8 (no key can hold it)."""
+    if not root.is_dir():
+        e = _entry(root, "", notes)
+        return {"": e} if e else {}
     out = {}
-    for dirpath, _, files in os.walk(root):
+    for dirpath, _, files in os.walk(root, onerror=lambda err: notes.fail(err.filename, err.strerror)):
         for f in files:
             p = Path(dirpath) / f
-            st = p.stat()
             rel = p.relative_to(root).as_posix()
-            out[rel] = Entry(rel, st.st_size, st.st_mtime)
+            e = _entry(p, rel, notes)
+            if e:
+                out[rel] = e
     return out
+
+
+def _entry(p: Path, rel: str, notes: Notes) -> Entry | None:
+    try:
+        (rel or p.name).encode()  # what goes into the key
+    except UnicodeEncodeError:
+        notes.fail(p, "the name is not UTF-8, which an object key must be")
+        return None
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        notes.skip(p, "no such file (a link to nothing?)")
+        return None
+    except OSError as e:  # ELOOP (a link loop), EACCES (a folder on the way that can't be searched)
+        notes.fail(p, e.strerror)
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        notes.skip(p, "not a regular file (a FIFO, socket or device)")
+        return None
+    return Entry(rel, st.st_size, st.st_mtime)
 
 
 async def _remote_tree(c: S3Client, bucket: str, key: str) -> dict[str, Entry]:
@@ -109,17 +157,29 @@ def _batches(entries: list[Entry]) -> list[list[Entry]]:
     return out
 
 
-def _read_all(root: Path, batch: list[Entry]) -> list[bytes]:
-    return [(root / e.rel if e.rel else root).read_bytes() for e in batch]
+def _read_all(root: Path, batch: list[Entry]) -> list[bytes | OSError]:
+    """Each file's bytes, or the error that reading it met (gone since the scan, unreadable)."""
+    out: list[bytes | OSError] = []
+    for e in batch:
+        try:
+            out.append((root / e.rel if e.rel else root).read_bytes())
+        except OSError as err:
+            out.append(err)
+    return out
 
 
 async def _upload_batch(c: S3Client, root: Path, bucket: str, key: str, batch: list[Entry],
                         advance) -> list[BaseException | None]:
-    """Upload small files in one batch PUT; each file's error or None."""
+    """Upload small files in one batch PUT; each file's error or None (a file that could not be read fails alone)."""
     datas = await asyncio.to_thread(_read_all, root, batch)
-    res = await c.put_many(bucket, [(_dest(root, key, e), d) for e, d in zip(batch, datas)])
-    advance(sum(len(d) for d in datas))
-    return [r if isinstance(r, errors.DomainError) else None for r in res]
+    out: list[BaseException | None] = [d if isinstance(d, OSError) else None for d in datas]
+    read = [i for i, d in enumerate(datas) if not isinstance(d, OSError)]
+    if read:
+        res = await c.put_many(bucket, [(_dest(root, key, batch[i]), datas[i]) for i in read])
+        advance(sum(len(datas[i]) for i in read))
+        for i, r in zip(read, res):
+            out[i] = r if isinstance(r, errors.DomainError) else None
+    return out
 
 
 async def _upload(c: S3Client, root: Path, bucket: str, key: str, e: Entry, advance) -> None:
@@ -183,8 +243,9 @@ async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool, ba
                    direct: bool = True, delete: bool = False, stats: dict | None = None) -> tuple[int, int, int]:
     """Copy src to dst (one side local, one remote); returns (files copied, files skipped as unchanged, files
     deleted). Uploads go straight to the DataNodes when they can be reached (`direct`; common/directwrite.py), else
-    through the gateway; `stats` gets the count of each ("direct", "gateway"). `delete` (sync): files below dst that
-    src does not have are deleted, once every copy succeeded."""
+    through the gateway; `stats` gets the count of each ("direct", "gateway") and of the source's entries left out
+    ("left_out": no regular files, see _local_tree). `delete` (sync): files below dst that src does not have are
+    deleted, once every copy succeeded. A file that fails does not stop the others: TransferError at the end."""
     rs, rd = remote_path(src), remote_path(dst)
     if (rs is None) == (rd is None):
         raise TransferError("one of SRC and DST must be local and the other epochfs://bucket/... or s3://bucket/...")
@@ -200,12 +261,13 @@ async def transfer(src: str, dst: str, *, sync: bool, jobs: int, quiet: bool, ba
                 raise TransferError("sync copies folders; `-` (standard input or output) goes with cp")
             await (_from_stdin(c, *rd) if src == "-" else _to_stdout(c, *rs))
             return 1, 0, 0
+        notes = Notes()
         try:
             return await _transfer(c, src, dst, rs, rd, sync=sync, jobs=jobs, quiet=quiet, batch=batch,
-                                   delete=delete)
+                                   delete=delete, notes=notes)
         finally:
             if stats is not None:
-                stats.update(direct=c.direct_writes, gateway=c.gateway_writes)
+                stats.update(direct=c.direct_writes, gateway=c.gateway_writes, left_out=len(notes.skipped))
 
 
 async def _from_stdin(c: S3Client, bucket: str, key: str) -> None:
@@ -236,18 +298,20 @@ async def _to_stdout(c: S3Client, bucket: str, key: str) -> None:
 
 
 async def _transfer(c: S3Client, src: str, dst: str, rs, rd, *, sync: bool, jobs: int, quiet: bool,
-                    batch: bool, delete: bool) -> tuple[int, int, int]:
+                    batch: bool, delete: bool, notes: Notes) -> tuple[int, int, int]:
     if rs is None:
         root = Path(src)
         if not root.exists():
             raise TransferError(f"{src}: no such file or directory")
-        todo, other = _local_tree(root), (await _remote_tree(c, *rd) if sync else {})
+        if not root.is_dir() and not root.is_file():
+            raise TransferError(f"{src}: not a regular file or a folder")
+        todo, other = _local_tree(root, notes), (await _remote_tree(c, *rd) if sync else {})
     else:
         root = Path(dst)
         todo = await _remote_tree(c, *rs)
         if not todo:
             raise TransferError(f"{src}: no such object or prefix")
-        other = _local_tree(root) if sync and root.exists() else {}
+        other = _local_tree(root, Notes(say=False)) if sync and root.exists() else {}
     if delete and "" in todo:  # one file: what "below dst" would mean is not the user's to guess
         raise TransferError("--delete syncs a folder with a prefix (and back); SRC is a single file")
     work = [e for e in todo.values() if not sync or _changed(e, other.get(e.rel))]
@@ -280,11 +344,15 @@ async def _transfer(c: S3Client, src: str, dst: str, rs, rd, *, sync: bool, jobs
                                    return_exceptions=True)
         results = [r for rs_ in got[:len(groups)] for r in rs_] + list(got[len(groups):])
         work = [e for b in groups for e in b] + single
-    failed = [(e, r) for e, r in zip(work, results) if isinstance(r, BaseException)]
-    if failed:
-        e, r = failed[0]
-        raise TransferError(f"{len(failed)} of {len(work)} files failed; first: {e.rel or src}"
-                            f": {r}" + ("; nothing deleted" if delete else ""))
+    unlisted = len(notes.failed)  # (found by the scan: never in `work`)
+    for e, r in zip(work, results):
+        if isinstance(r, BaseException):
+            notes.fail(root / e.rel if rs is None and e.rel else e.rel or src, r)
+    if notes.failed:
+        said = "" if len(notes.failed) <= MAX_FAILURES_SAID else f" (the first {MAX_FAILURES_SAID} named above)"
+        total = len(work) + unlisted
+        raise TransferError(f"{len(notes.failed)} of {total} files failed{said}, {total - len(notes.failed)} "
+                            f"copied" + ("; nothing deleted" if delete else ""))
     extra = sorted(rel for rel in other if rel and rel not in todo) if delete else []
     if extra and rs is None:  # objects below the destination prefix that the folder does not have
         failed_del = await c.delete_many(rd[0], [_join(rd[1], rel) for rel in extra])
@@ -308,9 +376,11 @@ def cmd_transfer(args) -> int:
     if "-" in (args.src, args.dst):
         return 0  # the bytes went through a pipe: nothing else to say on it
     up = stats.get("direct", 0) + stats.get("gateway", 0)
+    left_out = stats.get("left_out", 0)
     print(f"{copied} copied, {skipped} unchanged" + (f", {deleted} deleted" if deleted else "")
+          + (f", {left_out} left out (no regular files)" if left_out else "")
           + (f" ({stats['direct']} of {up} uploads straight to the DataNodes)" if up else ""), file=sys.stderr)
-    return 0
+    return 2 if left_out else 0  # as `aws s3 cp`: 2 when files were skipped and all the others copied
 
 
 def add_parser(sub) -> None:

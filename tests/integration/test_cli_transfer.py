@@ -130,6 +130,48 @@ def test_ls_rm_mb_rb_print_as_aws_s3_does(cluster, epochfs, tmp_path):
     assert "not a bucket path" in p.stderr and "Traceback" not in p.stderr
 
 
+def test_a_file_that_cannot_be_copied_does_not_stop_the_others(epochfs, bucket, s3, tmp_path):
+    """As `aws s3 cp`: what is no regular file is left out with a warning (a FIFO's read would wait forever, a
+    dangling link), a file that can't be named as a key or read fails alone (its batch's other files go), every
+    other file is copied; exit 1 when a file failed, 2 when some were only left out."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"f{i}").write_text(str(i))
+    os.mkfifo(src / "fifo")
+    (src / "dangling").symlink_to(tmp_path / "nothing")
+    (src / "link").symlink_to(src / "f0")  # links are followed, as aws does
+    (src / "loop").symlink_to(src / "loop")
+    (src / "unreadable").symlink_to("/proc/self/mem")  # a regular file whose read fails (EIO), in f0's batch
+    with open(os.fsencode(src) + b"/not-utf8-\xff", "wb") as f:  # Linux names are bytes; keys are UTF-8
+        f.write(b"x")
+
+    def keys(prefix: str) -> set[str]:
+        return {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])}
+
+    p = epochfs("cp", str(src), f"epochfs://{bucket}/part", ok=False)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert keys("part/") == {"part/f0", "part/f1", "part/f2", "part/link"}
+    assert s3.get_object(Bucket=bucket, Key="part/link")["Body"].read() == b"0"
+    err = p.stderr
+    assert "warning: skipping" in err and f"{src}/fifo: not a regular file" in err, err
+    assert f"{src}/dangling: no such file" in err, err
+    assert f"failed: {src}/unreadable: [Errno 5]" in err and f"failed: {src}/loop" in err, err
+    assert "the name is not UTF-8" in err, err
+    assert "3 of 7 files failed, 4 copied" in err, err
+
+    for name in ("loop", "unreadable"):
+        (src / name).unlink()
+    os.unlink(os.fsencode(src) + b"/not-utf8-\xff")
+    p = epochfs("sync", str(src), f"epochfs://{bucket}/part", ok=False)
+    assert p.returncode == 2, p.stderr
+    assert "0 copied, 4 unchanged, 2 left out (no regular files)" in p.stderr, p.stderr
+    # one such file named alone is an error, not an empty copy
+    p = epochfs("cp", str(src / "fifo"), f"epochfs://{bucket}/fifo", ok=False)
+    assert p.returncode == 1 and "not a regular file or a folder" in p.stderr, p.stderr
+    assert keys("fifo") == set()
+
+
 def test_sync_delete_mirrors_a_folder_both_ways(epochfs, bucket, s3, tmp_path):
     """`sync --delete` makes the destination hold what the source holds: objects (or files) the source lacks go,
     only below the destination, and only once every copy succeeded; a single file refuses it."""
