@@ -367,6 +367,8 @@ class Heartbeat(Request, tag="heartbeat"):
     used: I64 = 0
     capacity: I64 = 0
     blocks: I64 = 0
+    # the file system whose free space `capacity` counts (common/space.py); "": a configured capacity
+    disk: Annotated[str, msgspec.Meta(max_length=128)] = ""
     deleted: list[I64] = []
     copied: list[CopyDone] = []
     copy_failed: list[CopyFailed] = []
@@ -1712,6 +1714,7 @@ class NodeInfo(Msg):
     capacity: int = 0
     used: int = 0
     blocks: int = 0
+    disk: str = ""
     last_seen: float = 0.0
     extra: dict[str, Any] = {}
     admin: str = ""

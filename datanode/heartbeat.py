@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
@@ -12,6 +13,7 @@ from epochfs.common import errors
 from epochfs.common import messages as m
 from epochfs.common.clients import NameNodeClient
 from epochfs.common.kv import StorageError
+from epochfs.common.space import disk_id
 from epochfs.common.worker import PassStats, Worker
 
 from .blockstore import BlockStore
@@ -50,6 +52,11 @@ class Heartbeat(Worker):
         if self.capacity_cfg:
             return self.capacity_cfg
         return shutil.disk_usage(self.data_dir).free + self.store.used
+
+    @functools.cached_property
+    def disk(self) -> str:
+        """The file system `capacity` counts the free space of ("": a configured capacity, this node's alone)."""
+        return "" if self.capacity_cfg or self.data_dir is None else disk_id(self.data_dir)
 
     async def register(self) -> None:
         reg = await self.nn.register(m.Register(uuid=self.uuid, host=self.host, rpc_port=self.rpc_port,
@@ -151,7 +158,7 @@ class Heartbeat(Worker):
             scrub = self.scrubber.job if self.scrubber else None
             res = await self.nn.heartbeat(m.Heartbeat(
                 node_id=self.node_id, used=self.store.used, capacity=self.capacity(), blocks=self.store.count,
-                deleted=self._deleted, copied=[m.CopyDone(*c) for c in copied],
+                disk=self.disk, deleted=self._deleted, copied=[m.CopyDone(*c) for c in copied],
                 copy_failed=[m.CopyFailed(*f) for f in failed], extra=self.lag(),
                 write_error=self.store.write_error or "", report=report,
                 scrub=None if scrub is None else m.ScrubProgress(**scrub)))

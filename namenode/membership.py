@@ -24,6 +24,7 @@ class NodeState:
     capacity: int = 0
     used: int = 0
     blocks: int = 0
+    disk: str = ""  # the file system whose free space `capacity` is, shared with the nodes that name it too
     last_seen: float = 0.0  # monotonic; 0 = not heard from since the NameNode started
     extra: dict = field(default_factory=dict)
     admin: str = ""  # "" (in service), DECOMMISSIONING or DECOMMISSIONED; kept in the node's record
@@ -91,11 +92,11 @@ class Membership:
         return st.admin or (READ_ONLY if st.write_error else "alive")
 
     def heartbeat(self, node_id: int, used: int, capacity: int, blocks: int, extra: dict,
-                  write_error: str = "") -> bool:
+                  write_error: str = "", disk: str = "") -> bool:
         st = self.nodes.get(node_id)
         if st is None:
             return False  # unknown: the DataNode must register again
-        st.used, st.capacity, st.blocks, st.extra = used, capacity, blocks, extra
+        st.used, st.capacity, st.blocks, st.extra, st.disk = used, capacity, blocks, extra, disk
         st.write_error = write_error
         st.last_seen = time.monotonic()
         return True

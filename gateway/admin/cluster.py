@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path
 
 from epochfs.common.messages import JobInfo, NodeInfo
+from epochfs.common.space import pooled
 
 from .. import metrics
 from .auth import AdminDep
@@ -35,13 +36,15 @@ async def nodes_of(ctx) -> list[Node]:
 
 @router.get("/summary", response_model=Summary)
 async def summary(_: AdminDep, ctx: CtxDep) -> Summary:
-    nodes = await nodes_of(ctx)
+    infos = await ctx.cluster.namenode.nodes()
+    nodes = [node_view(n) for n in infos]
     stats = await ctx.cluster.namenode.stats()
     usage = await ctx.cluster.namenode.bucket_usage()
     states: dict[str, int] = {}
     for n in nodes:
         states[n.state] = states.get(n.state, 0) + 1
-    live = [n for n in nodes if n.state in ("alive", "decommissioning", "read-only")]
+    serving = [n.state in ("alive", "decommissioning", "read-only") for n in nodes]
+    live = [n for n, ok in zip(nodes, serving) if ok]
     under, lost = stats.under_replicated, stats.lost
     waiting = {k: v for k, v in stats.waiting.items() if v}
     refused = sum(n.replication_refused for n in live)
@@ -49,7 +52,7 @@ async def summary(_: AdminDep, ctx: CtxDep) -> Summary:
         waiting["no_space"] = waiting.get("no_space", 0) + refused
     health = "down" if not live else "degraded" if (len(live) < len(nodes) - states.get("decommissioned", 0)
                                                     or under or lost or waiting or states.get("read-only")) else "ok"
-    capacity, used = sum(n.capacity for n in live), sum(n.used for n in live)
+    capacity, used = pooled([i for i, ok in zip(infos, serving) if ok])  # (a disk several share: once)
     return Summary(health=health, capacity=capacity, used=used, free=max(capacity - used, 0), buckets=len(usage),
                    objects=sum(u.objects for u in usage.values()), bytes=sum(u.bytes for u in usage.values()), nodes=states,
                    under_replicated=under, lost=lost, repairs_in_flight=stats.repairs_in_flight,

@@ -21,7 +21,7 @@ def handlers(meta: MetaStore, members: Membership, repair: RepairWorker, ops: Op
     async def heartbeat(req: m.Heartbeat, _) -> m.HeartbeatOrders:
         nid = req.node_id
         if not members.heartbeat(nid, req.used, req.capacity, req.blocks, msgspec.structs.asdict(req.extra),
-                                 req.write_error[:500]):
+                                 req.write_error[:500], req.disk):
             return m.HeartbeatOrders(reregister=True)
         if req.deleted:
             meta.garbage_done(nid, req.deleted)

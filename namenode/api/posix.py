@@ -9,6 +9,7 @@ from epochfs.common import errors
 from epochfs.common import messages as m
 from epochfs.common.blocks import block_nodes
 from epochfs.common.messages import op_name
+from epochfs.common.space import pooled
 
 from .. import keys
 from ..membership import Membership
@@ -142,8 +143,8 @@ def handlers(meta: MetaStore, members: Membership, admit) -> dict:
         return m.FilesCreated(items=out)
 
     async def statfs(req: m.FsStatfs, _) -> m.FsUsage:
-        nodes = [n for n in members.nodes.values() if members.alive(n)]
-        return m.FsUsage(capacity=sum(n.capacity for n in nodes), used=sum(n.used for n in nodes),
+        capacity, used = pooled([n for n in members.nodes.values() if members.alive(n)])
+        return m.FsUsage(capacity=capacity, used=used,
                          files=int.from_bytes(meta.kv.get(keys.counter(b"ino")) or b"", "big"))  # inodes ever made
 
     return {m.FsLookup: lookup, m.FsGetattr: getattr_, m.FsReaddir: readdir, m.FsDirs: dirs, m.FsReadlink: readlink,

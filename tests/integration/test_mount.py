@@ -6,6 +6,7 @@ import errno
 import os
 import random
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -31,7 +32,7 @@ def _renameat2(src, dst, flags: int) -> None:
         raise OSError(e, os.strerror(e), str(dst))
 
 
-def test_files_dirs_and_attributes(mnt, s3, bucket):
+def test_files_dirs_and_attributes(cluster, mnt, s3, bucket):
     root = mnt.path
     (root / "d").mkdir(mode=0o750)
     f = root / "d" / "f.bin"
@@ -98,6 +99,8 @@ def test_files_dirs_and_attributes(mnt, s3, bucket):
 
     sv = os.statvfs(root)
     assert sv.f_blocks > 0 and sv.f_namemax == 255
+    # df: the cluster's three DataNodes share this machine's disk, whose free space counts once (not three times)
+    assert sv.f_bavail * sv.f_frsize == pytest.approx(shutil.disk_usage(cluster.root).free, rel=0.02)
 
 
 def test_rename_files_and_directories(mnt, s3, bucket):
