@@ -120,6 +120,11 @@ class TooStale(NotLeader):
     yet, or the read needs what only the active one has. Clients ask the active NameNode instead."""
 
 
+class StoreRefused(DomainError):
+    """The NameNode's store refuses writes (a full disk, an I/O error): not a service out of reach (no other
+    NameNode is tried for it), and the call may succeed once the disk has room again (S3: 503; the mount: ENOSPC)."""
+
+
 class CorruptBlock(DomainError):
     """A stored block failed its checksum."""
 

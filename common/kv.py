@@ -12,6 +12,7 @@ import bisect
 import itertools
 import os
 import shutil
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Protocol
@@ -129,6 +130,11 @@ class RocksKV:
 
     def __init__(self, db: rocksdict.Rdict, bulk: RocksBulk | None = None) -> None:
         self._db = db
+        self.path = ""  # (open)
+        # the engine's error that made it refuse a write ("": none since it was opened); RocksDB refuses every write
+        # after one failed on an I/O error, even once the disk has room again, until the store is opened again
+        self.refused = ""
+        self._closing = threading.Lock()  # reopen() against what worker threads call (flush, checkpoint)
         self.chunks: RocksSpace | None = None
         self._wo = rocksdict.WriteOptions()
         self._wo.sync = False
@@ -165,7 +171,7 @@ class RocksKV:
         opts.increase_parallelism(2)
         if not bulk:
             kv = cls(rocksdict.Rdict(str(path), options=opts))
-            kv._opened_with = opts
+            kv._opened_with, kv.path = opts, str(path)
             return kv
         opts.create_missing_column_families(True)
         # the WAL is shared by the column families and a file is deleted once every one flushed past it; the metas'
@@ -188,7 +194,7 @@ class RocksKV:
                              column_families={**{n: bulk_opts for n in names}, RocksSpace.CHUNKS: chunk_opts})
         kv = cls(db, RocksBulk(db, Path(str(path) + ".ingest"), cls._options(), bulk_opts, names))
         kv.chunks = RocksSpace(db, RocksSpace.CHUNKS)
-        kv._opened_with = opts
+        kv._opened_with, kv.path = opts, str(path)
         return kv
 
     def statistics(self) -> dict[str, int]:
@@ -206,17 +212,23 @@ class RocksKV:
         except Exception as e:
             raise _engine_error(e) from None
 
+    def _refusal(self, e: Exception) -> Exception:
+        err = _engine_error(e)
+        if isinstance(err, StorageError):
+            self.refused = str(err) or "StorageError"
+        return err
+
     def put(self, key: bytes, value: bytes) -> None:
         try:
             self._db.put(key, value, self._wo)
         except Exception as e:
-            raise _engine_error(e) from None
+            raise self._refusal(e) from None
 
     def delete(self, key: bytes) -> None:
         try:
             self._db.delete(key, self._wo)
         except Exception as e:
-            raise _engine_error(e) from None
+            raise self._refusal(e) from None
 
     @contextmanager
     def batch(self):
@@ -226,7 +238,7 @@ class RocksKV:
             try:
                 self._db.write(wb, self._wo)
             except Exception as e:  # RocksDB refuses writes after a background error (a compaction met corruption)
-                raise _engine_error(e) from None
+                raise self._refusal(e) from None
 
     def scan(self, start: bytes, end: bytes | None = None, limit: int | None = None, *, verify: bool = True):
         """(key, value) pairs in [start, end) in key order; raises StorageError where the store is damaged.
@@ -240,7 +252,30 @@ class RocksKV:
     def flush(self) -> None:
         """Write the WAL out and fsync it: every write made before the call is durable when it returns (rocksdict
         lets go of the GIL meanwhile, so other threads run)."""
-        self._db.flush_wal(True)
+        with self._closing:
+            try:
+                self._db.flush_wal(True)
+            except Exception as e:
+                raise self._refusal(e) from None
+
+    def reopen(self) -> None:
+        """Close the store and open it again, for one that refused a write (`refused`): RocksDB then refuses every
+        write, a full disk given room again included, until it is opened again, which recovers what its WAL holds
+        (a write that failed is not there: its caller was told). Only a store without the bulk and chunks spaces
+        (the NameNode's). Called from the thread that reads and writes (the event loop): no read runs meanwhile;
+        if the open fails (no room yet), every call fails until a later reopen succeeds."""
+        if self.bulk is not None or self.chunks is not None:
+            raise ValueError("reopen: a store with the bulk or chunks space")
+        with self._closing:
+            try:
+                self._db.close()
+            except Exception:  # noqa: BLE001 -- it closes all the same ("Writer has previous error")
+                pass
+            try:
+                self._db = rocksdict.Rdict(self.path, options=self._opened_with)
+            except Exception as e:
+                raise _engine_error(e) from None
+        self.refused = ""
 
     def flush_memtables(self) -> None:
         """Write what the memtables hold (the main key space's and the chunks space's) to table files."""
@@ -251,14 +286,19 @@ class RocksKV:
     def checkpoint(self, path: Path | str) -> None:
         """A consistent copy of the store at `path` (a new folder): RocksDB hard-links its table files and copies
         the rest (a NameNode's peer rebuilds from it, namenode/ha/)."""
-        rocksdict.Checkpoint(self._db).create_checkpoint(str(path))
+        with self._closing:
+            rocksdict.Checkpoint(self._db).create_checkpoint(str(path))
 
     def close(self) -> None:
         if self.bulk is not None:
             self.bulk.close()
         if self.chunks is not None:
             self.chunks.close()
-        self._db.close()
+        try:
+            self._db.close()
+        except Exception:
+            if not self.refused:  # (one that refused a write says so again: "Writer has previous error")
+                raise
 
 
 class RocksSpace:
@@ -504,6 +544,8 @@ class _MemBatch:
 
 class MemoryKV:
     """A sorted in-memory KV with the RocksKV interface, for unit tests."""
+
+    refused = ""  # (it never refuses a write)
 
     def __init__(self, *, bulk: bool = False) -> None:
         self._keys: list[bytes] = []

@@ -14,7 +14,7 @@ from epochfs.common import messages as m
 from epochfs.common.clients import NameNodeClient
 from epochfs.common.kv import StorageError
 from epochfs.common.space import disk_id
-from epochfs.common.worker import PassStats, Worker
+from epochfs.common.worker import PassStats, Worker, in_thread
 
 from .blockstore import BlockStore
 from .metrics import STALE_ORDERS
@@ -25,6 +25,7 @@ log = logging.getLogger("epochfs.datanode")
 # bad copies reported before one heartbeat (one call each): a damaged disk may turn up thousands at once, and the
 # heartbeat must not be late for them
 REPORT_BAD_PER_BEAT = 64
+PROBE_S = 5.0  # a store that refused a write is tried again this often (Heartbeat.probe)
 EPOCH_FILE = "fencing-epoch"
 
 
@@ -41,6 +42,7 @@ class Heartbeat(Worker):
         self.interval_s, self.report_interval_s = interval_s, report_interval_s
         self.node_id: int | None = None
         self._reported = float("-inf")  # monotonic time of the last block report the NameNode received
+        self._probed = 0.0  # monotonic time of the last probe of a store that refuses writes (probe)
         self._deleted: list[int] = []
         # the highest fencing epoch a NameNode's reply carried (HA: orders below it are refused); kept in the data
         # directory, so that a restarted DataNode never obeys a deposed NameNode it hears from first
@@ -144,7 +146,19 @@ class Heartbeat(Worker):
                 pass
             self._wake.clear()
 
+    async def probe(self) -> None:
+        """While the store refuses writes, see every PROBE_S whether it takes them again: no new copy is placed here
+        meanwhile, so no write would ever find out (a disk that was full has room again: in service again without
+        a restart)."""
+        if not self.store.write_error or time.monotonic() - self._probed < PROBE_S:
+            return
+        self._probed = time.monotonic()
+        if await in_thread(self.store.probe_writes) and self.store.write_error:
+            log.warning("the store takes writes again (it refused them: %s)", self.store.write_error)
+            self.store.write_error = ""
+
     async def run_once(self) -> PassStats:
+        await self.probe()
         if self.store.bad and self.node_id is not None:  # copies found bad by readers that can't report them
             for bid in await self.report_bad(sorted(self.store.bad)[:REPORT_BAD_PER_BEAT]):
                 self.store.bad.discard(bid)
@@ -162,7 +176,7 @@ class Heartbeat(Worker):
                 copy_failed=[m.CopyFailed(*f) for f in failed], extra=self.lag(),
                 write_error=self.store.write_error or "", report=report,
                 scrub=None if scrub is None else m.ScrubProgress(**scrub)))
-        except errors.Unavailable:
+        except (errors.Unavailable, errors.StoreRefused):  # (StoreRefused: the NameNode's disk is full, say)
             if self.copies:
                 self.copies.give_back(copied, failed)
             return PassStats(failed=1)

@@ -54,6 +54,7 @@ def repl(target: int, block_id: int) -> bytes:
 
 
 REPL = b"r"
+PROBE = b"w"  # put and deleted by BlockStore.probe_writes: never there for long
 
 
 def pending(block_id: int) -> bytes:

@@ -26,6 +26,7 @@ ERRNO: dict[type[errors.DomainError], int] = {
     errors.InvalidAttributeName: errno.ERANGE,
     errors.AttributeTooLarge: errno.E2BIG,
     errors.NoRoomForAttributes: errno.ENOSPC,
+    errors.StoreRefused: errno.ENOSPC,
     errors.UnsupportedAttributeNamespace: errno.EOPNOTSUPP,
     errors.FileChanged: errno.ESTALE,
     errors.EntityTooLarge: errno.EFBIG,

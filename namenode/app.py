@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import shutil
 import tarfile
 import tempfile
@@ -15,7 +16,7 @@ from starlette.responses import FileResponse
 
 from epochfs.common import errors
 from epochfs.common import messages as m
-from epochfs.common.kv import RocksKV
+from epochfs.common.kv import RocksKV, StorageError
 from epochfs.common.metrics import gauge, mount_metrics
 from epochfs.common.rpc import RpcServer
 from epochfs.common.worker import PassStats, Worker
@@ -33,6 +34,7 @@ from .metastore import MetaStore
 from .repair import RepairWorker
 
 
+log = logging.getLogger("epochfs.namenode")
 STALE_READS = Counter("epochfs_nn_stale_reads", "Reads that accept a stale answer (messages.StaleOk) at this "
                       "NameNode as a standby: served from its store, refused as too stale (too_stale), or answered "
                       "NotLeader because they need the active NameNode (needs_active)", ["result"])
@@ -47,6 +49,43 @@ class PendingExpiry(Worker):
     async def run_once(self) -> PassStats:
         self.meta.expire_pending()
         return PassStats()
+
+
+class StoreReopen(Worker):
+    """Opens the metadata store again once it refused a write (RocksKV.refused: an I/O error, a full disk) and its
+    disk has room again: RocksDB refuses every later write until then, and every S3 write would fail until a
+    restart. The failed commands wrote nothing (MetaStore.execute); their callers got StoreRefused (503)."""
+
+    interval_s = 2.0
+    min_free_bytes = 16 << 20  # the room a reopen waits for: the open writes a new WAL and MANIFEST
+
+    def __init__(self, meta: MetaStore) -> None:
+        self.meta = meta
+
+    async def run_once(self) -> PassStats:
+        kv = self.meta.kv  # (HA: a rebuild may have replaced it)
+        why = kv.refused
+        if not why or shutil.disk_usage(kv.path).free < self.min_free_bytes:
+            return PassStats()
+        try:
+            kv.reopen()
+        except StorageError as e:
+            log.warning("the metadata store refused a write (%s); opening it again failed: %s", why, e)
+            return PassStats(failed=1)
+        self.meta.reset()
+        log.warning("the metadata store takes writes again (opened again; it refused one: %s)", why)
+        return PassStats()
+
+
+def _unavailable_store(handler):
+    """The store's failures (StorageError: a full disk, an I/O error) as StoreRefused (S3: 503), not internal
+    errors: the call may succeed later (StoreReopen)."""
+    async def call(req, payload):
+        try:
+            return await handler(req, payload)
+        except StorageError as e:
+            raise errors.StoreRefused(f"the metadata store failed: {e}") from None
+    return call
 
 
 class WhileActive(Worker):
@@ -118,8 +157,8 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         kv = RocksKV.open(settings.data_dir / "meta")
         if ha:
             undo.rollback(kv)  # killed while leading: what etcd never confirmed goes (the log re-applies the rest)
-        log = CommandLog(settings.command_log) if settings.command_log else None
-        meta = MetaStore(kv, pending_grace_s=settings.pending_grace_s, free_grace_s=settings.free_grace_s, log=log,
+        cmd_log = CommandLog(settings.command_log) if settings.command_log else None
+        meta = MetaStore(kv, pending_grace_s=settings.pending_grace_s, free_grace_s=settings.free_grace_s, log=cmd_log,
                          undo=ha, init_root=not ha)
         members = Membership(meta, settings.heartbeat_timeout_s)
         if ha:
@@ -140,7 +179,8 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         app.state.meta, app.state.members, app.state.repair, app.state.journal = meta, members, repair, journal
         metrics.register(meta, members, repair)
         _ha_metrics(journal, meta)
-        handlers = make_handlers(meta, members, settings, repair, ops, journal, lc)
+        handlers = {t: _unavailable_store(h) for t, h in make_handlers(meta, members, settings, repair, ops, journal,
+                                                                        lc).items()}
         if ha:  # a standby answers NotLeader(leader) to everything but UNGATED and the stale reads it may serve
             handlers = {t: h if t in UNGATED else _stale_gated(h, journal) if t in m.STALE_READS else
                         _gated(h, journal) for t, h in handlers.items()}
@@ -149,7 +189,10 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
             """Every reply waits until what it could reflect is durable; the HA status and a log push reflect no
             namespace state a client could see (and must answer while a deposed NameNode rolls back)."""
             if type(req) not in UNGATED:
-                await journal.durable(meta.seq)
+                try:
+                    await journal.durable(meta.seq)
+                except StorageError as e:  # (the WAL's fsync failed: nothing it holds is acknowledged)
+                    raise errors.StoreRefused(f"the metadata store failed: {e}") from None
 
         rpc = RpcServer(handlers, settings.cluster_secret, max_payload=settings.rpc_max_payload, before_reply=durable)
         await rpc.start(settings.host, settings.rpc_port)
@@ -157,6 +200,7 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         async with anyio.create_task_group() as tg:
             for w in workers:
                 tg.start_soon((WhileActive(w, journal) if ha else w).run_forever)
+            tg.start_soon(StoreReopen(meta).run_forever)
             if ha:
                 tg.start_soon(journal.run)
             yield
@@ -165,8 +209,8 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         if ha:
             await journal.etcd.close()
         meta.kv.close()  # (HA: a rebuild may have replaced the store opened above)
-        if log is not None:
-            log.close()
+        if cmd_log is not None:
+            cmd_log.close()
 
     app = FastAPI(title="epochfs NameNode", lifespan=lifespan)
 

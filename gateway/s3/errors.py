@@ -49,6 +49,7 @@ S3_ERRORS: dict[type[errors.DomainError], tuple[str, int]] = {
     errors.PreconditionFailed: ("PreconditionFailed", 412),
     errors.NotEnoughReplicas: ("ServiceUnavailable", 503),
     errors.Unavailable: ("ServiceUnavailable", 503),
+    errors.StoreRefused: ("ServiceUnavailable", 503),
     errors.CorruptBlock: ("InternalError", 500),
     errors.InvalidInput: ("InvalidArgument", 400),
     errors.Conflict: ("OperationAborted", 409),

@@ -141,3 +141,67 @@ def test_sync_bucket_is_not_acknowledged_from_stale_leases_of_another_gateway(tm
             assert s3.get_object(Bucket="bkt", Key=f"ok{i}")["Body"].read() == body
     finally:
         c.close()
+
+
+def test_a_full_disk_is_503_and_the_cluster_takes_writes_again_once_it_has_room(tmp_path):
+    """The whole cluster (NameNode and DataNodes) on one small tmpfs that fills up: PUTs and bucket creations are
+    503 ServiceUnavailable (the DataNodes' store and the NameNode's RocksDB refuse their writes: no 500), nothing
+    is half-written, and once the disk has room again every service takes writes without a restart: RocksDB
+    refuses every write after a failed WAL append until it is opened again (the NameNode's StoreReopen), and a
+    read-only DataNode gets no new block that would tell it otherwise (its probe, datanode/heartbeat.py). Before,
+    the cluster stayed unwritable (the NameNode answered 500) until every service was restarted."""
+    root = tmp_path / "fs"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128m", "tmpfs", str(root)], check=True)
+    c = Cluster(root)
+    try:
+        c.start()
+        s3 = c.s3()
+        s3.create_bucket(Bucket="bkt")
+        s3.put_object(Bucket="bkt", Key="before", Body=b"kept")
+        _fill(root / "filler")
+        # writes meet the full disk (a few may still fit where RocksDB's WAL had room set aside): what is refused
+        # is 503, what is acknowledged stays
+        codes, acked, buckets, refused = set(), {}, set(), 0
+        for i in range(60):
+            body = os.urandom(1000)
+            for kind, call in (("put", lambda: s3.put_object(Bucket="bkt", Key=f"during{i}", Body=body)),
+                               ("bucket", lambda: s3.create_bucket(Bucket=f"during{i}"))):
+                try:
+                    call()
+                except botocore.exceptions.ClientError as e:
+                    codes.add((e.response["ResponseMetadata"]["HTTPStatusCode"], e.response["Error"]["Code"]))
+                    refused += 1
+                    continue
+                if kind == "put":
+                    acked[f"during{i}"] = body
+                else:
+                    buckets.add(f"during{i}")
+            if refused >= 6:
+                break
+        assert refused >= 6 and codes == {(503, "ServiceUnavailable")}, (refused, codes)
+        assert s3.get_object(Bucket="bkt", Key="before")["Body"].read() == b"kept"  # reads go on
+
+        (root / "filler").unlink()
+
+        def writes() -> bool:
+            try:
+                s3.put_object(Bucket="bkt", Key="after", Body=b"stored")
+                s3.create_bucket(Bucket="after")
+                return True
+            except botocore.exceptions.ClientError as e:
+                assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 503, e.response
+                return False
+        _wait(writes, 60, "writes taken again")
+        assert s3.get_object(Bucket="bkt", Key="after")["Body"].read() == b"stored"
+        keys = {o["Key"] for o in s3.list_objects_v2(Bucket="bkt")["Contents"]}
+        assert keys == {"before", "after", *acked}, keys  # nothing of the refused writes
+        for k, body in acked.items():
+            assert s3.get_object(Bucket="bkt", Key=k)["Body"].read() == body
+        assert {b["Name"] for b in s3.list_buckets()["Buckets"]} == {"bkt", "after", *buckets}
+        for log in (root / "logs").glob("*.log"):
+            text = log.read_text()
+            assert "Traceback" not in text, (log, text[text.find("Traceback"):][:2000])
+    finally:
+        c.close()
+        subprocess.run(["umount", "-l", str(root)], check=False)
