@@ -21,16 +21,24 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 def validate_bucket_name(name: str) -> None:
-    bad = (not _NAME.match(name) or ".." in name or ".-" in name or "-." in name
-           or name.startswith(("xn--", "sthree-")) or name.endswith(("-s3alias", "--ol-s3")))
-    if not bad:
+    """S3's rules for bucket names; a name that breaks one is InvalidBucketName, saying which."""
+    why = ""
+    if not 3 <= len(name) <= 63:
+        why = f"{len(name)} characters: a bucket name has 3 to 63"
+    elif not _NAME.match(name):
+        why = "lowercase letters, digits, dots and hyphens only, beginning and ending with a letter or digit"
+    elif ".." in name or ".-" in name or "-." in name:
+        why = "no dot next to a dot or a hyphen"
+    elif name.startswith(("xn--", "sthree-")) or name.endswith(("-s3alias", "--ol-s3")):
+        why = "a prefix or suffix S3 reserves"
+    else:
         try:
             ipaddress.IPv4Address(name)
-            bad = True
+            why = "not an IP address"
         except ValueError:
             pass
-    if bad:
-        raise errors.InvalidBucketName("The specified bucket is not valid.", bucket_name=name)
+    if why:
+        raise errors.InvalidBucketName(f"The specified bucket is not valid ({why}).", bucket_name=name)
 
 
 async def bucket_owned(ctx, req) -> BucketRecord:

@@ -85,6 +85,9 @@ def test_clear_errors(epochfs, bucket, tmp_path):
     assert "epochfs://no-such-bucket-cli: no such bucket (epochfs mb epochfs://no-such-bucket-cli makes it)" in p.stderr
     p = epochfs("cp", "epochfs://no-such-bucket-cli/f", str(tmp_path / "g"), ok=False)
     assert "epochfs://no-such-bucket-cli: no such bucket" in p.stderr and "Traceback" not in p.stderr
+    # a bucket name S3 refuses: which rule it breaks
+    assert "2 characters: a bucket name has 3 to 63" in epochfs("mb", "epochfs://ml", ok=False).stderr
+    assert "lowercase letters, digits" in epochfs("mb", "epochfs://My_Data", ok=False).stderr
 
 
 def test_ls_rm_mb_rb_print_as_aws_s3_does(cluster, epochfs, tmp_path):
