@@ -77,7 +77,7 @@ class StoreReopen(Worker):
         return PassStats()
 
 
-def _unavailable_store(handler):
+def _store_refused(handler):
     """The store's failures (StorageError: a full disk, an I/O error) as StoreRefused (S3: 503), not internal
     errors: the call may succeed later (StoreReopen)."""
     async def call(req, payload):
@@ -179,7 +179,7 @@ def create_app(settings: NameNodeSettings) -> FastAPI:
         app.state.meta, app.state.members, app.state.repair, app.state.journal = meta, members, repair, journal
         metrics.register(meta, members, repair)
         _ha_metrics(journal, meta)
-        handlers = {t: _unavailable_store(h) for t, h in make_handlers(meta, members, settings, repair, ops, journal,
+        handlers = {t: _store_refused(h) for t, h in make_handlers(meta, members, settings, repair, ops, journal,
                                                                         lc).items()}
         if ha:  # a standby answers NotLeader(leader) to everything but UNGATED and the stale reads it may serve
             handlers = {t: h if t in UNGATED else _stale_gated(h, journal) if t in m.STALE_READS else
