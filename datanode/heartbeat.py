@@ -117,7 +117,7 @@ class Heartbeat(Worker):
                 break
             try:
                 await self.nn.report_bad_replica(bid, self.node_id)
-            except errors.Unavailable:
+            except (errors.Unavailable, errors.StoreRefused):
                 break
             done.append(bid)
         return done
