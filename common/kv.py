@@ -258,6 +258,12 @@ class RocksKV:
             except Exception as e:
                 raise self._refusal(e) from None
 
+    @property
+    def reopenable(self) -> bool:
+        """It refused a write for an I/O error (a full disk...), which opening it again may cure; not for a
+        `Corruption` (opening a damaged store may fail, and then it would not even serve reads any more)."""
+        return self.refused.startswith("IO error")
+
     def reopen(self) -> None:
         """Close the store and open it again, for one that refused a write (`refused`): RocksDB then refuses every
         write, a full disk given room again included, until it is opened again, which recovers what its WAL holds
@@ -546,6 +552,7 @@ class MemoryKV:
     """A sorted in-memory KV with the RocksKV interface, for unit tests."""
 
     refused = ""  # (it never refuses a write)
+    reopenable = False
 
     def __init__(self, *, bulk: bool = False) -> None:
         self._keys: list[bytes] = []

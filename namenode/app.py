@@ -52,9 +52,10 @@ class PendingExpiry(Worker):
 
 
 class StoreReopen(Worker):
-    """Opens the metadata store again once it refused a write (RocksKV.refused: an I/O error, a full disk) and its
-    disk has room again: RocksDB refuses every later write until then, and every S3 write would fail until a
-    restart. The failed commands wrote nothing (MetaStore.execute); their callers got StoreRefused (503)."""
+    """Opens the metadata store again once it refused a write for an I/O error (RocksKV.reopenable: a full disk)
+    and its disk has room again: RocksDB refuses every later write until then, and every S3 write would fail until
+    a restart. The failed commands wrote nothing (MetaStore.execute); their callers got StoreRefused (503). A store
+    refusing writes for a Corruption is left as it is (it still serves reads)."""
 
     interval_s = 2.0
     min_free_bytes = 16 << 20  # the room a reopen waits for: the open writes a new WAL and MANIFEST
@@ -65,7 +66,7 @@ class StoreReopen(Worker):
     async def run_once(self) -> PassStats:
         kv = self.meta.kv  # (HA: a rebuild may have replaced it)
         why = kv.refused
-        if not why or shutil.disk_usage(kv.path).free < self.min_free_bytes:
+        if not kv.reopenable or shutil.disk_usage(kv.path).free < self.min_free_bytes:
             return PassStats()
         try:
             kv.reopen()
