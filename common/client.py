@@ -677,16 +677,17 @@ class S3Client:
                 localread.LocalReader(addr) if localread.enabled() else None)
         return dn
 
-    async def read_pieces(self, pieces: list[m.LocatedPiece], addrs: dict, grant: m.ReadGrant) -> list[memoryview]:
-        """Block pieces as a locate answer lists them, read straight
-        from the DataNodes with its read token: one call per node for all the pieces it holds, the nodes in
-        parallel. A piece a node can't serve (a bad or missing copy; the DataNode reports it for repair) or a node
-        that can't be reached is read from the block's next holder; a node that could not be reached is skipped
-        for DIRECT_RETRY_S. Raises PieceFailed when no holder could serve a piece, Unavailable when none could be
+    async def read_pieces(self, pieces: list[m.LocatedPiece], addrs: dict, grant: m.ReadGrant, *,
+                          skip_down: bool = True) -> list[memoryview]:
+        """Block pieces as a locate answer lists them, read straight from the DataNodes with its read token: one
+        call per node for all the pieces it holds, the nodes in parallel. A piece a node can't serve (a bad or
+        missing copy; the DataNode reports it for repair) or a node that can't be reached is read from the block's
+        next holder; a node that could not be reached is skipped for DIRECT_RETRY_S (tried all the same when not
+        `skip_down`). Raises PieceFailed when no holder could serve a piece, Unavailable when none could be
         reached, and a node's refusal of the token as it is."""
         out: list = [None] * len(pieces)
         now = time.monotonic()
-        down = {a for a, t in self._dn_down.items() if t > now}
+        down = {a for a, t in self._dn_down.items() if t > now} if skip_down else set()
         tried: list[set[str]] = [set(down) for _ in pieces]
         todo = list(range(len(pieces)))
         last: list[Exception] = []
@@ -1028,15 +1029,17 @@ class PinnedReader:
     request) and every read takes its bytes straight from the DataNodes, which keep a removed object's blocks for a
     grace period (NN_FREE_GRACE_S): a file opened before a DELETE or an overwrite reads the old bytes whole. Once
     the token expires (60 s) it is located again, which works while the key still holds that version. Where the
-    DataNodes can't be reached, ranged GETs with If-Match: a changed object fails the read, never mixes versions."""
+    DataNodes can't be reached, ranged GETs with If-Match: a changed object fails the read (after one more try of the
+    DataNodes, which may have been down only briefly), never mixes versions."""
 
     def __init__(self, client: S3Client, bucket: str, key: str, etag: str, size: int) -> None:
         self.c, self.bucket, self.key, self.etag, self.size = client, bucket, key, etag.strip('"'), size
         self._plan: _PinnedPlan | None = None
 
     async def read(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) as bytes (a file's read() returns them as they are: never a view of a reply)."""
         got = await self.buffers(start, end)
-        return got[0] if len(got) == 1 else b"".join(got)
+        return bytes(got[0]) if len(got) == 1 else b"".join(got)
 
     async def buffers(self, start: int, end: int) -> list:
         """Bytes [start, end) as a list of buffers (as the DataNodes sent them: no join)."""
@@ -1057,7 +1060,22 @@ class PinnedReader:
                 c._direct_after = time.monotonic() + DIRECT_RETRY_S
             except (errors.DomainError, PieceFailed):
                 self._plan = None  # a refused token, a bad replica: the gateway's path sorts it out
-        return [await self._get(start, end)]
+        plan = self._plan
+        try:
+            return [await self._get(start, end)]
+        except errors.PreconditionFailed:
+            # The key holds another version now, which the gateway's GET can't read past; the DataNodes still
+            # hold this one's blocks (the grace period). Direct reads were set aside after a failure that may
+            # have been brief (a node slow to answer on a loaded machine): try every holder once more before
+            # failing the read.
+            if plan is None or c._direct_after == float("inf") or time.time() >= plan.grant.exp - 5:
+                raise
+            try:
+                return await c.read_pieces(pieces_within(plan.pieces, plan.starts, start, end), plan.addrs,
+                                           plan.grant, skip_down=False)
+            except (errors.DomainError, PieceFailed):
+                pass
+            raise
 
     async def locate(self) -> bool:
         """Locate the version the key holds now (or the one this reader was opened on) and take its size from its

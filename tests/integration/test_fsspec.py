@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
+import time
 
 import fsspec
 import httpx
@@ -125,6 +126,23 @@ def test_a_forward_reader_gets_its_blocks_read_ahead_and_the_version_it_opened(f
         assert f.cache.total_requested_bytes <= len(old) + 2 * fs.blocksize  # each block fetched about once
     assert bytes(got) == old
     assert fs.cat_file(f"{bucket}/ahead") == new
+
+
+def test_a_reader_whose_direct_reads_were_set_aside_still_reads_the_version_it_opened(fs, bucket, s3):
+    """Direct reads set aside after a brief failure (DataNodes marked down for DIRECT_RETRY_S), then the key
+    overwritten: the gateway's If-Match GET can't serve the old version, so the reader asks the DataNodes again,
+    which still hold its blocks, and reads the bytes it opened, not an error."""
+    old, new = os.urandom(3 * fs.blocksize + 777), os.urandom(1000)
+    s3.put_object(Bucket=bucket, Key="aside", Body=old)
+    with fs.open(f"{bucket}/aside", "rb", cache_type="none") as f:
+        head = f.read(1000)  # located: its blocks and a read token
+        c = fs.client
+        c._direct_after = time.monotonic() + 30  # as after an Unavailable
+        c._dn_down = {addr: time.monotonic() + 30 for addr in f._reader._plan.addrs.values()}
+        s3.put_object(Bucket=bucket, Key="aside", Body=new)
+        rest = f.read()
+    assert type(head) is bytes and head + rest == old
+    assert fs.cat_file(f"{bucket}/aside") == new
 
 
 def _requests(cluster) -> dict[str, float]:
