@@ -19,6 +19,9 @@ from typing import Iterator, Protocol
 
 import rocksdict
 
+# the room a store that refused a write waits for before it is opened again: the open writes a new WAL and MANIFEST
+REOPEN_FREE_BYTES = 16 << 20
+
 
 class StorageError(Exception):
     """The storage engine failed: a RocksDB `Corruption` (a block checksum mismatch in one of its files), an I/O
@@ -263,6 +266,11 @@ class RocksKV:
         """It refused a write for an I/O error (a full disk...), which opening it again may cure; not for a
         `Corruption` (opening a damaged store may fail, and then it would not even serve reads any more)."""
         return self.refused.startswith("IO error")
+
+    @property
+    def ready_to_reopen(self) -> bool:
+        """`reopenable`, and its disk has room again (REOPEN_FREE_BYTES): an open now should take writes."""
+        return self.reopenable and shutil.disk_usage(self.path).free >= REOPEN_FREE_BYTES
 
     def reopen(self) -> None:
         """Close the store and open it again, for one that refused a write (`refused`): RocksDB then refuses every
@@ -552,7 +560,7 @@ class MemoryKV:
     """A sorted in-memory KV with the RocksKV interface, for unit tests."""
 
     refused = ""  # (it never refuses a write)
-    reopenable = False
+    reopenable = ready_to_reopen = False
 
     def __init__(self, *, bulk: bool = False) -> None:
         self._keys: list[bytes] = []

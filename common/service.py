@@ -1,12 +1,14 @@
 """Running a service: uvicorn on uvloop + httptools (with bounds on request heads and time, common/bounded_http.py),
-logs configured once, clean exit on SIGTERM/SIGINT."""
+logs configured once, clean exit on SIGTERM/SIGINT, and an exit to be started again when the service asks."""
 from __future__ import annotations
 
 import ctypes
 import logging
+import sys
 from typing import Callable
 
 import uvicorn
+from uvicorn.main import STARTUP_FAILURE
 
 from .bounded_http import protocol_for
 from .config import ServiceSettings, require_safe_cluster_secret
@@ -45,11 +47,35 @@ def keep_buffers_on_heap(trim_bytes: int = 256 << 20) -> None:
         mallopt(M_TRIM_THRESHOLD, trim_bytes)
 
 
+# the exit status of a service that stopped itself to be started again (EX_TEMPFAIL): `epochfs up`, systemd
+# (Restart=on-failure), Kubernetes and compose start it again
+EXIT_RESTART = 75
+
+
 def serve(create_app: Callable, settings: ServiceSettings) -> None:
+    """Run the service until SIGTERM/SIGINT, or until it calls `app.state.restart(why)`: then it shuts down as
+    for SIGTERM (requests in flight finish, the lifespan's cleanup runs) and exits with EXIT_RESTART."""
     setup_logging(settings.log_level)
     require_safe_cluster_secret(settings)
     keep_buffers_on_heap()
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, loop="uvloop", http=protocol_for(settings),
-                log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="on",
-                timeout_keep_alive=settings.keep_alive_s)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=settings.host, port=settings.port, loop="uvloop", http=protocol_for(settings), log_level="warning",
+        access_log=False, timeout_graceful_shutdown=5, lifespan="on", timeout_keep_alive=settings.keep_alive_s))
+    wanted: list[str] = []
+
+    def restart(why: str) -> None:
+        if not wanted:
+            logging.getLogger("epochfs").warning("stopping to be started again: %s", why)
+        wanted.append(why)
+        server.should_exit = True
+
+    app.state.restart = restart
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    if not server.started:  # it never served (its port taken, its lifespan failed): as uvicorn.run exits
+        sys.exit(STARTUP_FAILURE)
+    if wanted:
+        sys.exit(EXIT_RESTART)

@@ -68,7 +68,8 @@ def create_app(settings: DataNodeSettings) -> FastAPI:
                        data_dir=settings.data_dir, interval_s=settings.heartbeat_interval_s,
                        copies=CopyOrders(store, peers, spawn, concurrency=settings.replication_concurrency,
                                          wake=lambda: hb.wake()),
-                       report_interval_s=settings.block_report_interval_s, scrubber=scrubber, replicator=replicator)
+                       report_interval_s=settings.block_report_interval_s, scrubber=scrubber, replicator=replicator,
+                       restart=getattr(app.state, "restart", None))  # (common/service.py serve)
         app.state.store, app.state.heartbeat, app.state.scrubber = store, hb, scrubber
         metrics.register(store, hb)
         rpc = RpcServer(make_handlers(store, replicator, spawn, settings.capacity_bytes, settings.cluster_secret,

@@ -547,23 +547,26 @@ class BlockStore:
             raise errors.Unavailable(f"this DataNode's store refuses writes: {e}") from None
         self.write_error = ""
 
-    def probe_writes(self) -> bool:
+    def probe_writes(self) -> str:
         """Whether the store takes writes again after it refused one (`write_error`): a file written and synced where
-        blocks are, and a key put, deleted and synced in the engine. A full disk given room again passes (the
-        NameNode then places copies here again); an engine stuck in a background error (RocksDB after a failed WAL
-        write or a corrupt file) does not: it takes a restart. Blocking (it waits for the disk): run in a thread."""
+        blocks are, and a key put, deleted and synced in the engine. "" when they went through (a full disk given
+        room again: the NameNode then places copies here again), else the part that refused: "files", or "engine"
+        (RocksDB, which after a failed WAL write refuses every write until it is opened again: a restart, see
+        Heartbeat.probe). Blocking (it waits for the disk): run in a thread."""
+        part = "files"
         try:
             if self.files is not None:
                 probe = self.files / ".probe"
                 write_file(probe, bytes(DIRECT_ALIGN))
                 probe.unlink()
+            part = "engine"
             self.kv.put(keys.PROBE, b"")
             self.kv.delete(keys.PROBE)
             self.kv.flush()
         except (OSError, StorageError) as e:
-            log.debug("the store still refuses writes: %s", e)
-            return False
-        return True
+            log.debug("the store still refuses writes (%s): %s", part, e)
+            return part
+        return ""
 
     def _put_chunks(self, b, chunks) -> None:
         if self.chunks is None:

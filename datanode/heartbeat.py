@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import time
+from typing import Callable
 
 from epochfs.common import errors
 from epochfs.common import messages as m
@@ -33,9 +34,11 @@ class Heartbeat(Worker):
     def __init__(self, store: BlockStore, nn: NameNodeClient, *, uuid: str, host: str, rpc_port: int, http_port: int,
                  capacity: int, data_dir, interval_s: float = 1.0, copies: CopyOrders | None = None,
                  report_interval_s: float = 60.0, scrubber: Scrubber | None = None,
-                 replicator: Replicator | None = None) -> None:
+                 replicator: Replicator | None = None, restart: Callable[[str], None] | None = None) -> None:
+        """`restart(why)` stops the process for its supervisor to start it again (common/service.py serve), for a
+        storage engine that takes writes only once opened again (probe)."""
         self.store, self.nn, self.copies, self.scrubber = store, nn, copies, scrubber
-        self.replicator = replicator
+        self.replicator, self.restart = replicator, restart
         self._wake: asyncio.Event | None = None
         self.uuid, self.host, self.rpc_port, self.http_port = uuid, host, rpc_port, http_port
         self.capacity_cfg, self.data_dir = capacity, data_dir
@@ -149,13 +152,23 @@ class Heartbeat(Worker):
     async def probe(self) -> None:
         """While the store refuses writes, see every PROBE_S whether it takes them again: no new copy is placed here
         meanwhile, so no write would ever find out (a disk that was full has room again: in service again without
-        a restart)."""
+        a restart). Where RocksDB refuses them since a failed WAL append (a full disk) and the disk has room again,
+        only opening it again helps; the process restarts for that (the engine's files and column families are
+        shared by every reader thread: closing them under those is no option), a few seconds of no service
+        against being read-only until an operator restarts it."""
         if not self.store.write_error or time.monotonic() - self._probed < PROBE_S:
             return
         self._probed = time.monotonic()
-        if await in_thread(self.store.probe_writes) and self.store.write_error:
-            log.warning("the store takes writes again (it refused them: %s)", self.store.write_error)
-            self.store.write_error = ""
+        refused = await in_thread(self.store.probe_writes)
+        if not refused:
+            if self.store.write_error:
+                log.warning("the store takes writes again (it refused them: %s)", self.store.write_error)
+                self.store.write_error = ""
+        elif refused == "engine" and self.restart is not None and self.store.kv.ready_to_reopen:
+            why = self.store.kv.refused
+            log.error("the storage engine refuses every write since one failed (%s) and its disk has room again: "
+                      "it takes writes only once opened again; restarting", why)
+            self.restart(f"the storage engine refused a write: {why}")
 
     async def run_once(self) -> PassStats:
         await self.probe()

@@ -58,7 +58,6 @@ class StoreReopen(Worker):
     refusing writes for a Corruption is left as it is (it still serves reads)."""
 
     interval_s = 2.0
-    min_free_bytes = 16 << 20  # the room a reopen waits for: the open writes a new WAL and MANIFEST
 
     def __init__(self, meta: MetaStore) -> None:
         self.meta = meta
@@ -66,7 +65,7 @@ class StoreReopen(Worker):
     async def run_once(self) -> PassStats:
         kv = self.meta.kv  # (HA: a rebuild may have replaced it)
         why = kv.refused
-        if not kv.reopenable or shutil.disk_usage(kv.path).free < self.min_free_bytes:
+        if not kv.ready_to_reopen:
             return PassStats()
         try:
             kv.reopen()

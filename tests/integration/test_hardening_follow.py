@@ -102,6 +102,62 @@ def test_datanode_whose_store_refuses_writes_is_read_only(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+def test_a_datanode_whose_engine_refused_a_write_on_a_full_disk_restarts_once_it_has_room(tmp_path):
+    """dn3's store on a small tmpfs that fills up; deleting many of its blocks is one write batch that RocksDB can't
+    append to its WAL, and after a failed WAL append RocksDB refuses every write until it is opened again, a disk
+    given room again included. dn3 is read-only meanwhile (reads go on); once the filler is gone its probe finds
+    its files writable and the engine still refusing, and the DataNode stops to be started again (EXIT_RESTART,
+    for its supervisor: `epochfs up`, systemd, Kubernetes). Before, it stayed read-only until an operator
+    restarted it. Started again (as its supervisor would), it carries out the deletions and takes new copies."""
+    from epochfs.common.service import EXIT_RESTART
+    from epochfs.frontends.cli.admin import AdminClient
+
+    mnt = tmp_path / "dn3"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], check=True)
+    c = Cluster(tmp_path, nn_env={"NN_HEARTBEAT_TIMEOUT_S": "30"})
+    try:
+        c.start()
+        admin = AdminClient(c.endpoint, MAIN[0], MAIN[1])
+        s3 = c.s3()
+        s3.create_bucket(Bucket="bkt")
+        dn3 = c.node_ids()["dn3"]
+        bodies = {f"k{i}": os.urandom(1000) for i in range(400)}
+        for k, body in bodies.items():
+            s3.put_object(Bucket="bkt", Key=k, Body=body)
+        ids = {k: c.nn.stat("bkt", k).obj.blocks[0].id for k in bodies}
+        _wait(lambda: set(ids.values()) <= c.datanode_blocks()["dn3"] or c.replicate_once(), 60, "copies on dn3")
+
+        _fill(mnt / "filler")
+        gone = [k for i, k in enumerate(bodies) if i % 2]  # every other one: no pack empties (and frees its room)
+        s3.delete_objects(Bucket="bkt", Delete={"Objects": [{"Key": k} for k in gone]})
+        node = _wait(lambda: next((n for n in admin.call("GET", "/nodes")
+                                   if n["id"] == dn3 and n["state"] == "read-only"), None), 30, "dn3 read-only")
+        assert node["write_error"].startswith("IO error"), node
+        for k in bodies.keys() - set(gone):  # read, from dn3 too
+            assert c.read_replica("dn3", ids[k]) == bodies[k]
+        assert c.procs["dn3"].poll() is None  # while the disk is full, a restart would not help: it stays
+
+        (mnt / "filler").unlink()
+        assert c.procs["dn3"].wait(timeout=30) == EXIT_RESTART
+        log = (tmp_path / "logs" / "dn3.log").read_text()
+        assert "the storage engine refuses every write since one failed" in log and "Traceback" not in log, log
+        c.procs.pop("dn3")
+        c.start_datanode(3)  # as `epochfs up` or systemd would
+        _wait(lambda: next((n for n in admin.call("GET", "/nodes")
+                            if n["id"] == dn3 and n["state"] == "alive" and not n["write_error"]), None),
+              30, "dn3 in service again")
+        _wait(lambda: not {ids[k] for k in gone} & c.datanode_blocks()["dn3"], 30, "the deletions carried out")
+        s3.put_object(Bucket="bkt", Key="after", Body=b"stored")
+        blk = c.nn.stat("bkt", "after").obj.blocks[0].id
+        _wait(lambda: blk in c.datanode_blocks()["dn3"] or c.replicate_once(), 30, "a new copy on dn3")
+        for k in bodies.keys() - set(gone):
+            assert s3.get_object(Bucket="bkt", Key=k)["Body"].read() == bodies[k]
+    finally:
+        c.close()
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
 def test_sync_bucket_is_not_acknowledged_from_stale_leases_of_another_gateway(tmp_path):
     """Gateway A leases block allocations (with their acks) while bucket b is async; b is switched to sync:3
     through gateway B's admin API and a DataNode is stopped. A PUT through A, whose leases still say "one copy",
