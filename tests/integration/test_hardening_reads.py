@@ -101,6 +101,62 @@ def test_an_fsspec_file_never_mixes_its_version_with_a_newer_one(grace_cluster, 
         assert f.read() == b"b" * 2 * size
 
 
+@pytest.fixture
+def gfs(grace_cluster):
+    return fsspec.filesystem("epochfs", endpoint_url=grace_cluster.endpoint, key=MAIN[0], secret=MAIN[1],
+                             skip_instance_cache=True)
+
+
+def test_a_forward_reader_gets_its_blocks_read_ahead_and_the_version_it_opened(grace_cluster, obj, gfs):
+    """A file read front to back in readinto calls (as torch.load reads tensors): the blocks after each read are
+    fetched in the background, and bytes come from the version the file was opened on though the key is overwritten
+    in the middle of the read and the delete orders due went out (the old blocks stay for the grace period). (On
+    the shared cluster, which frees blocks at once, this passed only when the read-ahead outran the deletions.)"""
+    c, (bucket, _) = grace_cluster, obj
+    s3, fs = c.s3(), gfs
+    old, new = os.urandom(7 * fs.blocksize + 12345), os.urandom(3 * fs.blocksize)
+    s3.put_object(Bucket=bucket, Key="ahead", Body=old)
+    got = bytearray()
+    with fs.open(f"{bucket}/ahead", "rb") as f:
+        started, ahead = [], f.cache._ahead
+        f.cache._ahead = lambda a, b: started.append((a, b)) or ahead(a, b)
+        buf = bytearray(700_000)
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            got += buf[:n]
+            if len(got) == 700_000 * 4:
+                s3.put_object(Bucket=bucket, Key="ahead", Body=new)
+                _deletes_delivered(c)
+        assert len(started) >= 3 and started[0][0] == fs.blocksize  # the blocks after the first, in the background
+        assert f.cache.hit_count > f.cache.miss_count * 2  # most reads found their blocks already fetched
+        assert f.cache.total_requested_bytes <= len(old) + 2 * fs.blocksize  # each block fetched about once
+    assert bytes(got) == old
+    assert fs.cat_file(f"{bucket}/ahead") == new
+
+
+def test_a_reader_whose_direct_reads_were_set_aside_still_reads_the_version_it_opened(grace_cluster, obj, gfs):
+    """Direct reads set aside after a brief failure (DataNodes marked down for DIRECT_RETRY_S), then the key
+    overwritten: the gateway's If-Match GET can't serve the old version, so the reader asks the DataNodes again,
+    which still hold its blocks, and reads the bytes it opened, not an error (it was EIO: the intermittent failure
+    of the test above on a loaded machine)."""
+    c, (bucket, _) = grace_cluster, obj
+    s3, fs = c.s3(), gfs
+    old, new = os.urandom(3 * fs.blocksize + 777), os.urandom(1000)
+    s3.put_object(Bucket=bucket, Key="aside", Body=old)
+    with fs.open(f"{bucket}/aside", "rb", cache_type="none") as f:
+        head = f.read(1000)  # located: its blocks and a read token
+        client = fs.client
+        client._direct_after = time.monotonic() + 30  # as after an Unavailable
+        client._dn_down = {addr: time.monotonic() + 30 for addr in f._reader._plan.addrs.values()}
+        s3.put_object(Bucket=bucket, Key="aside", Body=new)
+        _deletes_delivered(c)
+        rest = f.read()
+    assert type(head) is bytes and head + rest == old
+    assert fs.cat_file(f"{bucket}/aside") == new
+
+
 @needs_fuse
 def test_an_open_file_in_the_mount_reads_the_old_object_whole(grace_cluster, obj, tmp_path):
     c, (bucket, data) = grace_cluster, obj
