@@ -31,6 +31,7 @@ from .blocks import crc32c, pick_replica, piece_starts, pieces_within
 from .clients import DataNodeClient
 from .config import parse_addr
 from .directwrite import DirectUnavailable, DirectWriter
+from .failover import read_deadline
 from .http1 import LeanTransport
 from .rpc import RpcClient, TrioRpcClient
 
@@ -681,9 +682,9 @@ class S3Client:
                           skip_down: bool = True) -> list[memoryview]:
         """Block pieces as a locate answer lists them, read straight from the DataNodes with its read token: one
         call per node for all the pieces it holds, the nodes in parallel. A piece a node can't serve (a bad or
-        missing copy; the DataNode reports it for repair) or a node that can't be reached is read from the block's
-        next holder; a node that could not be reached is skipped for DIRECT_RETRY_S (tried all the same when not
-        `skip_down`). Raises PieceFailed when no holder could serve a piece, Unavailable when none could be
+        missing copy; the DataNode reports it for repair) or a node that can't be reached or does not answer in
+        time (common/failover.py) is read from the block's next holder; a node that could not be reached is skipped
+        for DIRECT_RETRY_S (tried all the same when not `skip_down`). Raises PieceFailed when no holder could serve a piece, Unavailable when none could be
         reached, and a node's refusal of the token as it is."""
         out: list = [None] * len(pieces)
         now = time.monotonic()
@@ -709,13 +710,17 @@ class S3Client:
             async def node_reads(addr: str, refs: list[int]) -> None:
                 dn = self._datanode(addr)
                 reads = [m.BlockRead(id=p.id, offset=p.offset, length=p.length) for p in (pieces[i] for i in refs)]
+                # a node that does not answer in time while every piece has another holder: those are asked
+                # (common/failover.py: a stopped DataNode); the last holder left gets the whole timeout
+                others = all(pick_replica(pieces[i].id, pieces[i].nodes, addrs, tried[i]) for i in refs)
+                deadline = read_deadline(sum(r.length for r in reads)) if others else None
                 try:
-                    got = await dn.read_local(reads, grant)  # a node on this machine: its files read here
+                    got = await dn.read_local(reads, grant, timeout=deadline)  # a node on this machine: its files
                     if got is not None:
                         for i, piece in zip(refs, got):
                             out[i] = piece
                         return
-                    head, payload = await dn.read_tokened(reads, grant)
+                    head, payload = await dn.read_tokened(reads, grant, timeout=deadline)
                 except errors.Unauthorized as e:  # the token: every holder refuses it alike
                     refused.append(e)
                     return

@@ -100,14 +100,16 @@ class DataNodeClient:
             self.local.close()
         await self.rpc.close()
 
-    async def read_local(self, reads: list[m.BlockRead], grant: m.ReadGrant | None = None) -> list | None:
+    async def read_local(self, reads: list[m.BlockRead], grant: m.ReadGrant | None = None, *,
+                         timeout: float | None = None) -> list | None:
         """Each read's bytes, read from the node's files through its local socket and checked, or None when that
         can't serve them all (no local socket, a block not in a file, an error, a failed check): then read them
-        over RPC, which also has bad copies repaired. Unavailable if the node does not answer in the RPC timeout."""
+        over RPC, which also has bad copies repaired. Unavailable if the node does not answer in `timeout` (the
+        RPC timeout by default)."""
         if self.local is None or not self.local.usable() or \
                 sum(r.length if r.length >= 0 else LOCAL_MIN for r in reads) < LOCAL_MIN:
             return None
-        got = await self.local.read(reads, grant, timeout=self.rpc.timeout)
+        got = await self.local.read(reads, grant, timeout=timeout or self.rpc.timeout)
         return None if got is None or any(x is None for x in got) else got
 
     async def put(self, block_id: int, crc: int, data, secondaries: Sequence[m.Secondary] = (), acks: int = 1) -> None:
@@ -141,7 +143,7 @@ class DataNodeClient:
 
     async def get(self, block_id: int, offset: int = 0, length: int = -1, *, timeout: float | None = None):
         """Bytes [offset, offset + length) of a block (length -1: to its end), checked against its CRCs."""
-        got = await self.read_local([m.BlockRead(block_id, offset, length)])
+        got = await self.read_local([m.BlockRead(block_id, offset, length)], timeout=timeout)
         if got is not None:
             return got[0]
         req = m.Get(block_id=block_id, offset=offset, length=length)
@@ -152,27 +154,28 @@ class DataNodeClient:
             _, data = await self.rpc.request(msgspec.structs.replace(req, check=True), timeout=timeout)
         return data
 
-    async def get_many(self, reads: list[m.BlockRead]) -> tuple[m.Pieces, bytes]:
+    async def get_many(self, reads: list[m.BlockRead], *, timeout: float | None = None) -> tuple[m.Pieces, bytes]:
         """Several pieces in one round trip: (their sizes and errors, the pieces back to back), checked."""
-        got = await self.read_local(reads)
+        got = await self.read_local(reads, timeout=timeout)
         if got is not None:
             return m.Pieces(lens=[len(x) for x in got]), b"".join(got)
-        return await self._checked(m.GetMany(reads=reads))
+        return await self._checked(m.GetMany(reads=reads), timeout)
 
-    async def read_tokened(self, reads: list[m.BlockRead], grant: m.ReadGrant) -> tuple[m.Pieces, bytes]:
+    async def read_tokened(self, reads: list[m.BlockRead], grant: m.ReadGrant, *,
+                           timeout: float | None = None) -> tuple[m.Pieces, bytes]:
         """get_many on a connection without the cluster secret, with a gateway's read token."""
-        return await self._checked(m.ReadTokened(reads=reads, grant=grant))
+        return await self._checked(m.ReadTokened(reads=reads, grant=grant), timeout)
 
-    async def _checked(self, req: m.GetMany | m.ReadTokened) -> tuple[m.Pieces, bytes]:
+    async def _checked(self, req: m.GetMany | m.ReadTokened, timeout: float | None) -> tuple[m.Pieces, bytes]:
         """A batch read whose pieces sent unread are checked here: those that fail are read again with `check`,
         the node reading and checking them itself (a bad copy then fails as a piece with CorruptBlock, which a
         tokened read also notes for the node's next heartbeat), and the reply is put together again."""
-        head, data = await self.rpc.request(req)
+        head, data = await self.rpc.request(req, timeout=timeout)
         bad = _failed_checks(head, data, self)
         if not bad:
             return head, data
         again, more = await self.rpc.request(msgspec.structs.replace(req, reads=[req.reads[i] for i in bad],
-                                                                       check=True))
+                                                                       check=True), timeout=timeout)
         if len(again.lens) != len(bad):
             raise errors.Unavailable(f"{self}: a check read answered {len(again.lens)} pieces for {len(bad)}")
         redone = dict(zip(bad, range(len(bad))))

@@ -14,6 +14,7 @@ from epochfs.common import defaults, errors
 from epochfs.common import messages as m
 from epochfs.common.blocks import crc32c
 from epochfs.common.clients import NameNodeClient
+from epochfs.common.failover import read_deadline
 from epochfs.common.peers import Peers
 
 log = logging.getLogger("epochfs.gateway")
@@ -316,20 +317,26 @@ class Cluster:
 
         Replicas that answered with a bad CRC or without the block are reported to the NameNode once another one
         served the read (read repair: the good holder re-pushes the block to them); unreachable ones are left to
-        the NameNode's failure detection, and one failing otherwise (an internal error) is skipped too."""
+        the NameNode's failure detection, and one failing otherwise (an internal error) is skipped too. A holder
+        that does not answer within `read_deadline` while another could is given up and read from last for a
+        while (common/failover.py: a stopped DataNode)."""
         last: Exception | None = None
         bad: list[int] = []
-        for node in blk.nodes:
-            addr = addrs.get(str(node))
-            if addr is None:
-                continue
+        holders = [(node, addrs[str(node)]) for node in blk.nodes if str(node) in addrs]
+        if avoid := self.peers.avoided():
+            holders.sort(key=lambda h: h[1] in avoid)
+        deadline = read_deadline(length if length >= 0 else blk.size - offset)
+        for k, (node, addr) in enumerate(holders):
             try:
-                data = await self.peers.get(addr).get(blk.id, offset, length)
+                data = await self.peers.get(addr).get(blk.id, offset, length,
+                                                      timeout=deadline if k < len(holders) - 1 else None)
             except errors.DomainError as e:
                 last = e
                 log.warning("block %s on node %s: %s; trying another replica", blk.id, node, e)
                 if isinstance(e, (errors.CorruptBlock, errors.NoSuchBlock)):
                     bad.append(node)
+                elif isinstance(e, errors.Unavailable):
+                    self.peers.slow(addr)
                 continue
             for b in bad:
                 self._background(self._report_bad(blk.id, b, node))
@@ -388,13 +395,14 @@ class Cluster:
         if len(plan) > 1:
             # the first holder of the first block that holds them all: its primary as a rule, as read_block reads
             first, _, _ = plan[0]
-            node = next((n for n in first.nodes
-                         if str(n) in addrs and all(n in b.nodes for b, _, _ in plan[1:])), None)
+            avoid = self.peers.avoided()
+            node = next((n for n in first.nodes if str(n) in addrs and addrs[str(n)] not in avoid
+                         and all(n in b.nodes for b, _, _ in plan[1:])), None)
             if node is not None:
                 addr = addrs[str(node)]
-                try:
+                try:  # (read_range reads from the other holders if this one does not answer in time)
                     head, data = await self.peers.get(addr).get_many(
-                        [m.BlockRead(blk.id, off, n) for blk, off, n in plan])
+                        [m.BlockRead(blk.id, off, n) for blk, off, n in plan], timeout=read_deadline(end - start))
                     if min(head.lens) >= 0:
                         if cipher is None:
                             return data
@@ -407,7 +415,7 @@ class Cluster:
                     blocks = [msgspec.structs.replace(b, nodes=tuple(sorted(b.nodes, key=lambda x: x != node)))
                               for b in as_block_refs(blocks)]
                 except errors.Unavailable:
-                    pass
+                    self.peers.slow(addr)
         pieces = [p async for p in self.read_range(blocks, addrs, start, end, cipher=cipher)]
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 

@@ -31,6 +31,7 @@ import orjson
 from epochfs.common import errors, readtoken
 from epochfs.common import messages as m
 from epochfs.common.blocks import pick_replica
+from epochfs.common.failover import read_deadline
 
 from ..cluster import open_piece, plan_range
 from ..crypto import BlockCipher
@@ -157,17 +158,22 @@ async def _fetch(ctx, items: list[_Item], addrs: dict, first: bool) -> None:
     """Replace every piece of the window's items by its bytes: one get_many per DataNode, then the pieces that
     failed one by one through the cluster's replica fallback."""
     by_node: dict[str, list[tuple[_Item, int]]] = {}
+    peers = ctx.cluster.peers
+    avoid = peers.avoided()
     for it in items:
         for j, (blk, off, n) in enumerate(it.pieces):
-            by_node.setdefault(pick_replica(blk.id, blk.nodes, addrs) or "", []).append((it, j))
+            addr = pick_replica(blk.id, blk.nodes, addrs, avoid) or pick_replica(blk.id, blk.nodes, addrs)
+            by_node.setdefault(addr or "", []).append((it, j))
 
     async def node_reads(addr: str, refs: list[tuple[_Item, int]]) -> None:
         if not addr:
             return
         reads = [m.BlockRead(blk.id, off, n) for blk, off, n in (it.pieces[j] for it, j in refs)]
-        try:
-            head, payload = await ctx.cluster.peers.get(addr).get_many(reads)
-        except errors.DomainError:
+        try:  # (a node that does not answer in time: the fallback reads from the other holders)
+            head, payload = await peers.get(addr).get_many(reads, timeout=read_deadline(sum(r.length for r in reads)))
+        except errors.DomainError as e:
+            if isinstance(e, errors.Unavailable):
+                peers.slow(addr)
             return  # every piece of this node goes through the fallback
         view, pos = memoryview(payload), 0
         for (it, j), n in zip(refs, head.lens):
