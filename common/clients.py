@@ -112,13 +112,14 @@ class DataNodeClient:
         got = await self.local.read(reads, grant, timeout=timeout or self.rpc.timeout)
         return None if got is None or any(x is None for x in got) else got
 
-    async def put(self, block_id: int, crc: int, data, secondaries: Sequence[m.Secondary] = (), acks: int = 1) -> None:
+    async def put(self, block_id: int, crc: int, data, secondaries: Sequence[m.Secondary] = (), acks: int = 1, *,
+                  timeout: float | None = None) -> None:
         """Store `data` (bytes-like, or a list of them sent without joining) as the block's primary; it replicates
         to `secondaries` and returns once `acks` copies, its own included, are on disk. A large block of zeros (a
         file's hole uploaded through the mount) is sent as its size alone."""
         zero = zero_size(data)
         await self.rpc.request(m.Put(block_id=block_id, crc=crc, secondaries=list(secondaries), acks=acks, zero=zero),
-                               b"" if zero else data)
+                               b"" if zero else data, timeout=timeout)
 
     async def put_replica(self, block_id: int, crc: int, data, *, fresh: bool = False) -> None:
         """Store a replica: from its primary (fresh, the write's own replication) or a repair copy (zeros as in
@@ -134,11 +135,12 @@ class DataNodeClient:
         reply, _ = await self.rpc.request(m.PutReplicas(blocks=heads, fresh=fresh), data)
         return reply.errs
 
-    async def put_many(self, blocks: list[m.NewBlock], data, addrs: dict[str, str], acks: int = 1) -> dict[int, str]:
+    async def put_many(self, blocks: list[m.NewBlock], data, addrs: dict[str, str], acks: int = 1, *,
+                       timeout: float | None = None) -> dict[int, str]:
         """Store many blocks as their primary (their bytes back to back in `data`, a list sent without joining), in
         one write batch; it replicates them and answers once `acks` copies of each are on disk: the error class of
         each block (by index) that was not stored."""
-        reply, _ = await self.rpc.request(m.PutMany(blocks=blocks, addrs=addrs, acks=acks), data)
+        reply, _ = await self.rpc.request(m.PutMany(blocks=blocks, addrs=addrs, acks=acks), data, timeout=timeout)
         return reply.errs
 
     async def get(self, block_id: int, offset: int = 0, length: int = -1, *, timeout: float | None = None):
@@ -192,13 +194,13 @@ class DataNodeClient:
         return m.Pieces(lens=lens, errs=errs), b"".join(out)
 
     async def write_tokened(self, grant: m.WriteGrant, heads: list[m.ReplicaHead], data,
-                            fast: bool = False) -> m.Receipts:
+                            fast: bool = False, *, timeout: float | None = None) -> m.Receipts:
         """Store blocks as their primary on a connection without the cluster secret, with a gateway's write token
         (their bytes back to back in `data`, a list sent without joining): per block its receipt or error (`fast`:
         blocks of an object of several, receipted with XXH3-128s, not MD5s). Large blocks of zeros are sent as their
         sizes."""
         heads, data = _zeros_as_sizes(heads, data)
-        reply, _ = await self.rpc.request(m.WriteTokened(grant=grant, blocks=heads, fast=fast), data)
+        reply, _ = await self.rpc.request(m.WriteTokened(grant=grant, blocks=heads, fast=fast), data, timeout=timeout)
         return reply
 
     async def delete(self, blocks: list[int]) -> None:

@@ -49,6 +49,7 @@ from awscrt import checksums as crt
 from . import errors
 from . import messages as m
 from .blocks import crc32c
+from .failover import write_deadline
 from .worker import in_thread
 
 ROUND_MAX = 64       # blocks a stream asks for at most at a time (it asks 1, 2, 4, ... as it grows)
@@ -187,9 +188,13 @@ class DirectWriter:
                         end += 1
                     part = ks[start:end]
                     start = end
+                    # a node that does not answer in time while every block has another node to go to
+                    # (common/failover.py: a stopped DataNode the NameNode still counts alive)
+                    others = all(len(tried[k]) < len(grant.blocks[blocks[k][0]].nodes) for k in part)
+                    deadline = write_deadline(size) if others and grant.acks == 1 else None
                     try:
                         res = await dn.write_tokened(grant, [heads[k] for k in part], [blocks[k][1] for k in part],
-                                                     fast)
+                                                     fast, timeout=deadline)
                     except errors.Unavailable:  # this node's blocks (all of them) go to their next nodes
                         down[addr] = time.monotonic() + DIRECT_RETRY_S
                         todo.extend(ks[start - len(part):])

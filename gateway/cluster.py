@@ -14,7 +14,7 @@ from epochfs.common import defaults, errors
 from epochfs.common import messages as m
 from epochfs.common.blocks import crc32c
 from epochfs.common.clients import NameNodeClient
-from epochfs.common.failover import read_deadline
+from epochfs.common.failover import read_deadline, write_deadline
 from epochfs.common.peers import Peers
 
 log = logging.getLogger("epochfs.gateway")
@@ -241,8 +241,10 @@ class Cluster:
         async def node(primary: int, js: list[int]) -> None:
             heads = [m.NewBlock(placed[j].id, flat[j][2], len(flat[j][1]), placed[j].nodes[1:]) for j in js]
             sec = {str(n): addrs[str(n)] for j in js for n in placed[j].nodes[1:]}
-            try:
-                errs = await self.peers.get(addrs[str(primary)]).put_many(heads, [flat[j][1] for j in js], sec, acks)
+            deadline = write_deadline(sum(len(flat[j][1]) for j in js)) if acks == 1 else None
+            try:  # (blocks a primary does not take in time go one by one to their other nodes)
+                errs = await self.peers.get(addrs[str(primary)]).put_many(heads, [flat[j][1] for j in js], sec, acks,
+                                                                          timeout=deadline)
             except errors.NotEnoughReplicas:
                 raise
             except errors.Unavailable as e:
@@ -290,11 +292,13 @@ class Cluster:
         NotEnoughReplicas (fewer than `acks` could be written) is final: another primary has the same secondaries."""
         last: Exception | None = None
         placed = list(nodes)
-        for primary in nodes:
+        for k, primary in enumerate(nodes):
             rest = [n for n in placed if n != primary]
+            # a primary that does not answer in time while another could take the block (common/failover.py)
+            deadline = write_deadline(len(data)) if acks == 1 and k < len(nodes) - 1 else None
             try:
                 await self.peers.get(addrs[str(primary)]).put(
-                    bid, crc, data, [m.Secondary(n, addrs[str(n)]) for n in rest], acks)
+                    bid, crc, data, [m.Secondary(n, addrs[str(n)]) for n in rest], acks, timeout=deadline)
                 if len(placed) < len(nodes):  # a full node was left out: the NameNode tops the block up later
                     self._background(self._report_short(bid, len(nodes)))
                 return [primary] + rest

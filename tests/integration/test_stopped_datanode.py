@@ -83,3 +83,26 @@ def test_direct_reads_move_past_a_stopped_datanode(stopped):
         f.seek(3 * BLOCK - 10)
         got, took = _timed(lambda: f.read(BLOCK))
         assert got == big[3 * BLOCK - 10:4 * BLOCK - 10] and took < 15, took
+
+
+def test_writes_move_past_a_stopped_datanode(stopped):
+    """Blocks placed on the stopped node (the NameNode still counts it alive) go to their next node after the
+    write deadline: through the gateway (one block, a batch of small ones) and straight to the DataNodes (fsspec),
+    each object whole afterwards."""
+    c, s3, _, _ = stopped
+    fs = fsspec.filesystem("epochfs", endpoint_url=c.endpoint, key=MAIN[0], secret=MAIN[1], skip_instance_cache=True)
+    written = {}
+    for i in range(6):  # primaries rotate over the nodes: some of these are placed on dn1 first
+        for key, body, put in ((f"w/s3-{i}", os.urandom(5 << 20), lambda k, b: s3.put_object(Bucket="bkt", Key=k,
+                                                                                               Body=b)),
+                               (f"w/fs-{i}", os.urandom(100_000), lambda k, b: fs.pipe_file(f"bkt/{k}", b)),
+                               (f"w/fsbig-{i}", os.urandom(9 << 20), lambda k, b: fs.pipe_file(f"bkt/{k}", b))):
+            _, took = _timed(lambda: put(key, body))
+            assert took < 20, (key, took)  # the RPC timeouts are 30 and 60 s
+            written[key] = body
+    many = {f"w/many/{i:02d}": os.urandom(3000 + i) for i in range(40)}
+    _, took = _timed(lambda: fs.pipe({f"bkt/{k}": v for k, v in many.items()}))  # batch ingest
+    assert took < 20, took
+    written.update(many)
+    for k, body in written.items():
+        assert s3.get_object(Bucket="bkt", Key=k)["Body"].read() == body, k
