@@ -684,8 +684,8 @@ class S3Client:
         call per node for all the pieces it holds, the nodes in parallel. A piece a node can't serve (a bad or
         missing copy; the DataNode reports it for repair) or a node that can't be reached or does not answer in
         time (common/failover.py) is read from the block's next holder; a node that could not be reached is skipped
-        for DIRECT_RETRY_S (tried all the same when not `skip_down`). Raises PieceFailed when no holder could serve a piece, Unavailable when none could be
-        reached, and a node's refusal of the token as it is."""
+        for DIRECT_RETRY_S (tried all the same when not `skip_down`). Raises PieceFailed when no holder could serve
+        a piece, Unavailable when none could be reached, and a node's refusal of the token as it is."""
         out: list = [None] * len(pieces)
         now = time.monotonic()
         down = {a for a, t in self._dn_down.items() if t > now} if skip_down else set()

@@ -2,24 +2,23 @@
 debugger), a disk that hangs, a long pause. Its TCP connections stay open, so a read from it waits out the whole RPC
 timeout (30-60 s) before the next holder is asked: measured with one of `epochfs up`'s DataNodes stopped, a 48 MiB
 GET took 60 s and an fsspec read failed on its own 60 s timeout, for as long as the NameNode still counted the node
-alive (and after that, 6 s more per read while the locations named it).
+alive (and after that, 6 s more per read while the locations named it). Writes waited the same way for a primary
+placed before the NameNode counted the node dead (10 s without a heartbeat).
 
-Writes wait the same way for a primary that was placed before the NameNode counted the node dead (10 s). So a
-read that another holder could serve gets `read_deadline` seconds (READ_FAILOVER_S, plus time for its bytes
-at a slow disk's rate: the call's own timeout, so it costs nothing); then it is given up (errors.Unavailable: the
-RPC and local-read clients close a connection whose call timed out, so nothing of its late answer is taken for
-another call's), the node is avoided for a while (AVOID_S: the reads
-after it don't pay the wait again) and the next holder is asked. The last holder left always gets the full timeout:
-a cluster that is merely slow still answers, only later. A write whose block has another node to go to gets
-`write_deadline` as well (a late copy that the stopped node stores after all is the same bytes under the same
-block id: it is extra, never wrong)."""
+So a read that another holder could serve gets `read_deadline` seconds (READ_FAILOVER_S, plus time for its bytes at
+a slow disk's rate), passed as the call's own timeout (it costs nothing: the call has a timer anyway); then it is
+given up (errors.Unavailable: the RPC and local-read clients close a connection whose call timed out, so nothing of
+its late answer is taken for another call's), the node is read from last for AVOID_S (the reads after it don't pay
+the wait again) and the next holder is asked. The last holder left always gets the full timeout: a cluster that is
+merely slow still answers, only later. A write whose block has another node to go to gets `write_deadline` (a late
+copy that the stopped node stores after all is the same bytes under the same block id: extra, never wrong)."""
 from __future__ import annotations
 
 import time
 
 READ_FAILOVER_S = 2.0  # a healthy DataNode answers a read in milliseconds; a loaded 2-core test machine within ~1 s
 FAILOVER_RATE = 50 << 20  # bytes/s added to the deadline: a large read from a busy disk is not a stopped node
-WRITE_FAILOVER_S = 5.0
+WRITE_FAILOVER_S = 5.0  # a write also waits for its fsync, which a busy disk may hold up for seconds
 AVOID_S = 10.0  # a node that missed a read's deadline is read from last this long
 
 
