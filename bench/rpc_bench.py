@@ -2,7 +2,9 @@
 process CPU covers both ends. Sequential calls on one connection, for request/reply payloads of a few sizes, made
 with the DataNode's typed messages (has, put with two secondaries, get).
 
-    python bench/rpc_bench.py [--calls 5000] [--rounds 3]
+    python bench/rpc_bench.py [--calls 5000] [--rounds 3] [--track-busy]
+
+`--track-busy`: the client keeps its calls under way, as a NameNode client in HA mode does (RpcClient.track_busy).
 
 Prints the median of `rounds` rounds of CPU microseconds per call for each shape.
 """
@@ -27,7 +29,7 @@ SHAPES = [("small call, no payload", 0, 0), ("put 128 KiB", 128 << 10, 0), ("get
 SECONDARIES = [m.Secondary(2, "127.0.0.1:7002"), m.Secondary(3, "127.0.0.1:7003")]
 
 
-async def run(calls: int, rounds: int) -> None:
+async def run(calls: int, rounds: int, track_busy: bool = False) -> None:
     """The DataNode's own messages and client (common/messages.py, common/clients.py) against handlers that do no
     storage work: what is measured is the RPC and the typed messages, both ends."""
     blobs = {n: bytes(n) for _, a, b in SHAPES for n in (a, b)}
@@ -48,6 +50,8 @@ async def run(calls: int, rounds: int) -> None:
     server = RpcServer({m.Has: has, m.Put: put, m.Get: get}, SECRET)
     await server.start("127.0.0.1", port)
     client = DataNodeClient(RpcClient("127.0.0.1", port, SECRET))
+    if track_busy:
+        client.rpc.track_busy()
 
     def one(req: int, reply: int):
         if req:
@@ -77,8 +81,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--track-busy", action="store_true")
     args = ap.parse_args()
-    uvloop.run(run(args.calls, args.rounds))
+    uvloop.run(run(args.calls, args.rounds, args.track_busy))
 
 
 if __name__ == "__main__":

@@ -627,6 +627,7 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
     STALE_REFUSED_S = 1.0  # a standby that answered TooStale gets no stale read for this long
     STALE_DOWN_S = 5.0     # nor one out of reach (or too slow) for this long
     STALE_TRIES = 2        # standbys tried per stale read before the active NameNode
+    WATCH_S = 1.0          # a call waiting this long has the other NameNodes asked which one is active (_watch)
 
     def __init__(self, rpc: RpcClient | Sequence[RpcClient], *, retry_s: float = 0.0, follow: bool = True) -> None:
         """`follow` False: the client stays with the addresses it was given (a NotLeader naming another one is raised,
@@ -639,6 +640,8 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
             for p in pools:
                 p.liveness_s = p.liveness_s or self.LIVENESS_S
                 p.connect_timeout = min(p.connect_timeout, self.LIVENESS_S)
+                p.track_busy()  # and one to a NameNode that stopped answering (_watch)
+        self._watcher: asyncio.Task | None = None
         self._down: dict[str, float] = {}  # address -> when a call to it last failed to get through (monotonic)
         self._pools: dict[str, RpcClient] = {f"{p.host}:{p.port}": p for p in pools}
         self.rpc = pools[0]  # the pool of the NameNode calls go to
@@ -681,6 +684,7 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
             pool = self._pools[addr] = RpcClient(host, port, first.secret, timeout=first.timeout,
                                                  connect_timeout=min(first.connect_timeout, self.LIVENESS_S),
                                                  liveness_s=first.liveness_s or self.LIVENESS_S)
+            pool.track_busy()
         return pool
 
     def _move(self, failed: RpcClient, leader: str = "") -> None:
@@ -718,8 +722,61 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
             NN_LEADER_CHANGES.inc()
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
         for pool in self._pools.values():
             await pool.close()
+
+    def _watching(self) -> None:
+        """Start `_watch` on the running event loop (again after the loop it ran on ended: asyncio.run cancels)."""
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        """HA: a NameNode whose process stopped or hangs (SIGSTOP, a VM paused, a long pause) answers nothing while
+        its kernel keeps the connections open, so no liveness probe fails them: the calls waited their whole timeout
+        (the gateway's 30 s) and the new ones went there too, for as long as it stayed stopped, though its etcd
+        lease had run out and another NameNode was active within seconds (measured: S3 PUTs stalled 25 s with the
+        active NameNode stopped 25 s). So while a call to the NameNode in use has waited WATCH_S, another NameNode
+        is asked which one is active (`_active_elsewhere`); if another one is, the calls under way are given up
+        (Unavailable: `_call` sends each again, as after a broken connection) and the next ones go there. A
+        NameNode that is merely slow is still the active one: its calls wait."""
+        while True:
+            await asyncio.sleep(self.WATCH_S)
+            rpc = self.rpc
+            since = rpc.busy_since()
+            if since is None or time.monotonic() - since < self.WATCH_S:
+                continue
+            try:
+                active = await self._active_elsewhere(rpc)
+                pool = self._pool(active) if active else None
+            except errors.DomainError:
+                continue
+            if pool is None or pool is rpc:
+                continue
+            n = rpc.give_up_busy()
+            log.warning("NameNode %s:%s has not answered for %.1f s and %s is active now: %d calls under way go there",
+                        rpc.host, rpc.port, time.monotonic() - since, active, n)
+            self._down[f"{rpc.host}:{rpc.port}"] = time.monotonic()
+            self._set(pool)
+
+    async def _active_elsewhere(self, rpc: RpcClient) -> str | None:
+        """The address of the active NameNode if another than `rpc`'s, as the other NameNodes see it: one answers
+        msync (it is active) or names the leader in its NotLeader. None if none knows of another."""
+        mine = f"{rpc.host}:{rpc.port}"
+        for addr, pool in list(self._pools.items()):
+            if pool is rpc:
+                continue
+            try:
+                await pool.request(m.Msync(), timeout=self.WATCH_S)
+                return addr
+            except errors.NotLeader as e:
+                leader = str(e.details.get("leader") or "")
+                if leader and leader != mine:
+                    return leader
+            except errors.DomainError:
+                continue
+        return None
 
     async def _stale_call(self, req: m.Request, timeout: float | None):
         """A stale read at a standby: its reply, or None if no standby answered it (see the class doc)."""
@@ -761,6 +818,8 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
             reply = await self._stale_call(req, timeout)
             if reply is not None:
                 return reply
+        if len(self._pools) > 1 and (self._watcher is None or self._watcher.done()):
+            self._watching()
         deadline = time.monotonic() + self.retry_s
         delay = 0.05
         failed = 0  # addresses that failed in a row

@@ -33,6 +33,7 @@ import logging
 import os
 import socket
 import struct
+import time
 from typing import Any, Awaitable, Callable, Union
 
 import msgspec
@@ -525,6 +526,9 @@ class _Pool:
         self.liveness_s = liveness_s
         self.max_idle = max_idle
         self._idle: list = []
+        # connections with a call under way -> when it began (monotonic), kept once `track_busy()` was called (a
+        # NameNode client in HA mode: a NameNode that stops answering is noticed while calls wait on it)
+        self._busy: dict | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.host}:{self.port})"
@@ -555,6 +559,26 @@ class RpcClient(_Pool):
         head, out = await self._roundtrip(op_name(type(req)), _request_frame(req, payload), timeout)
         return _decode_reply(head, type(req).Reply), (out if out else b"")
 
+    def track_busy(self) -> None:
+        """Keep the calls under way (`busy_since`, `give_up_busy`); off by default (it costs a little per call)."""
+        if self._busy is None:
+            self._busy = {}
+
+    def busy_since(self) -> float | None:
+        """When the oldest call under way began (monotonic), None if none is (or calls are not tracked)."""
+        return min(self._busy.values()) if self._busy else None
+
+    def give_up_busy(self) -> int:
+        """Fail every call under way as timed out (Unavailable to its caller; its connection is dropped): for a peer
+        known to answer none of them. How many there were."""
+        if not self._busy:
+            return 0
+        busy = list(self._busy)
+        self._busy.clear()
+        for conn in busy:
+            conn.time_out()
+        return len(busy)
+
     async def _roundtrip(self, op: str, frame: list, timeout: float | None) -> tuple[bytearray, bytearray]:
         conn = None
         while self._idle:
@@ -566,6 +590,9 @@ class RpcClient(_Pool):
             conn = await self._connect()
         # a timer handle rather than asyncio.timeout(): 5 us instead of 13 per call, and calls are the hot path
         timer = asyncio.get_running_loop().call_later(timeout or self.timeout, conn.time_out)
+        busy = self._busy
+        if busy is not None:
+            busy[conn] = time.monotonic()
         try:
             reply = conn.send(frame)
             await conn.drain()
@@ -578,6 +605,8 @@ class RpcClient(_Pool):
             raise
         finally:
             timer.cancel()
+            if busy is not None:
+                busy.pop(conn, None)
         if len(self._idle) < self.max_idle:
             self._idle.append(conn)
         else:

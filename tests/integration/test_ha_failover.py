@@ -175,6 +175,58 @@ def test_a_leader_frozen_past_its_lease_acknowledges_nothing_after_and_rejoins(h
     assert present(ha, b, "load", ["from-the-old-leader"]) == ["from-the-old-leader"]
 
 
+def test_a_client_of_all_namenodes_moves_on_from_a_stopped_active_one_within_seconds(ha):
+    """The gateway's and the DataNodes' client (given every NameNode, the RPC timeout 30 s, retrying 10 s): the
+    active NameNode stopped (SIGSTOP: its kernel keeps the connections, so no liveness probe fails them) for 15 s
+    under 8 writers. Its calls under way are given up once another NameNode is active (NameNodeClient._watch) and
+    sent again there: writes go on within seconds, where they waited for as long as it stayed stopped; nothing
+    acknowledged is lost, and it rejoins as a standby."""
+    a = ha.active()
+    ha.call(a, lambda c: c.bucket_create("load", owner="alice"))
+    acked: dict[str, float] = {}
+    stop = threading.Event()
+
+    async def run() -> None:
+        c = NameNodeClient.connect(",".join(ha.addr(i) for i in ha.ports), SECRET, timeout=30.0, retry_s=10.0)
+
+        async def writer(w: int) -> None:
+            n = 0
+            while not stop.is_set():
+                key = f"w{w}-{n:06d}"
+                n += 1
+                try:
+                    await c.put_object("load", key, OBJ)
+                    acked[key] = time.monotonic()
+                except errors.Unavailable:
+                    await asyncio.sleep(0.05)
+        await asyncio.gather(*(writer(w) for w in range(8)))
+        await c.close()
+
+    t = threading.Thread(target=lambda: asyncio.run(run()))
+    t.start()
+    try:
+        ha.wait(lambda: len(acked) >= 300, 30, "300 acknowledged writes")
+        stopped_at = time.monotonic()
+        ha.signal(a, signal.SIGSTOP)
+        try:
+            ha.wait(lambda: any(w > stopped_at for w in list(acked.values())), 30, "a write acknowledged again")
+            resumed = min(w for w in list(acked.values()) if w > stopped_at) - stopped_at
+            ha.wait(lambda: time.monotonic() - stopped_at > 15, 30, "15 s")
+        finally:
+            ha.signal(a, signal.SIGCONT)
+        ha.wait(lambda: ha.status(a).role == "standby", 20, f"nn{a} standby")
+        n = len(acked)
+        ha.wait(lambda: len(acked) >= n + 100, 30, "writes after it rejoined")
+    finally:
+        stop.set()
+        t.join(60)
+    b = ha.active()
+    assert b != a
+    assert present(ha, b, "load", sorted(acked)) == []
+    print(f"writes acknowledged again {resumed:.2f} s after the active NameNode was stopped (TTL {ha.ttl} s)")
+    assert resumed < 10, resumed  # (before: 15 s and more, the whole stop)
+
+
 def test_a_campaign_committed_without_an_answer_still_makes_its_namenode_lead(tmp_path):
     """etcd committed a NameNode's leader key (its campaign, under its lease) but the answer never came (the call
     timed out): seen later, by a read or the watch, the key is its own and it leads. It followed the key as another's
