@@ -640,7 +640,6 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
             for p in pools:
                 p.liveness_s = p.liveness_s or self.LIVENESS_S
                 p.connect_timeout = min(p.connect_timeout, self.LIVENESS_S)
-                p.track_busy()  # and one to a NameNode that stopped answering (_watch)
         self._watcher: asyncio.Task | None = None
         self._down: dict[str, float] = {}  # address -> when a call to it last failed to get through (monotonic)
         self._pools: dict[str, RpcClient] = {f"{p.host}:{p.port}": p for p in pools}
@@ -727,10 +726,6 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
             self._watcher = None
         for pool in self._pools.values():
             await pool.close()
-
-    def _watching(self) -> None:
-        """Start `_watch` on the running event loop (again after the loop it ran on ended: asyncio.run cancels)."""
-        self._watcher = asyncio.get_running_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
         """HA: a NameNode whose process stopped or hangs (SIGSTOP, a VM paused, a long pause) answers nothing while
@@ -819,7 +814,11 @@ class NameNodeClient(_NodeCalls, _BucketObjectCalls, _MultipartCalls, _BlockCall
             if reply is not None:
                 return reply
         if len(self._pools) > 1 and (self._watcher is None or self._watcher.done()):
-            self._watching()
+            # several NameNodes (given, or learnt from a NotLeader): watch for one that stops answering, on this
+            # event loop (again after the loop it ran on ended: asyncio.run cancels it)
+            for p in self._pools.values():
+                p.track_busy()
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
         deadline = time.monotonic() + self.retry_s
         delay = 0.05
         failed = 0  # addresses that failed in a row

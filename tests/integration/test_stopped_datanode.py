@@ -29,7 +29,7 @@ def stopped(tmp_path):
     s3.put_object(Bucket="bkt", Key="big", Body=big)
     for k, v in small.items():
         s3.put_object(Bucket="bkt", Key=k, Body=v)
-    _wait_replicated(c, s3, ["big", *small])
+    _wait_replicated(c, ["big", *small])
     assert s3.get_object(Bucket="bkt", Key="big")["Body"].read() == big  # connections to every node now pooled
     c.procs["dn1"].send_signal(signal.SIGSTOP)
     try:
@@ -39,7 +39,7 @@ def stopped(tmp_path):
         c.close()
 
 
-def _wait_replicated(c, s3, keys) -> None:
+def _wait_replicated(c, keys) -> None:
     ids = {b.id for k in keys for b in c.nn.stat("bkt", k).obj.blocks}
     deadline = time.monotonic() + 60
     while not all(ids <= held for held in c.datanode_blocks().values()):
