@@ -118,12 +118,11 @@ class Multipart(StoreBase):
         p = keys.parts(upload_id)
         for k, v in self.kv.scan(p, prefix_end(p)):
             stored[int.from_bytes(k[-4:], "big")] = self._dec(v)
-        parts, last = [], 0
-        for i, w in enumerate(wanted):
-            n = int(w["n"])
-            if n <= last:
-                raise errors.InvalidPartOrder("The list of parts was not in ascending order.")
-            last = n
+        numbers = [int(w["n"]) for w in wanted]
+        if any(b <= a for a, b in zip(numbers, numbers[1:])):  # the order is judged first, as S3 does
+            raise errors.InvalidPartOrder("The list of parts was not in ascending order.")
+        parts = []
+        for i, (n, w) in enumerate(zip(numbers, wanted)):
             part = stored.get(n)
             if part is None or norm_etag(w.get("etag", "")) != norm_etag(part["etag"]):
                 raise errors.InvalidPart("One or more of the specified parts could not be found.", part=n)
@@ -144,7 +143,7 @@ class Multipart(StoreBase):
         if cs:
             obj["cs"] = cs
             obj["pcs"] = [part["cs"][alg] for part in parts]
-        used = {int(w["n"]) for w in wanted}
+        used = set(numbers)
         res = self._put(b, bucket, key, obj, obj.get("mt") or c.t, c.vid, c.if_match, c.if_none_match)
         self._drop_upload(b, upload_id, c.t, keep=used)
         return {**res, "size": size, "cs": cs}

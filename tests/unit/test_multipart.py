@@ -54,6 +54,14 @@ def test_part_listed_twice_is_out_of_order():
     assert m.stat("bkt", "k")["ps"] == [7, 5, 3]
 
 
+def test_the_order_is_judged_before_the_part_sizes():
+    m, uid = upload()
+    with pytest.raises(errors.InvalidPartOrder):  # part 3 (3 bytes) first is too small too: S3 names the order
+        m.complete_upload("bkt", "k", uid, list(reversed(wanted())), min_part_size=6)
+    with pytest.raises(errors.EntityTooSmall):
+        m.complete_upload("bkt", "k", uid, wanted(), min_part_size=6)
+
+
 def test_composite_checksum_and_part_checksums_are_stored():
     m, uid = upload({"csa": "sha256", "cst": "COMPOSITE"}, algs=("sha256",))
     res = m.complete_upload("bkt", "k", uid, wanted(), min_part_size=1)
