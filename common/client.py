@@ -13,10 +13,12 @@ import datetime as dt
 import hashlib
 import logging
 import os
+import re
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Iterable
+from urllib.parse import unquote
 from xml.sax.saxutils import escape
 
 import anyio
@@ -35,6 +37,8 @@ from .failover import read_deadline
 from .http1 import LeanTransport
 from .rpc import RpcClient, TrioRpcClient
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")  # characters no XML 1.0 document can hold
+_CR = {"\r": "&#13;"}
 MIN_PART = defaults.MIN_PART_SIZE
 log = logging.getLogger("epochfs.client")
 # what one batch PUT (gateway/s3/ingest.py) may hold
@@ -284,7 +288,8 @@ class S3Client:
         """ListObjectsV2, one Listing per page."""
         token = None
         while True:
-            q = [("list-type", "2"), ("max-keys", str(max_keys))]
+            # keys URL-encoded, as botocore asks: a key may hold characters XML 1.0 can't carry (gateway/s3/xml.py)
+            q = [("list-type", "2"), ("max-keys", str(max_keys)), ("encoding-type", "url")]
             if prefix:
                 q.append(("prefix", prefix))
             if delimiter:
@@ -293,9 +298,10 @@ class S3Client:
                 q.append(("continuation-token", token))
             root = await self._xml("GET", bucket, query=q)
             page = Listing(
-                [ObjectInfo(c.findtext("Key"), int(c.findtext("Size") or 0), (c.findtext("ETag") or "").strip('"'),
-                            c.findtext("LastModified") or "") for c in root.iter("Contents")],
-                [p.findtext("Prefix") for p in root.iter("CommonPrefixes")])
+                [ObjectInfo(unquote(c.findtext("Key")), int(c.findtext("Size") or 0),
+                            (c.findtext("ETag") or "").strip('"'), c.findtext("LastModified") or "")
+                 for c in root.iter("Contents")],
+                [unquote(p.findtext("Prefix")) for p in root.iter("CommonPrefixes")])
             yield page
             token = root.findtext("NextContinuationToken")
             if root.findtext("IsTruncated") != "true" or not token:
@@ -439,9 +445,16 @@ class S3Client:
     async def delete_many(self, bucket: str, keys: list[str]) -> dict[str, errors.DomainError]:
         """DeleteObjects in batches of 1000; returns the keys that failed with their errors."""
         failed: dict[str, errors.DomainError] = {}
+        alone = [k for k in keys if _NOT_XML.search(k)]  # no XML 1.0 document can name these: one DELETE each
+        for k in alone:
+            try:
+                await self.delete(bucket, k)
+            except errors.DomainError as e:
+                failed[k] = e
+        keys = [k for k in keys if not _NOT_XML.search(k)] if alone else keys
         for i in range(0, len(keys), 1000):
-            body = ("<Delete><Quiet>true</Quiet>" + "".join(
-                f"<Object><Key>{escape(k)}</Key></Object>" for k in keys[i:i + 1000]) + "</Delete>").encode()
+            body = ("<Delete><Quiet>true</Quiet>" + "".join(  # CR as a reference: a parser would read LF
+                f"<Object><Key>{escape(k, _CR)}</Key></Object>" for k in keys[i:i + 1000]) + "</Delete>").encode()
             md5 = base64.b64encode(hashlib.md5(body).digest()).decode()
             root = await self._xml("POST", bucket, query=[("delete", "")], headers={"content-md5": md5},
                                    content=body)

@@ -48,7 +48,7 @@ async def create(ctx, req):
     headers = [("content-type", "application/xml")] + sse.headers(attrs.sse)
     if alg:
         headers += [("x-amz-checksum-algorithm", alg.upper()), ("x-amz-checksum-type", ctype)]
-    body = xml.doc("InitiateMultipartUploadResult", f"<Bucket>{xml.esc(req.bucket)}</Bucket><Key>{xml.esc(req.key)}"
+    body = xml.doc("InitiateMultipartUploadResult", f"<Bucket>{xml.esc(req.bucket)}</Bucket><Key>{xml.key(req.key)}"
                                                     f"</Key><UploadId>{upload_id}</UploadId>")
     return Response(200, headers, body)
 
@@ -131,7 +131,7 @@ async def complete(ctx, req):
         cs_xml += f"<ChecksumType>{cs['type']}</ChecksumType>"
     body = xml.doc("CompleteMultipartUploadResult",
                    f"<Location>/{xml.esc(req.bucket)}/{xml.esc(req.key)}</Location><Bucket>{xml.esc(req.bucket)}"
-                   f"</Bucket><Key>{xml.esc(req.key)}</Key><ETag>{xml.esc(res.etag)}</ETag>{cs_xml}")
+                   f"</Bucket><Key>{xml.key(req.key)}</Key><ETag>{xml.esc(res.etag)}</ETag>{cs_xml}")
     headers = [("content-type", "application/xml")] + written_version_headers(res.version_id) + \
         sse.headers(up.attrs.sse if up else None)
     return Response(200, headers, body)
@@ -177,7 +177,7 @@ async def list_parts(ctx, req):
     nxt = page[-1].number if page else 0
     o = xml.owner(owner, ctx.display_name(owner))
     body = xml.doc("ListPartsResult",
-                   f"<Bucket>{xml.esc(req.bucket)}</Bucket><Key>{xml.esc(req.key)}</Key>"
+                   f"<Bucket>{xml.esc(req.bucket)}</Bucket><Key>{xml.key(req.key)}</Key>"
                    f"<UploadId>{xml.esc(req.query['uploadId'])}</UploadId><Initiator>{o[7:-8]}</Initiator>{o}"
                    f"<StorageClass>{res.upload.attrs.storage_class or 'STANDARD'}</StorageClass>"
                    f"<PartNumberMarker>{marker}</PartNumberMarker><NextPartNumberMarker>{nxt}</NextPartNumberMarker>"

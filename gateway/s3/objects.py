@@ -418,13 +418,13 @@ async def delete_objects(ctx, req):
                     v += "<DeleteMarker>true</DeleteMarker>"
                     if res.version_id:
                         v += f"<DeleteMarkerVersionId>{xml.esc(res.version_id)}</DeleteMarkerVersionId>"
-                out.append(f"<Deleted><Key>{xml.esc(key)}</Key>{v}</Deleted>")
+                out.append(f"<Deleted><Key>{xml.key(key)}</Key>{v}</Deleted>")
         except (S3Error, errors.DomainError) as e:
             from .errors import from_domain
             err = e if isinstance(e, S3Error) else from_domain(e)
             req.deleted.append((key, vid, err.status, err.code))
             v = f"<VersionId>{xml.esc(vid)}</VersionId>" if vid else ""
-            out.append(f"<Error><Key>{xml.esc(key)}</Key>{v}<Code>{err.code}</Code>"
+            out.append(f"<Error><Key>{xml.key(key)}</Key>{v}<Code>{err.code}</Code>"
                        f"<Message>{xml.esc(err.message)}</Message></Error>")
     return Response(200, [("content-type", "application/xml")], xml.doc("DeleteResult", "".join(out)))
 

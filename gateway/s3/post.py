@@ -294,6 +294,6 @@ async def post_object(ctx, req):
     status = fields.get("success_action_status")
     if status == "201":
         body = (f"{xml.HEAD}<PostResponse><Location>{xml.esc(location)}</Location><Bucket>{xml.esc(req.bucket)}"
-                f"</Bucket><Key>{xml.esc(key)}</Key><ETag>{xml.esc(res.etag)}</ETag></PostResponse>").encode()
+                f"</Bucket><Key>{xml.key(key)}</Key><ETag>{xml.esc(res.etag)}</ETag></PostResponse>").encode()
         return Response(201, out + [("content-type", "application/xml")], body)
     return Response(200 if status == "200" else 204, out)

@@ -1,6 +1,7 @@
 """S3 XML: response documents built from strings (fast, exact shapes) and request bodies parsed with ElementTree."""
 from __future__ import annotations
 
+import re
 import time
 from email.utils import formatdate
 from urllib.parse import quote
@@ -48,11 +49,22 @@ def esc(s) -> str:
     return escape(s) if ("&" in s or "<" in s or ">" in s) else s
 
 
+# what a key may hold that XML character data can't carry as itself: CR (a parser reads it as LF) and the control
+# characters XML 1.0 has no place for
+_NOT_XML = re.compile("[\x00-\x08\x0b-\x1f]")
+
+
+def key(s: str) -> str:
+    """A key in a response document, as S3 writes it: &, <, > escaped, CR and the other control characters (but TAB
+    and LF) as character references. Those past CR are no XML 1.0 (expat refuses them), as in S3's own answers:
+    clients that may meet such keys ask for encoding-type=url, as botocore always does."""
+    s = esc(s)
+    return _NOT_XML.sub(lambda m: f"&#{ord(m.group())};", s) if _NOT_XML.search(s) else s
+
+
 def enc_key(s: str, url: bool) -> str:
-    """Keys in listings: XML-escaped, or URL-encoded with encoding-type=url."""
-    if url:
-        return quote(s, safe="/")
-    return escape(s) if ("&" in s or "<" in s or ">" in s) else s
+    """Keys in listings: URL-encoded with encoding-type=url, else as key() writes them."""
+    return quote(s, safe="/") if url else key(s)
 
 
 def text(s: str) -> str:

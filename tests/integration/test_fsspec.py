@@ -5,9 +5,13 @@ import asyncio
 import multiprocessing as mp
 import os
 
+import botocore.auth
+import botocore.awsrequest
+import botocore.credentials
 import fsspec
 import httpx
 import pytest
+from cluster import MAIN
 
 from epochfs.common import errors
 from epochfs.common.client import WHOLE_GET_MAX
@@ -149,6 +153,36 @@ def test_rm_mv_copy(fs, bucket):
         fs.rm_file(f"{bucket}/f")
     fs.rm(f"{bucket}/moved", recursive=True)
     assert fs.ls(bucket) == []
+
+
+# a CR (an XML parser reads it back as LF), control characters XML 1.0 can't hold, fsspec's glob characters
+ODD_KEYS = ["cr\rlf\nx", "ctrl\x01\x1fx", "q?x=1&y=<2>", "star*brack[1]", "a b+c%41"]
+
+
+def test_keys_of_any_characters_are_listed_read_and_removed_as_they_are(fs, bucket, s3):
+    for k in ODD_KEYS:
+        s3.put_object(Bucket=bucket, Key=f"odd/{k}", Body=k.encode())
+    assert sorted(fs.ls(f"{bucket}/odd", detail=False)) == sorted(f"{bucket}/odd/{k}" for k in ODD_KEYS)
+    for k in ODD_KEYS:
+        assert fs.cat_file(f"{bucket}/odd/{k}") == k.encode()
+    assert fs.cat(f"{bucket}/odd/star*") == {f"{bucket}/odd/star*brack[1]": b"star*brack[1]"}  # a glob
+    fs.rm_file(f"{bucket}/odd/star*brack[1]")  # rm() would take it as a glob (fsspec's rule) and find nothing
+    fs.rm([f"{bucket}/odd/{k}" for k in ODD_KEYS if "[" not in k])  # DeleteObjects; DELETE what XML can't name
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="odd/").get("Contents", [])] == []
+
+
+def test_listings_without_encoding_type_give_a_cr_back_as_a_cr(cluster, bucket, s3):
+    """S3's forms: CR as &#13; (raw, a parser reads LF: another key), other control characters as references."""
+    for k in ODD_KEYS:
+        s3.put_object(Bucket=bucket, Key=f"raw/{k}", Body=b"")
+    url = f"{cluster.endpoint}/{bucket}?list-type=2&prefix=raw%2Fc"  # botocore would add encoding-type=url
+    req = botocore.awsrequest.AWSRequest(method="GET", url=url)
+    botocore.auth.S3SigV4Auth(botocore.credentials.Credentials(MAIN[0], MAIN[1]), "s3", "us-east-1").add_auth(req)
+    r = httpx.get(url, headers=dict(req.headers))
+    assert r.status_code == 200
+    assert b"<Key>raw/cr&#13;lf\nx</Key>" in r.content and b"<Key>raw/ctrl&#1;&#31;x</Key>" in r.content
+    boto_keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="raw/")["Contents"]]
+    assert sorted(boto_keys) == sorted(f"raw/{k}" for k in ODD_KEYS)
 
 
 def test_mkdir_creates_bucket(fs):
