@@ -49,6 +49,23 @@ def test_metadata_survives_kill9(tmp_path):
         c.close()
 
 
+def test_a_gateway_stops_within_seconds_while_its_namenode_is_down(tmp_path):
+    """SIGTERM (systemd, Kubernetes, Ctrl-C) of a gateway holding allocated blocks: giving them back is best effort
+    (the NameNode expires them), so a NameNode that is gone does not hold the stop for its 10 s failover retry."""
+    c = Cluster(tmp_path).start()
+    try:
+        s3 = c.s3()
+        s3.create_bucket(Bucket="leased")
+        for i in range(3):
+            s3.put_object(Bucket="leased", Key=f"k{i}", Body=os.urandom(50_000))  # leases a batch of blocks
+        c.kill("nn")
+        t = time.monotonic()
+        c.stop("gw")
+        assert time.monotonic() - t < 4
+    finally:
+        c.close()
+
+
 def test_disconnect_mid_upload_leaves_nothing(cluster, s3, bucket):
     """A client that hangs up half-way: no object, and the blocks already written are garbage-collected."""
     before = cluster.datanode_blocks()
