@@ -53,6 +53,7 @@ class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage, ObjectLo
         self.writable: Callable[[], None] | None = None  # raises NotLeader on a standby (set by the HA journal)
         self._counters: dict[bytes, int] = {}
         self._usage: dict[int, list[int]] = {}  # bucket ino -> [bytes, objects], cached from keys.usage
+        self.orphans_from = keys.ORPHANS  # every orphan key below this is freed (posix.py: the reaper's start)
         from .posix import Posix  # posix.py builds on this module
         self._posix = Posix(self)  # applies the mount's commands
         self._appliers = {}
@@ -76,9 +77,14 @@ class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage, ObjectLo
         """The store changed under the caches (a rollback, or a store replaced by a checkpoint): read it again."""
         if kv is not None:
             self.kv = kv
+        self._forget()
+        self.seq = self.stored_seq()
+
+    def _forget(self) -> None:
+        """Drop what is cached from the store: read again when next needed."""
         self._counters.clear()
         self._usage.clear()
-        self.seq = self.stored_seq()
+        self.orphans_from = keys.ORPHANS
 
     # ---------------------------------------------------------------- the state machine
     def execute(self, cmd: Command):
@@ -116,8 +122,7 @@ class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage, ObjectLo
                 write_pairs(b, pairs)
             b.put(keys.APPLIED_SEQ, keys.u64(last))
         self.seq = last
-        self._counters.clear()  # the caches were not told
-        self._usage.clear()
+        self._forget()  # the caches were not told
 
     def _apply(self, cmd: Command, undo: bool, raw: bytes | None = None):
         """Apply `cmd` as command self.seq + 1: (its result, its redo record if `undo` else None); `raw`: its
@@ -135,8 +140,7 @@ class MetaStore(Namespace, Versions, Multipart, BlockMap, Nodes, Usage, ObjectLo
                         self.journal.admit_writes(cmd, raw, redo)  # may refuse it: nothing is written then
                     b.put(keys.undo(seq), w.record())
         except BaseException:
-            self._counters.clear()  # caches a failed command may have advanced: read again from the store
-            self._usage.clear()
+            self._forget()  # caches a failed command may have advanced: read again from the store
             raise
         self.seq = seq
         return result, redo

@@ -40,7 +40,7 @@ from .metastore import S_IFDIR, S_IFLNK, S_IFREG, MetaStore, enc_record, now_ns
 
 NAME_MAX = 255
 ORPHAN_GRACE_S = 60.0
-DIR_NLINK_SCAN = 4096
+DIR_NLINK_SCAN = 64
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 ANCESTRY_MAX = 4096  # directories a rename's ancestry walk climbs (PATH_MAX allows 2,048) before it searches down
@@ -320,20 +320,26 @@ class Posix:
         rec["ln"] = [ln for ln in rec.get("ln", [[parent, name]]) if ln != [parent, name]]
         rec["ct"] = t
         if not rec["ln"]:  # kept for ORPHAN_GRACE_S: the kernel may hold it open, or be opening it right now
-            b.put(keys.orphan(t, ino), b"")
+            k = keys.orphan(t, ino)
+            b.put(k, b"")
+            self.meta.orphans_from = min(self.meta.orphans_from, k)  # (a clock that went back)
         self._put_links(b, ino, rec)
         self._reap(b, t)
 
     def _reap(self, b, t: int) -> None:
-        """Free the orphans whose grace period is over."""
+        """Free the orphans whose grace period is over. The scan starts where the last one ended: the orphans freed
+        before are deleted keys, and RocksDB steps over each deleted key on every scan until a compaction drops it,
+        so scanning from the first orphan key made every unlink slower than the one before (`rm -rf` of a folder of
+        20,000 files: 18 ms per file by its end)."""
         cutoff = keys.orphan(t - int(ORPHAN_GRACE_S * 1e9), 0)
-        for k in self.kv.scan_keys(keys.ORPHANS, cutoff):
+        for k in self.kv.scan_keys(self.meta.orphans_from, cutoff):
             ino = int.from_bytes(k[9:], "big")
             rec = self.meta.get_inode(ino)
             if rec is not None and not rec.get("ln"):
                 self.meta.free_blocks(b, rec.get("blk", []), t)
                 b.delete(keys.inode(ino))
             b.delete(k)
+        self.meta.orphans_from = max(self.meta.orphans_from, cutoff)  # (a failed command forgets it: MetaStore)
 
     def _new(self, b, parent: int, name: str, rec: dict, t: int, charge=None, ino: int | None = None,
              prec: dict | None = None) -> dict:

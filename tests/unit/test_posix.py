@@ -86,6 +86,40 @@ def test_replaced_file_stays_readable_by_inode_until_reaped(fs, monkeypatch):
     assert fs.getattr(new["ino"])["nlink"] == 0
 
 
+def test_orphans_past_their_grace_are_reaped_and_none_is_passed_over(fs, monkeypatch):
+    """The reaper scans from where it stopped last (the freed orphans' deleted keys made each unlink slower): an
+    orphan made while the clock was behind that point, and one after a failed command, are freed all the same."""
+    s = 1_000_000_000
+    clock = [1_000_000 * s]
+    monkeypatch.setattr(posix_mod, "now_ns", lambda: clock[0])
+    f = [fs.mknod(fs.b, f"f{i}", stat.S_IFREG | 0o644, 0, 0)["ino"] for i in range(5)]
+    fs.unlink(fs.b, "f0")
+    clock[0] += 100 * s
+    fs.unlink(fs.b, "f1")  # f0's grace is over
+    assert errno_of(fs.getattr, f[0]) == errno.ENOENT and fs.getattr(f[1])["nlink"] == 0
+    clock[0] -= 300 * s  # the clock went back: f2's orphan key lies before where the reaper stopped
+    fs.unlink(fs.b, "f2")
+    clock[0] += 1000 * s
+    fs.unlink(fs.b, "f3")
+    assert [errno_of(fs.getattr, ino) for ino in f[1:3]] == [errno.ENOENT] * 2
+    assert fs.getattr(f[3])["nlink"] == 0
+    assert errno_of(fs.unlink, fs.b, "missing") == errno.ENOENT  # a failed command: the reaper starts over
+    clock[0] += 1000 * s
+    fs.unlink(fs.b, "f4")
+    assert errno_of(fs.getattr, f[3]) == errno.ENOENT and fs.getattr(f[4])["nlink"] == 0
+
+
+def test_a_large_directory_counts_its_links_as_one(fs):
+    """nlink 2 + subdirectories while a directory is small; 1 ("not counted", as btrfs always answers and find reads
+    it) from DIR_NLINK_SCAN entries on, so a getattr of a large directory scans no more than that."""
+    d = fs.mkdir(fs.b, "d", 0o755, 0, 0)["ino"]
+    fs.mkdir(d, "sub", 0o755, 0, 0)
+    assert fs.getattr(d)["nlink"] == 3
+    for i in range(posix_mod.DIR_NLINK_SCAN):
+        fs.mknod(d, f"f{i}", stat.S_IFREG | 0o644, 0, 0)
+    assert fs.getattr(d)["nlink"] == 1
+
+
 def test_setattr_and_truncate(fs):
     f = fs.mknod(fs.b, "f", stat.S_IFREG | 0o644, 0, 0)
     fs.commit(f["ino"], [[7, 10, 0, [1]]], 10, '"x"')
