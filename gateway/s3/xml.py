@@ -51,15 +51,15 @@ def esc(s) -> str:
 
 # what a key may hold that XML character data can't carry as itself: CR (a parser reads it as LF) and the control
 # characters XML 1.0 has no place for
-_NOT_XML = re.compile("[\x00-\x08\x0b-\x1f]")
+_AS_REFERENCE = re.compile("[\x00-\x08\x0b-\x1f]")
 
 
 def key(s: str) -> str:
-    """A key in a response document, as S3 writes it: &, <, > escaped, CR and the other control characters (but TAB
-    and LF) as character references. Those past CR are no XML 1.0 (expat refuses them), as in S3's own answers:
-    clients that may meet such keys ask for encoding-type=url, as botocore always does."""
+    """A key in a response document, as S3 writes it: &, <, > escaped, and CR and the other control characters
+    (not TAB, LF) as character references. Only CR's is XML 1.0: a parser (expat) refuses the others, in S3's own
+    answers too, which is why clients that may meet such keys ask for encoding-type=url (botocore always does)."""
     s = esc(s)
-    return _NOT_XML.sub(lambda m: f"&#{ord(m.group())};", s) if _NOT_XML.search(s) else s
+    return _AS_REFERENCE.sub(lambda m: f"&#{ord(m.group())};", s) if _AS_REFERENCE.search(s) else s
 
 
 def enc_key(s: str, url: bool) -> str:
