@@ -529,8 +529,9 @@ class S3Client:
     async def fs_link(self, bucket: str | None, *, ino: int, parent: int, name: str) -> dict:
         return m.to_builtins(await self._fs(bucket, m.FsLink(ino=ino, parent=parent, name=name)))
 
-    async def fs_unlink(self, bucket: str | None, *, parent: int, name: str) -> None:
-        await self._fs(bucket, m.FsUnlink(parent=parent, name=name))
+    async def fs_unlink(self, bucket: str | None, *, parent: int, name: str) -> int:
+        """The NameNode time of the unlink (0 if it doesn't say): the parent's new mtime and ctime."""
+        return (await self._fs(bucket, m.FsUnlink(parent=parent, name=name))).t
 
     async def fs_rmdir(self, bucket: str | None, *, parent: int, name: str) -> None:
         await self._fs(bucket, m.FsRmdir(parent=parent, name=name))

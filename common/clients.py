@@ -466,7 +466,7 @@ class _PosixCalls:
     async def fs_link(self, req: m.FsLink) -> m.InodeAttr:
         return await self._call(req)
 
-    async def fs_unlink(self, req: m.FsUnlink) -> m.Done:
+    async def fs_unlink(self, req: m.FsUnlink) -> m.Changed:
         return await self._call(req)
 
     async def fs_rmdir(self, req: m.FsRmdir) -> m.Done:

@@ -46,6 +46,12 @@ class Done(Msg):
     """The reply of a request that answers nothing but success."""
 
 
+class Changed(Msg):
+    """A namespace change's success and its NameNode time: the new mtime and ctime of the directory it changed (0
+    from a NameNode that doesn't say)."""
+    t: I64 = 0
+
+
 class StaleOk(Msg, array_like=True):
     """Sent as the `stale` field of a read that a standby NameNode may answer from its own store (HA observer reads,
     as HDFS's observer NameNodes): the answer may miss the last NN_STALE_READ_MAX_S of writes, never more (a standby
@@ -1293,7 +1299,7 @@ class FsUnlink(FsRequest, tag="fs_unlink"):
     parent: Nat
     name: str
     bucket: str | None = None
-    Reply = Done
+    Reply = Changed
 
 
 class FsRmdir(FsRequest, tag="fs_rmdir"):

@@ -538,8 +538,11 @@ class Posix:
         charge(b)
         return self.attr(ino, rec)
 
-    def unlink(self, parent: int, name: str, bucket: str | None = None) -> None:
-        self.meta.execute(cmds.Unlink(bi=self.bi, parent=int(parent), name=name, bucket=bucket, t=now_ns()))
+    def unlink(self, parent: int, name: str, bucket: str | None = None) -> int:
+        """Returns the command's time: the parent's new mtime and ctime."""
+        t = now_ns()
+        self.meta.execute(cmds.Unlink(bi=self.bi, parent=int(parent), name=name, bucket=bucket, t=t))
+        return t
 
     def _apply_unlink(self, b, c: cmds.Unlink) -> None:
         parent, name, bucket, t = c.parent, c.name, c.bucket, c.t

@@ -529,9 +529,12 @@ class EpochOperations(pyfuse3.Operations):
         self._writable()
         p = self.inodes.nn(parent_inode)
         await self._settle_name(p, _name(name))
-        await self.c.fs_unlink(self.inodes.bucket(p), parent=p, name=_name(name))
-        self._attrs_moved()
-        self._changed_dir(p, drop=_name(name))
+        t = await self.c.fs_unlink(self.inodes.bucket(p), parent=p, name=_name(name))
+        # the file's link count and ctime moved (a file being written here has its attributes fetched again); of
+        # the folders only the parent changed, its mtime and ctime now t: kept, so the getattr the kernel sends
+        # after each unlink (it drops the folder's attributes) needs no request (rm -rf: one of three per file)
+        self.writes.forget_attrs()
+        self._changed_dir(p, drop=_name(name), t=t or None)
 
     @_posix
     async def rmdir(self, parent_inode, name, ctx):

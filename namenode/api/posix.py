@@ -71,10 +71,9 @@ def handlers(meta: MetaStore, members: Membership, admit) -> dict:
         scope(req)
         return attr(posix.link(req.ino, req.parent, req.name, req.bucket))
 
-    async def unlink(req: m.FsUnlink, _) -> m.Done:
+    async def unlink(req: m.FsUnlink, _) -> m.Changed:
         scope(req)
-        posix.unlink(req.parent, req.name, req.bucket)
-        return m.Done()
+        return m.Changed(t=posix.unlink(req.parent, req.name, req.bucket))
 
     async def rmdir(req: m.FsRmdir, _) -> m.Done:
         scope(req)
