@@ -17,6 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from cluster import MAIN
@@ -101,6 +102,28 @@ def test_files_dirs_and_attributes(cluster, mnt, s3, bucket):
     assert sv.f_blocks > 0 and sv.f_namemax == 255
     # df: the cluster's three DataNodes share this machine's disk, whose free space counts once (not three times)
     assert sv.f_bavail * sv.f_frsize == pytest.approx(shutil.disk_usage(cluster.root).free, rel=0.02)
+
+
+def _nn_calls(cluster, op: str) -> float:
+    text = httpx.get(f"http://{cluster.addr('nn')}:{cluster.ports['nn'][0]}/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(f'epochfs_rpc_calls_total{{op="{op}"}} '))
+
+
+def test_an_unlink_gives_its_folder_the_new_times_without_a_getattr_request(cluster, mnt):
+    """The kernel drops a folder's attributes after each unlink in it and asks again (rm -rf: once per file); the
+    unlink's reply carries the NameNode's time, which the mount keeps as the folder's mtime and ctime."""
+    d = mnt.path / "rmd"
+    d.mkdir()
+    for i in range(20):
+        (d / f"f{i}").write_bytes(b"x")
+    before, t0 = _nn_calls(cluster, "fs_getattr"), time.time_ns()
+    for i in range(20):
+        os.unlink(d / f"f{i}")
+        st = d.stat()
+        assert t0 <= st.st_mtime_ns == st.st_ctime_ns <= time.time_ns()
+    assert _nn_calls(cluster, "fs_getattr") - before < 5  # 20 and more when each was a request
+    assert os.listdir(d) == []
 
 
 def test_rename_files_and_directories(mnt, s3, bucket):
