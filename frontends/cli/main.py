@@ -226,10 +226,10 @@ def cmd_up(args) -> int:
             time.sleep(0.2)
     except RuntimeError as e:
         print(f"epochfs up: {e} (logs in {data_dir / 'logs'})", file=sys.stderr)
-        _stop_all({c.name: c.proc for c in children if c.proc is not None})
+        stop_all({c.name: c.proc for c in children if c.proc is not None})
         (data_dir / "up.pid").unlink(missing_ok=True)
         return 1
-    _stop_all({c.name: c.proc for c in children})  # the current process of each (restarts replace them)
+    stop_all({c.name: c.proc for c in children})  # the current process of each (restarts replace them)
     (data_dir / "up.pid").unlink(missing_ok=True)
     print("# epochfs stopped", file=sys.stderr)
     return 0
@@ -309,11 +309,14 @@ def _signal_name(code: int) -> str:
         return ""
 
 
-def _stop_all(procs: dict) -> None:
-    # gateway first (no new requests), NameNode last
+def stop_all(procs: dict) -> None:
+    """SIGTERM to every process of `procs` (name -> Popen, in start order) at once, the last started first (gateway
+    first: no new requests; NameNode last), then SIGKILL to what is still running 15 s later. A stopped process
+    (SIGSTOP) is continued, else it would wait out the 15 s."""
     for name in reversed(list(procs)):
         p = procs[name]
         if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
             p.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + 15
     for p in procs.values():

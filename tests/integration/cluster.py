@@ -18,7 +18,7 @@ from botocore.config import Config
 from epochfs.common import ports
 from epochfs.common.clients import DataNodeClient, NameNodeClient
 from epochfs.common.rpc import RpcClient
-from epochfs.frontends.cli.main import wait_ready
+from epochfs.frontends.cli.main import stop_all, wait_ready
 
 MAIN = ("EPOCHMAINKEY0000000", "epochmainsecret000000000000000000000000", "main-user-id", "main",
         "main@example.com")
@@ -127,17 +127,8 @@ class Cluster:
 
     def close(self) -> None:
         """Every process stopped at once, the gateway first and the NameNode last, as `epochfs up` stops them."""
-        procs = [self.procs.pop(name) for name in reversed(list(self.procs))]
-        for p in procs:
-            p.send_signal(signal.SIGCONT)  # a test may have left one stopped
-            p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for p in procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        procs, self.procs = self.procs, {}
+        stop_all(procs)
 
     # ---------------------------------------------------------------- clients
     def s3(self, user=MAIN, **cfg):
